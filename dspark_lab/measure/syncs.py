@@ -1,0 +1,157 @@
+"""Sync accounting from a trace: host-blocking calls by kind, host-to-device copies by source
+memory, device allocations, and the source line each sync comes from.
+
+Host-blocking CUDA API calls (runtime and driver names) by kind. A synchronous `cudaMemcpy` blocks
+the host like a stream sync; `cudaMemcpyAsync` from pageable memory may be staged synchronously by
+the driver (Nsight Systems' "async memcpy with pageable memory" rule): that case is counted as a
+pageable copy, and its host time shows in the breakdown's copy part.
+"""
+from __future__ import annotations
+
+import contextlib
+import traceback
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+import pandas as pd
+import torch
+
+from ..workload import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE
+from .trace import HOST_API_CATS, python_frame
+
+SYNC_KINDS = {
+    "cudaStreamSynchronize": "stream", "cuStreamSynchronize": "stream",
+    "cudaDeviceSynchronize": "device", "cuCtxSynchronize": "device",
+    "cudaEventSynchronize": "event", "cuEventSynchronize": "event",
+    "cudaMemcpy": "memcpy", "cudaMemcpy2D": "memcpy", "cudaMemcpyToSymbol": "memcpy",
+    "cudaMemcpyFromSymbol": "memcpy", "cuMemcpyHtoD_v2": "memcpy", "cuMemcpyDtoH_v2": "memcpy",
+}
+SYNC_KIND_COLUMNS = {"stream": "stream_syncs_per_step", "device": "device_syncs_per_step",
+                     "event": "event_syncs_per_step", "memcpy": "sync_memcpy_per_step"}
+ASYNC_COPY_APIS = ("cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2", "cuMemcpyAsync")
+_TORCH_PATH_PARTS = ("/torch/", "\\torch\\", "<built-in", "contextlib.py", "/dspark_lab/measure/")
+
+
+def host_events(ev: pd.DataFrame) -> pd.DataFrame:
+    """Events of the thread that ran the steps (the one holding the step ranges)."""
+    steps = ev[(ev.name == STEP_RANGE) & (ev.ph == "X")]
+    if steps.empty:
+        raise ValueError(f"the trace has no '{STEP_RANGE}' ranges: was the step run under dspark_lab.measure?")
+    pid, tid = steps.pid.iloc[0], steps.tid.iloc[0]
+    return ev[(ev.pid == pid) & (ev.tid == tid)]
+
+
+def step_windows(ev: pd.DataFrame) -> list[tuple[float, float]]:
+    s = ev[(ev.name == STEP_RANGE) & (ev.ph == "X")].sort_values("ts")
+    return list(zip(s.ts, s.end))
+
+
+def _enclosing(ev: pd.DataFrame, t0: float, t1: float) -> pd.DataFrame:
+    return ev[(ev.ts <= t0) & (ev.end >= t1)]
+
+
+def attribute(host: pd.DataFrame, call: pd.Series) -> str:
+    """Name the innermost non-torch Python frame enclosing a call, e.g. "dspark_lab/strategies.py(26): device_direct".
+
+    Falls back to the innermost ATen op and the phase when the trace has no Python stacks."""
+    around = _enclosing(host, call.ts, call.end)
+    frames = around[around.cat == "python_function"].sort_values("ts")
+    for name in reversed(frames.name.tolist()):
+        f = python_frame(name)
+        if f and not any(p in f[0] for p in _TORCH_PATH_PARTS):
+            path = Path(f[0])
+            short = "/".join(path.parts[-2:]) if len(path.parts) >= 2 else path.name
+            return f"{short}({f[1]}): {f[2]}"
+    ops = around[around.cat == "cpu_op"].sort_values("ts")
+    phases = around[(around.cat == "user_annotation") & around.name.str.startswith(PHASE_PREFIX) & (around.name != STEP_RANGE)]
+    parts = [ops.name.iloc[0] if not ops.empty else "", phases.name.iloc[-1] if not phases.empty else ""]
+    return " in ".join(p for p in parts if p) or call["name"]
+
+
+def sync_calls(ev: pd.DataFrame) -> pd.DataFrame:
+    """Host-blocking API calls on the step thread, with kind, readback flag, step index, and source."""
+    host = host_events(ev)
+    calls = host[host.cat.isin(HOST_API_CATS) & host.name.isin(list(SYNC_KINDS))].copy()
+    readback = host[host.name == READBACK_RANGE]
+    wins = step_windows(ev)
+    calls["kind"] = calls.name.map(SYNC_KINDS)
+    calls["readback"] = pd.Series(
+        [bool(((readback.ts <= r.ts) & (readback.end >= r.end)).any()) for r in calls.itertuples()], index=calls.index, dtype=bool)
+    calls["step"] = pd.Series(
+        [next((i for i, (s, e) in enumerate(wins) if s <= r.ts < e), -1) for r in calls.itertuples()], index=calls.index, dtype=int)
+    calls["site"] = pd.Series([attribute(host, r) for _, r in calls.iterrows()], index=calls.index, dtype=object)
+    return calls[calls.step >= 0].reset_index(drop=True)
+
+
+def h2d_copies(ev: pd.DataFrame) -> pd.DataFrame:
+    """GPU-side host-to-device copies with their source memory (pageable or pinned)."""
+    c = ev[(ev.cat == "gpu_memcpy") & ev.name.str.contains("HtoD")].copy()
+    c["source"] = ["pinned" if "Pinned" in n else "pageable" for n in c.name]
+    return c
+
+
+def counts_per_step(ev: pd.DataFrame) -> dict:
+    """Syncs by kind, H2D copies by source, and device allocations, averaged over the trace's steps."""
+    wins = step_windows(ev)
+    n = len(wins)
+    calls = sync_calls(ev)
+    step_syncs = calls[~calls.readback]
+    out = {col: len(step_syncs[step_syncs.kind == k]) / n for k, col in SYNC_KIND_COLUMNS.items()}
+    out["syncs_per_step"] = len(step_syncs) / n
+    out["readback_syncs_per_step"] = int(calls.readback.sum()) / n
+    # Copies belong to the step whose host thread issued them (correlation -> API call time).
+    host = host_events(ev)
+    host_api = host[host.cat.isin(HOST_API_CATS)]
+    issued = dict(zip(host_api.correlation, host_api.ts))
+    copies = h2d_copies(ev)
+    in_steps = [any(s <= issued.get(c, -1) < e for s, e in wins) for c in copies.correlation]
+    copies = copies[in_steps] if len(copies) else copies
+    out["h2d_pageable_per_step"] = int((copies.source == "pageable").sum()) / n
+    out["h2d_pinned_per_step"] = int((copies.source == "pinned").sum()) / n
+    # Device allocations from the caching allocator: [memory] events on CUDA with positive bytes.
+    mem = ev[(ev.name == "[memory]") & (ev.device_type == 1) & (pd.to_numeric(ev.bytes, errors="coerce") > 0)]
+    out["allocs_per_step"] = sum(any(s <= t < e for s, e in wins) for t in mem.ts) / n
+    first = step_syncs.sort_values("ts").site
+    out["sync_site"] = first.iloc[0] if len(first) else ""
+    out["steps_in_trace"] = n
+    return out
+
+
+# --- attribution at run time: torch's sync debug mode with a captured stack ------------------
+@contextlib.contextmanager
+def sync_debug_sites() -> Iterator[Counter]:
+    """Count synchronizing CUDA operations by the "file:line function" of the innermost frame
+    outside torch, using `torch.cuda.set_sync_debug_mode("warn")`. Yields a Counter filled on exit."""
+    sites: Counter = Counter()
+    if not torch.cuda.is_available():
+        yield sites
+        return
+    prev_mode = torch.cuda.get_sync_debug_mode()
+    prev_show = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if "synchroniz" not in str(message):
+            return prev_show(message, category, filename, lineno, file, line)
+        for fr in reversed(traceback.extract_stack()[:-1]):
+            if not any(p in fr.filename for p in _TORCH_PATH_PARTS) and not fr.filename.endswith("warnings.py"):
+                sites[f"{'/'.join(Path(fr.filename).parts[-2:])}:{fr.lineno} {fr.name}"] += 1
+                break
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = show
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield sites
+        finally:
+            torch.cuda.set_sync_debug_mode(prev_mode)
+            warnings.showwarning = prev_show
+
+
+def debug_sites_per_step(step: Callable[[], None], steps: int = 5) -> dict[str, float]:
+    with sync_debug_sites() as sites:
+        for _ in range(steps):
+            step()
+    return {k: v / steps for k, v in sites.items()}

@@ -1,0 +1,136 @@
+"""torch.profiler traces as tidy DataFrames, captured live or loaded from recorded Chrome-trace JSON.
+
+Parsing works on the Chrome-trace JSON that torch.profiler exports (never on the profiler object),
+so a live capture and a trace recorded on a GPU and committed as a test fixture take the same path.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+import pandas as pd
+import torch
+
+GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+HOST_API_CATS = ("cuda_runtime", "cuda_driver")
+_PY_FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
+
+
+def _experimental_config():
+    """Ask for CUDA sync events where this torch has the option (2.4+)."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(enable_cuda_sync_events=True)
+    except (ImportError, TypeError):
+        return None
+
+
+def capture(step: Callable[[], None], steps: int, *, warmup: int = 2, with_stack: bool = False,
+            sync: Optional[Callable[[], None]] = None) -> dict:
+    """Profile `steps` calls of `step` (CPU + CUDA activities, memory; Python stacks on request) and return
+    the Chrome-trace JSON as a dict."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sync = sync or (torch.cuda.synchronize if cuda else (lambda: None))
+    for _ in range(warmup):
+        step()
+    sync()
+    kwargs = dict(activities=activities, record_shapes=False, profile_memory=True, with_stack=with_stack)
+    cfg = _experimental_config() if cuda else None
+    if cfg is not None:
+        kwargs["experimental_config"] = cfg
+    with profile(**kwargs) as prof:
+        for _ in range(steps):
+            step()
+        sync()
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            return json.load(f)
+    finally:
+        os.unlink(path)
+
+
+def load_json(src: Union[str, Path, dict]) -> dict:
+    if isinstance(src, dict):
+        return src
+    p = Path(src)
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "rt") as f:
+        return json.load(f)
+
+
+def events(trace: Union[str, Path, dict]) -> pd.DataFrame:
+    """One row per complete ("X") or instant ("i") event: name, cat, ts/dur/end (µs), pid, tid,
+    correlation, bytes, device_type, and the raw args."""
+    rows = []
+    for e in load_json(trace).get("traceEvents", []):
+        ph = e.get("ph")
+        if ph not in ("X", "i"):
+            continue
+        args = e.get("args") or {}
+        ts = float(e.get("ts", 0.0))
+        dur = float(e.get("dur", 0.0)) if ph == "X" else 0.0
+        rows.append(
+            dict(
+                name=e.get("name", ""), cat=e.get("cat", ""), ph=ph, ts=ts, dur=dur, end=ts + dur,
+                pid=e.get("pid"), tid=e.get("tid"),
+                correlation=args.get("correlation"), bytes=args.get("Bytes", args.get("bytes")),
+                device_type=args.get("Device Type"), args=args,
+            )
+        )
+    df = pd.DataFrame(rows, columns=["name", "cat", "ph", "ts", "dur", "end", "pid", "tid", "correlation", "bytes", "device_type", "args"])
+    return df.sort_values("ts", kind="stable").reset_index(drop=True)
+
+
+def python_frame(name: str) -> Optional[tuple[str, int, str]]:
+    """Parse a python_function event name "path/file.py(27): func" into (path, line, func)."""
+    m = _PY_FRAME.match(name)
+    if not m:
+        return None
+    return m["file"], int(m["line"]), m["func"]
+
+
+def with_distributed_info(trace: dict, rank: int = 0, world_size: int = 1) -> dict:
+    """Holistic Trace Analysis needs a rank in the trace's `distributedInfo`."""
+    out = dict(trace)
+    info = dict(out.get("distributedInfo") or {})
+    info.setdefault("backend", "nccl")
+    info.setdefault("rank", rank)
+    info.setdefault("world_size", world_size)
+    out["distributedInfo"] = info
+    return out
+
+
+def export(trace: dict, path: Union[str, Path], rank: int = 0) -> Path:
+    """Write a Chrome-trace JSON that Perfetto opens and HTA loads (`rank<rank>` in its name)."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    opener = gzip.open if p.suffix == ".gz" else open
+    with opener(p, "wt") as f:
+        json.dump(with_distributed_info(trace, rank), f)
+    return p
+
+
+def trim(trace: dict, step_range: str, keep_steps: int) -> dict:
+    """Keep the metadata and the events of the first `keep_steps` steps (for small fixtures)."""
+    evs = trace.get("traceEvents", [])
+    starts = sorted(e["ts"] for e in evs if e.get("name") == step_range and e.get("ph") == "X")
+    if len(starts) <= keep_steps:
+        return trace
+    lo = starts[0] - 1.0
+    hi = starts[keep_steps]  # the start of the first dropped step
+    kept = [e for e in evs if e.get("ph") not in ("X", "i") or lo <= float(e.get("ts", lo)) < hi]
+    out = dict(trace)
+    out["traceEvents"] = kept
+    return out

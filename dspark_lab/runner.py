@@ -1,0 +1,119 @@
+"""Measure one config point (all strategies together, trials interleaved) into tidy rows."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import torch
+
+from . import strategies as strategy_registry
+from .config import LabConfig
+from .measure import breakdown, syncs, timing, trace
+from .predicate import enable_num_token_non_padded
+from .schema import ROW_COLUMNS
+from .workload import STEP_RANGE, LabStep
+
+PROFILE_STEPS = 12  # profiled steps per strategy (the first is dropped from medians)
+
+
+@dataclass
+class PointResult:
+    rows: list[dict]
+    timelines: list[dict]
+    traces: dict[str, dict] = field(default_factory=dict)
+    outputs_identical: Optional[bool] = None  # draft tokens equal across strategies after the trials
+
+
+def point_id(cfg: LabConfig) -> str:
+    d = cfg.to_dict()
+    d.pop("strategy")
+    return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _config_columns(cfg: LabConfig, strategy: str) -> dict:
+    return dict(
+        point_id=point_id(cfg), ep_size=cfg.ep_size, batch_size=cfg.batch_size, gamma=cfg.gamma,
+        strategy=strategy, model=cfg.model, workload=cfg.workload, graph=cfg.graph,
+        device=cfg.resolved_device(), query_token_num=cfg.query_token_num,
+        bucket_batch_size=cfg.bucket_batch_size, num_tokens=cfg.num_tokens,
+        target_verify_ms=cfg.workload_costs.target_verify_ms, predicate=enable_num_token_non_padded(cfg.parallel),
+    )
+
+
+def failed_rows(cfg: LabConfig, strategies: Optional[Sequence[str]], error: BaseException) -> list[dict]:
+    msg = f"{type(error).__name__}: {error}"
+    rows = []
+    for s in strategies or strategy_registry.BUILTIN:
+        r = {c: None for c in ROW_COLUMNS}
+        r.update(_config_columns(cfg, s), status="failed", error=msg)
+        rows.append(r)
+    return rows
+
+
+def analyse(tr: dict) -> tuple[dict, list]:
+    """Counts, breakdown medians and a timeline from one Chrome trace (live or recorded)."""
+    ev = trace.events(tr)
+    out = syncs.counts_per_step(ev)
+    out.update(breakdown.summary(ev))
+    return out, breakdown.timeline(ev)
+
+
+def measure_point(
+    cfg: LabConfig,
+    strategies: Optional[Sequence[str]] = None,
+    *,
+    on_progress: Optional[Callable[[str, float], None]] = None,
+    profile_steps: int = PROFILE_STEPS,
+    keep_traces: bool = True,
+    with_stack: bool = False,
+) -> PointResult:
+    """Measure every strategy at one config point.
+
+    Timing trials run first, without the profiler, interleaved across strategies. Then one
+    profiled pass per strategy gives counts, the breakdown and a timeline; Python stacks are off
+    by default because the Python tracer inflates host time (measured on an H200: see README), and
+    the sync's exact source line comes from torch's sync debug mode instead."""
+    names = list(strategies or strategy_registry.BUILTIN)
+    for n in names:
+        strategy_registry.get(n)
+    progress = on_progress or (lambda msg, frac: None)
+    steps = {n: LabStep(cfg, n) for n in names}
+    any_step = next(iter(steps.values()))
+    sync = any_step.drain
+    total = cfg.trials * len(names) + 2 * len(names)
+    done = [0]
+
+    def tick(msg: str) -> None:
+        done[0] += 1
+        progress(msg, min(done[0] / total, 1.0))
+
+    # Trials first (profiler-free), interleaved so drift is shared.
+    timings = timing.interleaved_trials(
+        {n: s.step for n, s in steps.items()}, trials=cfg.trials, steps=cfg.steps, warmup=cfg.warmup,
+        sync=sync, on_trial=lambda n, t: tick(f"trial {t + 1}/{cfg.trials}: {n}"),
+    )
+    sync()
+    outs = [s.last_output for s in steps.values()]
+    identical = all(torch.equal(outs[0], o) for o in outs[1:])
+    rows, timelines, traces = [], [], {}
+    for n, s in steps.items():
+        tick(f"profiling {n}")
+        tr = trace.capture(s.step, profile_steps, warmup=2, sync=s.drain, with_stack=with_stack)
+        stats, tl = analyse(tr)
+        debug = syncs.debug_sites_per_step(s.step, steps=3)
+        s.drain()
+        tick(f"attributing {n}")
+        if debug:
+            stats["sync_site"] = max(debug, key=debug.get)
+        if keep_traces:
+            traces[n] = tr
+        timelines.append({"kind": "timeline", "point_id": point_id(cfg), "strategy": n, "segments": tl})
+        for t in timings[n]:
+            r = {c: None for c in ROW_COLUMNS}
+            r.update(_config_columns(cfg, n), status="ok", error="")
+            r.update(trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50, step_ms_p90=t.p90)
+            r.update({k: v for k, v in stats.items() if k in r})
+            rows.append(r)
+    return PointResult(rows, timelines, traces, identical)

@@ -1,0 +1,43 @@
+"""The tidy row: one per config point x strategy x trial. Everything downstream reads these columns.
+
+A recorded run is a JSON-lines file (see store.py): a header record with the machine fingerprint,
+then `row` records (the columns below) and `timeline` records (a few profiled steps as segments).
+"""
+from __future__ import annotations
+
+SCHEMA_VERSION = 1
+
+# Config columns (LabConfig fields that vary in a sweep, plus the derived ones shown to users).
+CONFIG_COLUMNS = (
+    "point_id",  # stable hash of the config point without the strategy (for resume)
+    "ep_size", "batch_size", "gamma", "strategy", "model", "workload", "graph", "device",
+    "query_token_num", "bucket_batch_size", "num_tokens", "target_verify_ms", "predicate",
+)
+# Outcome of the point.
+STATUS_COLUMNS = ("status", "error")  # status: "ok" | "failed"; error: message or ""
+# Profiler-free timing of this trial (host clock, synchronized at trial boundaries).
+TIMING_COLUMNS = (
+    "trial", "steps", "step_ms",  # step_ms: wall time of the trial / steps
+    "step_ms_p50", "step_ms_p90",  # per-step host-clock distribution inside the trial
+)
+# From one profiled pass per point x strategy (repeated on each trial row of that pair).
+TRACE_COLUMNS = (
+    "profiled_step_ms",
+    "syncs_per_step",  # host-blocking calls outside the by-design readback
+    "stream_syncs_per_step", "device_syncs_per_step", "event_syncs_per_step", "sync_memcpy_per_step",
+    "readback_syncs_per_step",  # the step's by-design result readback (excluded above)
+    "h2d_pageable_per_step", "h2d_pinned_per_step", "allocs_per_step",
+    "host_prep_ms", "host_blocked_ms", "host_readback_ms", "host_copy_ms", "host_launch_ms", "host_other_ms",
+    "gpu_busy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms",
+    "sync_site",  # "file:line function" of the first sync outside readback, "" if none
+)
+FINGERPRINT_COLUMNS = ("gpu", "driver", "cuda", "torch", "run_id", "recorded_at")
+
+ROW_COLUMNS = CONFIG_COLUMNS + STATUS_COLUMNS + TIMING_COLUMNS + TRACE_COLUMNS
+
+# Parts of a step on each side; each side sums to the step's wall time.
+HOST_PARTS = ("host_prep_ms", "host_blocked_ms", "host_readback_ms", "host_copy_ms", "host_launch_ms", "host_other_ms")
+GPU_PARTS = ("gpu_busy_ms", "gpu_idle_ms")
+
+# Timeline record: {"kind": "timeline", "point_id", "strategy", "segments": [[lane, part, start_ms, end_ms, label], ...]}
+TIMELINE_LANES = ("host", "gpu")

@@ -1,0 +1,246 @@
+"""One decode step around the draft forward, as SGLang runs it: the callable the lab measures.
+
+Order per step (each phase is a profiler range named `dspark:<phase>`):
+  host_prep        Python batch preparation for the target verify (real list/tensor building on
+                   the host, then a calibrated spin up to the preset's cost)
+  target_verify    launch of the target-verify GPU work (a CUDA graph of matmuls lasting
+                   `target_verify_ms`, calibrated on this GPU); it produces the bonus tokens
+  draft_prep       host + device preparation of the draft batch: bonus tokens into column 0 of the
+                   persistent block buffer, positions, cache locations, CPU twins of seq_lens
+  num_token_non_padded   the strategy under study
+  draft_post_prep  the rest of the host work before the launch (building the ForwardBatch record)
+  draft_forward    the draft forward: a CUDA-graph replay over the padded capture bucket
+  readback         the step's result returns to the host, by design (SGLang's overlap scheduler
+                   reads step i-1's result during step i: an event sync bounding run-ahead to one
+                   step). Syncs here are counted apart from the step's unintended syncs.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from typing import Optional
+
+import torch
+
+from . import strategies
+from .config import LabConfig
+from .draft import CAPTURE_HIDDEN_NULL, DSPARK, TARGET_VERIFY, DraftForwardBatch, DraftRunner
+from .predicate import enable_num_token_non_padded
+
+PHASE_PREFIX = "dspark:"
+STEP_RANGE = PHASE_PREFIX + "step"
+READBACK_RANGE = PHASE_PREFIX + "readback"
+
+
+@contextmanager
+def phase(name: str):
+    """Mark a phase of a step for the trace (use it in your own step functions too)."""
+    with torch.profiler.record_function(PHASE_PREFIX + name):
+        yield
+
+
+_ITERS_PER_US: list[float] = []
+
+
+def _iters_per_us() -> float:
+    if not _ITERS_PER_US:
+        n = 200_000
+        best = min(_timed_sum(n) for _ in range(5))
+        _ITERS_PER_US.append(n / (best * 1e6))
+    return _ITERS_PER_US[0]
+
+
+def _timed_sum(n: int) -> float:
+    t0 = time.perf_counter()
+    sum(range(n))
+    return time.perf_counter() - t0
+
+
+def spin_until(deadline: float) -> None:
+    """Busy host work until `deadline` (perf_counter seconds): the host stays busy, as Python is.
+
+    The work is one C-level call sized from a calibration (`sum(range(n))`), not a Python loop, so
+    the profiler's Python tracer sees one event rather than thousands."""
+    rate = _iters_per_us()
+    while True:
+        left_us = (deadline - time.perf_counter()) * 1e6
+        if left_us <= 2:
+            return
+        sum(range(int(left_us * rate)))
+
+
+class TargetVerify:
+    """GPU work standing for the target model's verify forward, queued ahead of the draft step."""
+
+    HIDDEN = 4096
+    ROWS = 1024
+    _layers_per_ms: dict[str, float] = {}  # calibration cache per device name
+
+    def __init__(self, duration_ms: float, device: torch.device, vocab: int, batch: int):
+        self.device = device
+        self.vocab = vocab
+        self.batch = batch
+        cuda = device.type == "cuda"
+        dtype = torch.bfloat16 if cuda else torch.float32
+        hidden, rows = (self.HIDDEN, self.ROWS) if cuda else (64, 16)
+        g = torch.Generator().manual_seed(1)
+        self.w = (torch.randn(hidden, hidden, generator=g) / hidden**0.5).to(device, dtype)
+        self.x = torch.randn(rows, hidden, generator=g).to(device, dtype)
+        self.bonus = torch.zeros(max(batch, 1), dtype=torch.int64, device=device)
+        self.layers = self._layers_for(duration_ms) if cuda else 1
+        self.graph: Optional[torch.cuda.CUDAGraph] = None
+        self.duration_ms = duration_ms
+
+    def _body(self):
+        h = self.x
+        for _ in range(self.layers):
+            h = torch.tanh(h @ self.w)
+        self.bonus.copy_(h[: self.batch, : self.vocab].argmax(-1))
+
+    def _layers_for(self, duration_ms: float) -> int:
+        key = torch.cuda.get_device_name(self.device)
+        if key not in self._layers_per_ms:
+            # Time a 64-layer graph with CUDA events (median of 5 replays after warm-up).
+            self.layers = 64
+            g = self._capture()
+            for _ in range(3):
+                g.replay()
+            times = []
+            for _ in range(5):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                g.replay()
+                b.record()
+                b.synchronize()
+                times.append(a.elapsed_time(b))
+            self._layers_per_ms[key] = 64 / sorted(times)[2]
+        return max(1, round(duration_ms * self._layers_per_ms[key]))
+
+    def _capture(self) -> torch.cuda.CUDAGraph:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            self._body()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            self._body()
+        return g
+
+    def launch(self) -> torch.Tensor:
+        if self.device.type != "cuda":
+            self._body()
+        else:
+            if self.graph is None:
+                self.graph = self._capture()
+            self.graph.replay()
+        return self.bonus
+
+
+class LabStep:
+    """The measured callable: `step()` runs one decode step with the config's strategy."""
+
+    def __init__(self, cfg: LabConfig, strategy: Optional[str] = None):
+        self.cfg = cfg if strategy is None else cfg.with_(strategy=strategy)
+        cfg = self.cfg
+        self.device = torch.device(cfg.resolved_device())
+        self.strategy = strategies.get(cfg.strategy)
+        self.parallel = cfg.parallel
+        self.consume = enable_num_token_non_padded(self.parallel)
+        m = cfg.model_size
+        self.costs = cfg.workload_costs
+        self.runner = DraftRunner(cfg, str(self.device), self.consume)
+        self.target = TargetVerify(self.costs.target_verify_ms, self.device, m.vocab, cfg.batch_size)
+        bs, q = cfg.batch_size, cfg.query_token_num
+        dev = self.device
+        # Persistent device state, as the scheduler keeps it: no per-step host-to-device copies.
+        self.block_ids = torch.full((cfg.bucket_batch_size, q), self.runner.model.mask_token, dtype=torch.int64, device=dev)
+        self.req_pool_indices = torch.arange(bs, dtype=torch.int64, device=dev)
+        self.seq_lens = torch.arange(bs, dtype=torch.int64, device=dev) % (m.prefix_len - 1) + 1
+        self.offsets = torch.arange(q, dtype=torch.int64, device=dev)
+        # Per-step device tensors live in persistent buffers written in place, so the only device
+        # allocation a step can make is the strategy's own (allocation counts then isolate it).
+        self.positions = torch.empty(bs, q, dtype=torch.int64, device=dev)
+        self.out_cache_loc = torch.empty(bs, q, dtype=torch.int64, device=dev)
+        self.cache_base = (self.req_pool_indices * (m.prefix_len + 64))[:, None]
+        self.input_embeds = torch.empty(bs * q, m.hidden, dtype=self.runner.dtype, device=dev)
+        # The host twins SGLang keeps for attention backends that need CPU seq_lens.
+        self.seq_lens_host = [(i % (m.prefix_len - 1)) + 1 for i in range(bs)]
+        self._pending: Optional[torch.cuda.Event] = None
+        self.last_output: Optional[torch.Tensor] = None
+        self.last_expert_ids: Optional[torch.Tensor] = None
+
+    # -- phases ----------------------------------------------------------------------------
+    def _host_prep(self, us: float) -> None:
+        deadline = time.perf_counter() + us * 1e-6
+        # Real host work: per-request bookkeeping the scheduler does in Python every step.
+        P = self.cfg.model_size.prefix_len
+        self.seq_lens_host = [(s + self.cfg.query_token_num) % (P - 1) + 1 for s in self.seq_lens_host]
+        _ = sorted(range(len(self.seq_lens_host)), key=self.seq_lens_host.__getitem__)
+        spin_until(deadline)
+
+    def step(self) -> None:
+        cfg, costs = self.cfg, self.costs
+        bs, q = cfg.batch_size, cfg.query_token_num
+        P = cfg.model_size.prefix_len
+        with torch.profiler.record_function(STEP_RANGE):
+            with phase("host_prep"):
+                self._host_prep(costs.prep_before_target_us)
+            with phase("target_verify"):
+                bonus = self.target.launch()
+            with phase("draft_prep"):
+                deadline = time.perf_counter() + costs.draft_prep_us * 1e-6
+                self.block_ids[:bs, 0].copy_(bonus[:bs])
+                self.seq_lens.add_(q).remainder_(P - 1).add_(1)
+                torch.add(self.seq_lens[:, None], self.offsets, out=self.positions)
+                torch.add(self.positions, self.cache_base, out=self.out_cache_loc)
+                positions, out_cache_loc = self.positions.view(-1), self.out_cache_loc.view(-1)
+                input_ids = self.block_ids[:bs].view(-1)
+                input_embeds = self.runner.embed(input_ids, out=self.input_embeds)
+                seq_lens_cpu = torch.tensor(self.seq_lens_host, dtype=torch.int64)
+                spin_until(deadline)
+            with phase("num_token_non_padded"):
+                n_dev = self.strategy.fn(
+                    cfg.num_tokens, self.device, self.parallel, buffer=self.runner.static_num_token_non_padded
+                )
+            with phase("draft_post_prep"):
+                deadline = time.perf_counter() + costs.post_scalar_us * 1e-6
+                batch = DraftForwardBatch(
+                    forward_mode=TARGET_VERIFY,
+                    batch_size=bs,
+                    input_ids=input_ids,
+                    req_pool_indices=self.req_pool_indices,
+                    seq_lens=self.seq_lens,
+                    out_cache_loc=out_cache_loc,
+                    seq_lens_sum=sum(self.seq_lens_host),
+                    seq_lens_cpu=seq_lens_cpu,
+                    positions=positions,
+                    input_embeds=input_embeds,
+                    spec_algorithm=DSPARK,
+                    spec_info=None,
+                    capture_hidden_mode=CAPTURE_HIDDEN_NULL,
+                    num_token_non_padded=n_dev,
+                    num_token_non_padded_cpu=cfg.num_tokens,
+                )
+                spin_until(deadline)
+            with phase("draft_forward"):
+                tokens, ids = self.runner.run(batch)
+            self.last_output, self.last_expert_ids = tokens, ids
+            if cfg.readback == "lagged" and self.device.type == "cuda":
+                with torch.profiler.record_function(READBACK_RANGE):
+                    if self._pending is not None:
+                        # By design, so kept out of sync debug mode's attribution.
+                        mode = torch.cuda.get_sync_debug_mode()
+                        torch.cuda.set_sync_debug_mode(0)
+                        self._pending.synchronize()
+                        torch.cuda.set_sync_debug_mode(mode)
+                    self._pending = torch.cuda.Event()
+                    self._pending.record()
+
+    __call__ = step
+
+    def drain(self) -> None:
+        """Wait for all queued work (between trials; not part of a step)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self._pending = None

@@ -1,0 +1,121 @@
+"""Everything one device-machine call needs, in one script: results under $OUT, a table last.
+
+  python scripts/gpu_session.py check   fingerprint + probe, the draft step per strategy (graph and
+                                        eager), the sglang_profile preset at EP 1 and 8, trimmed
+                                        traces for test fixtures
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from dspark_lab import strategies  # noqa: E402
+from dspark_lab.config import LabConfig  # noqa: E402
+from dspark_lab.draft import INVALID_EXPERT  # noqa: E402
+from dspark_lab.measure import probe, timing, trace  # noqa: E402
+from dspark_lab.runner import analyse, measure_point  # noqa: E402
+from dspark_lab.workload import STEP_RANGE, LabStep  # noqa: E402
+
+OUT = Path(os.environ.get("OUT", "out/gpu"))
+OUT.mkdir(parents=True, exist_ok=True)
+
+
+def dump(name: str, obj) -> None:
+    with open(OUT / name, "w") as f:
+        json.dump(obj, f, indent=1, default=str)
+
+
+def draft_check() -> dict:
+    """Every strategy, graph replay and eager, EP 8 at a padded batch: outputs and step times."""
+    res = {}
+    base = LabConfig(ep_size=8, batch_size=5, gamma=4, workload="gpu_bound", steps=30)
+    ref = None
+    for graph in (True, False):
+        for name in strategies.BUILTIN:
+            s = LabStep(base.with_(graph=graph), name)
+            t = timing.time_trial(s.step, 30, 5, s.drain)
+            s.drain()
+            ids = s.last_expert_ids
+            n = base.num_tokens
+            tokens = s.last_output.cpu()
+            ref = tokens if ref is None else ref
+            res[f"{name}/{'graph' if graph else 'eager'}"] = dict(
+                step_ms=t.step_ms, p50=t.p50, tokens_equal_ref=bool(torch.equal(tokens, ref)),
+                padded_rows=int(ids.shape[0] - n), padded_rows_no_expert=bool((ids[n:] == INVALID_EXPERT).all().item()),
+                real_rows_routed=bool((ids[:n] != INVALID_EXPERT).all().item()),
+            )
+    return res
+
+
+def preset(ep: int, tag: str, traces_dir: Path) -> dict:
+    cfg = LabConfig(ep_size=ep, batch_size=8, gamma=4, workload="sglang_profile", steps=60, warmup=10, trials=10)
+    t0 = time.time()
+    r = measure_point(cfg)
+    wall = time.time() - t0
+    for name, tr in r.traces.items():
+        trace.export(trace.trim(tr, STEP_RANGE, 5), traces_dir / f"{tag}_{name}.rank0.json.gz")
+    # With Python stacks: trace-based attribution (file and function) and the tracer's inflation.
+    stacked = {}
+    for name in ("device_direct", "non_blocking"):
+        s = LabStep(cfg, name)
+        tr = trace.capture(s.step, 12, warmup=5, sync=s.drain, with_stack=True)
+        s.drain()
+        trace.export(trace.trim(tr, STEP_RANGE, 5), traces_dir / f"{tag}_{name}_stacks.rank0.json.gz")
+        stats, _ = analyse(tr)
+        stacked[name] = {"profiled_step_ms": stats["profiled_step_ms"], "host_blocked_ms": stats["host_blocked_ms"], "sync_site": stats["sync_site"]}
+    return {"config": cfg.to_dict(), "rows": r.rows, "timelines": r.timelines, "outputs_identical": r.outputs_identical,
+            "wall_s": wall, "with_stack": stacked}
+
+
+def main(mode: str) -> None:
+    t_start = time.time()
+    fp = probe.fingerprint()
+    pr = probe.run_probe()
+    dump("fingerprint.json", {"fingerprint": fp, "probe": pr})
+    print(probe.describe(pr), flush=True)
+    if mode == "check":
+        dc = draft_check()
+        dump("draft_check.json", dc)
+        traces_dir = OUT / "traces"
+        traces_dir.mkdir(exist_ok=True)
+        summary = {}
+        for ep in (1, 8):
+            res = preset(ep, f"sglang_profile_ep{ep}", traces_dir)
+            dump(f"preset_ep{ep}.json", res)
+            summary[ep] = res
+        with tarfile.open(OUT / "traces.tar.gz", "w:gz") as tf:
+            tf.add(traces_dir, arcname="traces")
+        for p in traces_dir.iterdir():
+            p.unlink()
+        traces_dir.rmdir()
+        print("\n== draft step (EP 8, batch 5 -> bucket 8, gpu_bound workload)")
+        for k, v in dc.items():
+            print(f"{k:28s} {v['step_ms']:7.3f} ms  tokens==ref {v['tokens_equal_ref']}  padded {v['padded_rows']} no-expert {v['padded_rows_no_expert']}")
+        for ep, res in summary.items():
+            print(f"\n== sglang_profile preset, EP {ep}, batch 8, gamma 4 (wall {res['wall_s']:.1f} s, outputs identical {res['outputs_identical']})")
+            by = {}
+            for row in res["rows"]:
+                by.setdefault(row["strategy"], []).append(row)
+            dd = [r["step_ms"] for r in by["device_direct"]]
+            for name, rows in by.items():
+                med, lo, hi = timing.median_ci([r["step_ms"] for r in rows])
+                r0 = rows[0]
+                cmp = timing.compare([r["step_ms"] for r in rows], dd, name, "device_direct")
+                print(f"{name:17s} {med:6.3f} ms [{lo:.3f},{hi:.3f}] prof {r0['profiled_step_ms']:6.3f} syncs {r0['syncs_per_step']:.2f} "
+                      f"h2d {r0['h2d_pageable_per_step']:.1f}/{r0['h2d_pinned_per_step']:.1f} alloc {r0['allocs_per_step']:.1f} "
+                      f"blocked {r0['host_blocked_ms']:.2f} idle-after-sync {r0['gpu_idle_after_sync_ms']:.2f} | {cmp['pct']:+.1f}% vs dd  site {r0['sync_site']}")
+        for ep, res in summary.items():
+            for name, st in res["with_stack"].items():
+                print(f"EP {ep} with Python stacks: {name:14s} profiled {st['profiled_step_ms']:.3f} ms blocked {st['host_blocked_ms']:.2f} site {st['sync_site']}")
+    print(f"\ntotal {time.time() - t_start:.1f} s")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "check")

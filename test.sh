@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The whole test suite, in two environments:
+#   1. the project's own (.venv: CPU torch here, the machine's CUDA torch on a GPU box), all tests
+#      but the sglang conformance ones; CUDA tests skip cleanly without a GPU;
+#   2. sglang 0.5.23 in an environment of its own (.venv-sglang, ~11 GB, ~3 min to build once),
+#      the conformance tests. DSPARK_SKIP_SGLANG=1 leaves this part out.
+# Extra arguments go to the first pytest run.
+set -euo pipefail
+cd "$(dirname "$0")"
+py=$(bash scripts/ensure_env.sh)
+# The browser test drives Debian's chromium; install it where it is missing and we may.
+if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium could not be installed: the browser test will skip" >&2
+fi
+"$py" -m pytest -m "not sglang" "$@"
+if [ "${DSPARK_SKIP_SGLANG:-0}" != 1 ]; then
+  bash scripts/sglang_env.sh
+fi

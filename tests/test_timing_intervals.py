@@ -1,0 +1,43 @@
+import numpy as np
+import pytest
+
+from dspark_lab.measure import intervals as iv
+from dspark_lab.measure.timing import compare, interleaved_trials, median_ci
+
+
+def test_union_subtract_complement():
+    assert iv.union([(0, 2), (1, 3), (5, 6)]) == [(0, 3), (5, 6)]
+    assert iv.subtract([(0, 10)], [(2, 3), (5, 7)]) == [(0, 2), (3, 5), (7, 10)]
+    assert iv.length(iv.complement([(1, 2), (4, 5)], 0, 6)) == 4
+    assert iv.clip([(0, 10)], 2, 4) == [(2, 4)]
+
+
+def test_median_ci_contains_median_and_narrows_with_more_samples():
+    rng = np.random.default_rng(0)
+    few, many = rng.normal(10, 1, 5), rng.normal(10, 1, 200)
+    m, lo, hi = median_ci(few)
+    assert lo <= m <= hi
+    _, lo2, hi2 = median_ci(many)
+    assert hi2 - lo2 < hi - lo
+
+
+def test_compare_reports_a_real_difference_and_no_difference():
+    rng = np.random.default_rng(1)
+    b = rng.normal(10, 0.1, 10)
+    a = b * 1.2
+    c = compare(a, b, "slow", "fast")
+    assert c["measurable"] and 19 < c["pct"] < 21 and c["verdict"].startswith("slow is 20.")
+    same = compare(b + rng.normal(0, 0.3, 10), b, "x", "y")
+    assert not same["measurable"] and same["verdict"].startswith("no measurable difference")
+
+
+def test_interleaving_rotates_the_order():
+    order = []
+    interleaved_trials({"A": lambda: None, "B": lambda: None, "C": lambda: None}, trials=3, steps=1, warmup=0,
+                       sync=lambda: None, on_trial=lambda n, t: order.append(n))
+    assert order == ["A", "B", "C", "B", "C", "A", "C", "A", "B"]
+
+
+def test_compare_needs_samples():
+    with pytest.raises(ValueError):
+        compare([], [1.0])
