@@ -1,0 +1,68 @@
+"""The measurement path run for real: on CPU here (zero syncs by construction, no crash), and on
+CUDA where a device exists (marked `cuda`)."""
+import pytest
+import torch
+
+from dspark_lab.config import LabConfig
+from dspark_lab.measure import measure_step, probe
+from dspark_lab.runner import measure_point, point_id
+from dspark_lab.schema import HOST_PARTS, ROW_COLUMNS
+
+
+def test_any_callable_on_cpu_measures_zero_syncs_without_crashing():
+    x = torch.randn(64, 64)
+
+    def my_step():
+        return (x @ x).sum().item()  # an .item(): a sync on CUDA, nothing on CPU
+
+    r = measure_step(my_step, steps=5, trials=2, warmup=1, profile_steps=4)
+    assert r.device == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert len(r.timing) == 2 and all(t.step_ms > 0 for t in r.timing)
+    assert len(r.breakdown) == 4
+    if not torch.cuda.is_available():
+        assert r.counts["syncs_per_step"] == 0
+        assert "no CUDA device" in r.summary()
+
+
+def test_measure_point_on_cpu_gives_tidy_rows_for_every_strategy():
+    cfg = LabConfig(model="tiny", workload="tiny", device="cpu", steps=3, warmup=1, trials=2, batch_size=5, ep_size=2)
+    res = measure_point(cfg, profile_steps=4)
+    assert res.outputs_identical
+    assert len(res.rows) == 5 * 2
+    for r in res.rows:
+        assert set(ROW_COLUMNS) <= set(r)
+        assert r["status"] == "ok" and r["point_id"] == point_id(cfg)
+        assert r["syncs_per_step"] == 0 and r["h2d_pageable_per_step"] == 0
+        assert r["predicate"] is True and r["num_tokens"] == 20 and r["bucket_batch_size"] == 8
+        assert abs(sum(r[p] for p in HOST_PARTS) - r["profiled_step_ms"]) <= 0.05 * r["profiled_step_ms"]
+    assert {t["strategy"] for t in res.timelines} == {r["strategy"] for r in res.rows}
+
+
+def test_probe_without_cuda_says_so():
+    if torch.cuda.is_available():
+        pytest.skip("has CUDA")
+    p = probe.run_probe()
+    assert p["available"] is False and "no CUDA device" in p["reason"]
+    assert probe.fingerprint()["gpu"] == "none"
+
+
+@pytest.mark.cuda
+def test_cuda_device_direct_syncs_once_per_step_at_its_line():
+    cfg = LabConfig(ep_size=1, batch_size=8, gamma=4, workload="sglang_profile", steps=10, warmup=3, trials=2)
+    res = measure_point(cfg, ["device_direct", "on_demand"], profile_steps=6)
+    dd = next(r for r in res.rows if r["strategy"] == "device_direct")
+    od = next(r for r in res.rows if r["strategy"] == "on_demand")
+    assert dd["stream_syncs_per_step"] == 1 and "strategies.py" in dd["sync_site"]
+    assert od["syncs_per_step"] == 0 and od["h2d_pageable_per_step"] == 0 and od["allocs_per_step"] == 0
+
+
+@pytest.mark.cuda
+def test_cuda_item_in_a_users_step_is_found_at_its_line():
+    x = torch.randn(256, 256, device="cuda")
+
+    def my_step():
+        return (x @ x).sum().item()
+
+    r = measure_step(my_step, steps=5, trials=2, warmup=1, profile_steps=4)
+    assert r.counts["syncs_per_step"] >= 1
+    assert any("test_measure_live.py" in site for site in r.debug_sites)
