@@ -161,22 +161,28 @@ class DraftRunner:
     input to the MoE, so only `num_token_non_padded` keeps them from being dispatched.
     """
 
-    def __init__(self, cfg: LabConfig, device: str, consume_num_token_non_padded: bool, dtype=None):
+    def __init__(self, cfg: LabConfig, device: str, consume_num_token_non_padded: bool, dtype=None,
+                 share_weights_with: Optional["DraftRunner"] = None):
         self.cfg = cfg
         self.device = torch.device(device)
         self.consume = consume_num_token_non_padded
         m = cfg.model_size
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
-        g = torch.Generator().manual_seed(cfg.seed)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(cfg.seed)
-            self.model = DraftModel(m, mask_token=m.vocab - 1).to(self.device, self.dtype).eval().requires_grad_(False)
         self.q = cfg.query_token_num
         self.bucket = cfg.bucket_batch_size
-        hd = m.hidden // m.heads
-        shape = (m.layers, self.bucket, m.prefix_len, m.heads, hd)
-        self.k_cache = (torch.randn(shape, generator=g) * 0.5).to(self.device, self.dtype)
-        self.v_cache = torch.randn(shape, generator=g).to(self.device, self.dtype)
+        if share_weights_with is not None:
+            # Strategies measured side by side read the same weights and KV prefix (built once).
+            src = share_weights_with
+            self.model, self.k_cache, self.v_cache = src.model, src.k_cache, src.v_cache
+        else:
+            # Built on the device itself (fast); the seed makes every runner of a config equal.
+            with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []), self.device:
+                torch.manual_seed(cfg.seed)
+                self.model = DraftModel(m, mask_token=m.vocab - 1).to(self.dtype).eval().requires_grad_(False)
+                hd = m.hidden // m.heads
+                shape = (m.layers, self.bucket, m.prefix_len, m.heads, hd)
+                self.k_cache = (torch.randn(shape) * 0.5).to(self.dtype)
+                self.v_cache = torch.randn(shape).to(self.dtype)
         tokens = self.bucket * self.q
         # Static graph inputs (persistent addresses, as SGLang's graph runner keeps them).
         self.static_embeds = torch.zeros(tokens, m.hidden, device=self.device, dtype=self.dtype)

@@ -13,9 +13,10 @@ from .config import LabConfig
 from .measure import breakdown, syncs, timing, trace
 from .predicate import enable_num_token_non_padded
 from .schema import ROW_COLUMNS
-from .workload import STEP_RANGE, LabStep
+from .workload import LabStep
 
 PROFILE_STEPS = 12  # profiled steps per strategy (the first is dropped from medians)
+STRATEGY_RANGE = "dspark:strategy:"
 
 
 @dataclass
@@ -52,6 +53,21 @@ def failed_rows(cfg: LabConfig, strategies: Optional[Sequence[str]], error: Base
     return rows
 
 
+def profile_strategies(steps: dict, profile_steps: int, with_stack: bool = False) -> dict:
+    """One profiler session over all strategies in turn (starting a profiler costs more than a few
+    steps); each strategy's steps sit in a `dspark:strategy:<name>` range, drained at its end."""
+    def run_all() -> None:
+        for n, s in steps.items():
+            with torch.profiler.record_function(STRATEGY_RANGE + n):
+                for _ in range(profile_steps):
+                    s.step()
+                s.drain()
+
+    for s in steps.values():  # the trials left them warm; make sure nothing is queued
+        s.drain()
+    return trace.capture(run_all, 1, warmup=0, with_stack=with_stack, sync=lambda: None)
+
+
 def analyse(tr: dict) -> tuple[dict, list]:
     """Counts, breakdown medians and a timeline from one Chrome trace (live or recorded)."""
     ev = trace.events(tr)
@@ -72,17 +88,19 @@ def measure_point(
     """Measure every strategy at one config point.
 
     Timing trials run first, without the profiler, interleaved across strategies. Then one
-    profiled pass per strategy gives counts, the breakdown and a timeline; Python stacks are off
+    profiler session over the strategies in turn gives counts, the breakdown and a timeline for
+    each; Python stacks are off
     by default because the Python tracer inflates host time (measured on an H200: see README), and
     the sync's exact source line comes from torch's sync debug mode instead."""
     names = list(strategies or strategy_registry.BUILTIN)
     for n in names:
         strategy_registry.get(n)
     progress = on_progress or (lambda msg, frac: None)
-    steps = {n: LabStep(cfg, n) for n in names}
+    first = LabStep(cfg, names[0])
+    steps = {names[0]: first, **{n: LabStep(cfg, n, share_with=first) for n in names[1:]}}
     any_step = next(iter(steps.values()))
     sync = any_step.drain
-    total = cfg.trials * len(names) + 2 * len(names)
+    total = cfg.trials * len(names) + len(names)
     done = [0]
 
     def tick(msg: str) -> None:
@@ -98,13 +116,14 @@ def measure_point(
     outs = [s.last_output for s in steps.values()]
     identical = all(torch.equal(outs[0], o) for o in outs[1:])
     rows, timelines, traces = [], [], {}
+    progress("profiling", done[0] / total)
+    whole = profile_strategies(steps, profile_steps, with_stack=with_stack)
     for n, s in steps.items():
-        tick(f"profiling {n}")
-        tr = trace.capture(s.step, profile_steps, warmup=2, sync=s.drain, with_stack=with_stack)
+        tr = trace.window(whole, STRATEGY_RANGE + n)
         stats, tl = analyse(tr)
         debug = syncs.debug_sites_per_step(s.step, steps=3)
         s.drain()
-        tick(f"attributing {n}")
+        tick(f"measured {n}")
         if debug:
             stats["sync_site"] = max(debug, key=debug.get)
         if keep_traces:

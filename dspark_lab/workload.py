@@ -83,9 +83,9 @@ class TargetVerify:
         cuda = device.type == "cuda"
         dtype = torch.bfloat16 if cuda else torch.float32
         hidden, rows = (self.HIDDEN, self.ROWS) if cuda else (64, 16)
-        g = torch.Generator().manual_seed(1)
-        self.w = (torch.randn(hidden, hidden, generator=g) / hidden**0.5).to(device, dtype)
-        self.x = torch.randn(rows, hidden, generator=g).to(device, dtype)
+        g = torch.Generator(device=device).manual_seed(1)
+        self.w = (torch.randn(hidden, hidden, generator=g, device=device) / hidden**0.5).to(dtype)
+        self.x = torch.randn(rows, hidden, generator=g, device=device).to(dtype)
         self.bonus = torch.zeros(max(batch, 1), dtype=torch.int64, device=device)
         self.layers = self._layers_for(duration_ms) if cuda else 1
         self.graph: Optional[torch.cuda.CUDAGraph] = None
@@ -140,7 +140,7 @@ class TargetVerify:
 class LabStep:
     """The measured callable: `step()` runs one decode step with the config's strategy."""
 
-    def __init__(self, cfg: LabConfig, strategy: Optional[str] = None):
+    def __init__(self, cfg: LabConfig, strategy: Optional[str] = None, share_with: Optional["LabStep"] = None):
         self.cfg = cfg if strategy is None else cfg.with_(strategy=strategy)
         cfg = self.cfg
         self.device = torch.device(cfg.resolved_device())
@@ -149,7 +149,8 @@ class LabStep:
         self.consume = enable_num_token_non_padded(self.parallel)
         m = cfg.model_size
         self.costs = cfg.workload_costs
-        self.runner = DraftRunner(cfg, str(self.device), self.consume)
+        self.runner = DraftRunner(cfg, str(self.device), self.consume,
+                                  share_weights_with=share_with.runner if share_with else None)
         self.target = TargetVerify(self.costs.target_verify_ms, self.device, m.vocab, cfg.batch_size)
         bs, q = cfg.batch_size, cfg.query_token_num
         dev = self.device

@@ -72,13 +72,14 @@ def per_step(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 def summary(ev: pd.DataFrame, skip_first: int = 1) -> dict:
-    """Median over steps of each part (the first step is skipped: it pays the profiler's start)."""
+    """Mean over steps of each part, so the parts still add up to the mean step (medians would
+    not). The first step is skipped: it pays the profiler's start."""
     df = per_step(ev)
     if len(df) > skip_first:
         df = df.iloc[skip_first:]
-    med = df.median(numeric_only=True)
-    out = {k: float(med[k]) for k in df.columns if k.endswith("_ms") and k != "wall_ms"}
-    out["profiled_step_ms"] = float(med["wall_ms"])
+    mean = df.mean(numeric_only=True)
+    out = {k: float(mean[k]) for k in df.columns if k.endswith("_ms") and k != "wall_ms"}
+    out["profiled_step_ms"] = float(mean["wall_ms"])
     return out
 
 

@@ -122,6 +122,18 @@ def export(trace: dict, path: Union[str, Path], rank: int = 0) -> Path:
     return p
 
 
+def window(trace: dict, range_name: str) -> dict:
+    """The metadata and the events inside the (first) host range called `range_name`."""
+    evs = trace.get("traceEvents", [])
+    r = next((e for e in evs if e.get("name") == range_name and e.get("ph") == "X" and e.get("cat") == "user_annotation"), None)
+    if r is None:
+        raise ValueError(f"the trace has no range named {range_name!r}")
+    lo, hi = float(r["ts"]), float(r["ts"]) + float(r["dur"])
+    out = dict(trace)
+    out["traceEvents"] = [e for e in evs if e.get("ph") not in ("X", "i") or lo <= float(e.get("ts", lo)) <= hi]
+    return out
+
+
 def trim(trace: dict, step_range: str, keep_steps: int) -> dict:
     """Keep the metadata and the events of the first `keep_steps` steps (for small fixtures)."""
     evs = trace.get("traceEvents", [])
