@@ -1,7 +1,9 @@
 """The tidy row: one per config point x strategy x trial. Everything downstream reads these columns.
 
 A recorded run is a JSON-lines file (see store.py): a header record with the machine fingerprint,
-then `row` records (the columns below) and `timeline` records (a few profiled steps as segments).
+then per point its `row` records (the columns below), `timeline` records (a few profiled steps as
+segments) and a closing `point` record that marks the point finished. Read them with
+`store.load_runs`.
 """
 from __future__ import annotations
 

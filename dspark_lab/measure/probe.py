@@ -34,7 +34,6 @@ def fingerprint() -> dict:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "cpu": platform.processor() or platform.machine(),
-        "hostname": platform.node(),
     }
     if cuda:
         p = torch.cuda.get_device_properties(0)

@@ -1,0 +1,490 @@
+"""Command line: `dspark-lab sweep | report | doctor | main` (see `dspark-lab COMMAND --help`)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+from typing import Callable, Sequence
+
+from . import store
+from . import strategies as strategies_mod
+from .config import DEVICES, MODEL_PRESETS, QUERY_MODES, WORKLOAD_PRESETS
+from .predicate import MOE_A2A_BACKENDS
+from .sweep import (
+    PRESETS, ResumeError, SweepSpec, SweepSpecError, allowed_values, check_resume, parse_ints, parse_strategies,
+    run_sweep,
+)
+
+DEFAULT_REPORT = Path("out") / "report.html"
+EXIT_INTERRUPTED = 130
+
+# Grid / config field -> the option that sets it (for error messages).
+OPTION_OF = {
+    "ep_size": "--ep", "batch_size": "--batch", "gamma": "--gamma", "strategy": "--strategy",
+    "model": "--model", "workload": "--workload", "steps": "--steps", "warmup": "--warmup",
+    "trials": "--trials", "graph": "--graph/--no-graph", "device": "--device", "seed": "--seed",
+    "target_verify_ms": "--target-verify-ms", "host_prep_scale": "--host-prep-scale",
+    "query_mode": "--query-mode", "readback": "--readback", "moe_a2a_backend": "--moe-a2a-backend",
+}
+# Options that change the sweep (dest -> SweepSpec.with_ keyword).
+SPEC_OPTIONS = {
+    "ep": "ep_sizes", "batch": "batch_sizes", "gamma": "gammas", "strategy": "strategies",
+    "model": "model", "workload": "workload", "steps": "steps", "warmup": "warmup", "trials": "trials",
+    "graph": "graph", "device": "device", "seed": "seed", "target_verify_ms": "target_verify_ms",
+    "host_prep_scale": "host_prep_scale", "query_mode": "query_mode", "readback": "readback",
+    "moe_a2a_backend": "moe_a2a_backend",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# argparse types
+# ---------------------------------------------------------------------------------------------
+def _list_type(name: str) -> Callable[[str], tuple]:
+    def parse(text: str) -> tuple:
+        try:
+            return parse_strategies(text, option="") if name == "strategy" else parse_ints(text, name, option="")
+        except SweepSpecError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = name  # argparse names the type in its messages
+    return parse
+
+
+def _count(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (allowed: integers >= {minimum})") from None
+        if v < minimum:
+            raise argparse.ArgumentTypeError(f"{v} is too small (allowed: integers >= {minimum})")
+        return v
+
+    return parse
+
+
+def _float_in(lo: float, hi: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number (allowed: {lo} to {hi})") from None
+        if not (lo <= v <= hi):
+            raise argparse.ArgumentTypeError(f"{v} is out of range (allowed: {lo} to {hi})")
+        return v
+
+    return parse
+
+
+# ---------------------------------------------------------------------------------------------
+# The parser
+# ---------------------------------------------------------------------------------------------
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Shows an option's default unless it is unset (None/False) or the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "(default" in text or action.default in (None, False, True, argparse.SUPPRESS) or not action.option_strings:
+            return text
+        return text + " (default: %(default)s)"
+
+
+def _add_grid_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("grid (comma-separated lists; unset options come from --preset)")
+    g.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                   help="starting grid: default = " + PRESETS["default"].describe()
+                   + "; quick = " + PRESETS["quick"].describe() + " (default: default)")
+    g.add_argument("--ep", type=_list_type("ep_size"), default=None, metavar="LIST",
+                   help=f"MoE EP sizes, e.g. 1,8 ({allowed_values('ep_size')})")
+    g.add_argument("--batch", type=_list_type("batch_size"), default=None, metavar="LIST",
+                   help=f"batch sizes, e.g. 1,8,32,128 ({allowed_values('batch_size')}; padded up to a capture bucket)")
+    g.add_argument("--gamma", type=_list_type("gamma"), default=None, metavar="LIST",
+                   help=f"draft block sizes, e.g. 2,4,8 ({allowed_values('gamma')})")
+    g.add_argument("--strategy", type=_list_type("strategy"), default=None, metavar="LIST",
+                   help="allocation strategies of num_token_non_padded, all measured at every point with "
+                        "interleaved trials: all, or any of " + "; ".join(
+                            f"{k} = {v}" for k, v in strategies_mod.describe().items()))
+    c = p.add_argument_group("base config (unset options come from --preset)")
+    c.add_argument("--model", choices=list(MODEL_PRESETS), default=None,
+                   help="draft model size preset (default: small)")
+    c.add_argument("--workload", choices=list(WORKLOAD_PRESETS), default=None,
+                   help="work around the draft step: sglang_profile mimics PR #34782's 8.4 ms step; "
+                        "gpu_bound / host_bound show when the sync costs little; tiny is for tests and CPU "
+                        "(default: sglang_profile)")
+    c.add_argument("--steps", type=_count(1), default=None, metavar="N", help="timed steps per trial")
+    c.add_argument("--warmup", type=_count(0), default=None, metavar="N", help="untimed warm-up steps per trial")
+    c.add_argument("--trials", type=_count(1), default=None, metavar="N",
+                   help="trials per strategy and point (interleaved across strategies)")
+    c.add_argument("--graph", dest="graph", action="store_true", default=None,
+                   help="replay the draft forward as a CUDA graph (default; CPU runs eagerly)")
+    c.add_argument("--no-graph", dest="graph", action="store_false", help="run the draft forward eagerly")
+    c.add_argument("--device", choices=list(DEVICES), default=None,
+                   help="where to run: auto picks cuda when available (default: auto)")
+    c.add_argument("--target-verify-ms", type=_float_in(0, 1000), default=None, metavar="MS",
+                   help="override the workload's target-verify GPU time")
+    c.add_argument("--host-prep-scale", type=_float_in(0, 100), default=None, metavar="X",
+                   help="multiply the workload's host-prep costs (default: 1)")
+    c.add_argument("--query-mode", choices=list(QUERY_MODES), default=None,
+                   help="rows per request in the draft forward (default: gamma)")
+    c.add_argument("--readback", choices=("lagged", "none"), default=None,
+                   help="how a step's result returns to the host (default: lagged, as SGLang's overlap scheduler)")
+    c.add_argument("--moe-a2a-backend", choices=list(MOE_A2A_BACKENDS), default=None,
+                   help="MoE all-to-all backend (customized turns the predicate on at EP 1) (default: none)")
+    c.add_argument("--seed", type=_count(0), default=None, metavar="N", help="random seed (default: 0)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dspark-lab",
+        description="Host-to-device sync pitfalls around SGLang's DSpark draft forward: sweep, record, report.",
+        formatter_class=_Formatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser(
+        "sweep", formatter_class=_Formatter,
+        help="measure a grid of EP x batch x gamma x strategy into a run file",
+        description="Measure a grid of config points; each point measures all strategies with interleaved "
+                    "trials and is written (fsynced) to the run file as soon as it finishes. A failed point "
+                    "is recorded as failed and the sweep goes on. Ctrl-C stops it with every finished point "
+                    "saved; rerun with --resume to finish it.\n\nexit status: 0 all points ok, 1 some point "
+                    "failed, 2 bad arguments, 130 interrupted.",
+    )
+    _add_grid_options(p)
+    o = p.add_argument_group("output")
+    o.add_argument("--out", type=Path, default=None, metavar="PATH",
+                   help="run file (*.jsonl) or folder for a new run file named <run_id>.jsonl "
+                        "(default: data/runs/ of the repo, or $DSPARK_DATA/runs)")
+    o.add_argument("--resume", action="store_true",
+                   help="continue the run file at --out (a folder: its most recent run file), skipping the "
+                        "points already recorded; grid options, if given, must match the recorded sweep")
+    o.add_argument("--retry-failed", action="store_true",
+                   help="with --resume, measure again the points recorded as failed")
+    o.add_argument("--save-traces", action="store_true",
+                   help="also save each point's chrome traces beside the run file (<run>.traces/; large)")
+    o.add_argument("--probe", action="store_true",
+                   help="run the pageable-copy probe first and record it in the run's header (CUDA only)")
+    o.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser(
+        "report", formatter_class=_Formatter,
+        help="build a standalone HTML report from recorded runs",
+        description="Load run files (and every *.jsonl under folders) and write one standalone HTML file.",
+    )
+    p.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                   help="run files or folders (default: the data dir, data/ or $DSPARK_DATA)")
+    p.add_argument("-o", "--out", type=Path, default=DEFAULT_REPORT, metavar="FILE", help="HTML file to write")
+    p.add_argument("--summary", action="store_true", help="also print a text summary table of the runs")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser(
+        "doctor", formatter_class=_Formatter,
+        help="print this machine's fingerprint and the pageable-copy probe",
+        description="Print the machine fingerprint (GPU, driver, CUDA, torch, ...) and, on a CUDA machine, "
+                    "whether a non-blocking copy from pageable memory blocks the host, with each strategy's "
+                    "host cost per call.",
+    )
+    p.add_argument("--no-probe", dest="probe", action="store_false", help="skip the probe (fingerprint only)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_doctor)
+
+    p = sub.add_parser(
+        "main", formatter_class=_Formatter,
+        help="the README's main job: sweep on CUDA (else show recorded runs), then report",
+        description="On a CUDA machine: record the fingerprint and probe, run the sweep (--preset) into "
+                    "data/runs/, then build the report from every recorded run. Without CUDA: say so, build "
+                    "the report from the runs recorded in the data dir and print a summary table of them.",
+    )
+    p.add_argument("--preset", choices=sorted(PRESETS), default="default", help="sweep to run on CUDA")
+    p.add_argument("--data", type=Path, default=None, metavar="DIR",
+                   help="data dir holding runs/ (default: data/ of the repo, or $DSPARK_DATA)")
+    p.add_argument("-o", "--out", type=Path, default=DEFAULT_REPORT, metavar="FILE", help="HTML report to write")
+    p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.set_defaults(func=cmd_main)
+    return parser
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+# ---------------------------------------------------------------------------------------------
+def _err(msg: str) -> None:
+    print(f"dspark-lab: {msg}", file=sys.stderr)
+
+
+def fingerprint() -> dict:
+    from .measure import probe
+
+    return probe.fingerprint()
+
+
+def run_probe() -> dict:
+    """The pageable-copy probe for a run header; a probe that fails is recorded as such."""
+    from .measure import probe
+
+    try:
+        return probe.run_probe()
+    except Exception as e:  # noqa: BLE001 - the sweep does not depend on it
+        return {"available": False, "reason": f"probe failed: {type(e).__name__}: {e}",
+                "pageable_nonblocking_blocks": None}
+
+
+def spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[SweepSpec, bool]:
+    """The sweep asked for on the command line, and whether any grid/config option was given."""
+    spec = PRESETS[args.preset or "default"]
+    changes = {kw: getattr(args, dest) for dest, kw in SPEC_OPTIONS.items() if getattr(args, dest) is not None}
+    try:
+        spec = spec.with_(**changes)
+    except SweepSpecError as e:
+        parser.error(f"argument {OPTION_OF.get(e.field, e.field)}: {e}")
+    return spec, bool(changes) or args.preset is not None
+
+
+def _interrupted(path: Path) -> int:
+    _err(f"interrupted; every finished point is saved in {path}\n"
+         f"  resume with: dspark-lab sweep --resume --out {path}")
+    return EXIT_INTERRUPTED
+
+
+def _run(spec: SweepSpec, writer: store.RunWriter, *, progress: bool, retry_failed: bool = False,
+         save_traces: bool = False, measure=None) -> int:
+    print(f"run file: {writer.path}", file=sys.stderr)
+    print(f"sweep: {spec.describe()}", file=sys.stderr)
+    try:
+        summary = run_sweep(spec, writer, measure=measure, progress=progress,
+                            retry_failed=retry_failed, save_traces=save_traces,
+                            log=None if progress else (lambda msg: print(msg, file=sys.stderr, flush=True)))
+    except KeyboardInterrupt:
+        writer.close()
+        return _interrupted(writer.path)
+    writer.close()
+    print(f"done: {summary}; run file {writer.path}", file=sys.stderr)
+    for label, msg in summary.failures:
+        print(f"  failed: {label}: {msg.splitlines()[0] if msg else ''}", file=sys.stderr)
+    return 1 if summary.failed else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands
+# ---------------------------------------------------------------------------------------------
+def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=None) -> int:
+    spec, explicit = spec_from_args(args, parser)
+    if args.retry_failed and not args.resume:
+        parser.error("argument --retry-failed: only with --resume")
+    fp = fingerprint()
+    if args.resume:
+        out = args.out if args.out is not None else store.runs_dir()
+        try:
+            path = store.latest_run(out) if out.is_dir() else out
+            writer = store.RunWriter.open(path)
+        except (FileNotFoundError, ValueError) as e:
+            _err(f"cannot resume: {e}")
+            return 2
+        try:
+            recorded = SweepSpec.from_dict(writer.sweep)
+            if not explicit:
+                spec = recorded
+            check_resume(writer, spec, fp)
+        except (ResumeError, ValueError) as e:
+            writer.close()
+            _err(f"cannot resume: {e}")
+            return 2
+        return _run(spec, writer, progress=args.progress, retry_failed=args.retry_failed,
+                    save_traces=args.save_traces, measure=measure)
+    extra = {"probe": run_probe()} if args.probe else {}
+    try:
+        writer = store.RunWriter.create(args.out, fingerprint=fp, sweep=spec.to_dict(), **extra)
+    except FileExistsError as e:
+        parser.error(f"argument --out: {e}")
+    return _run(spec, writer, progress=args.progress, save_traces=args.save_traces, measure=measure)
+
+
+def _load(paths) -> tuple:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", store.DataWarning)
+        loaded = store.load_runs(paths)
+    for w in caught:
+        if issubclass(w.category, store.DataWarning):
+            _err(f"warning: {w.message}")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return loaded
+
+
+def write_report(rows, timelines, headers, out: Path) -> Path | None:
+    """Render the HTML report (dspark_lab.report.build_html) to `out`; None if unavailable."""
+    try:
+        from . import report
+    except ImportError as e:
+        _err(f"the HTML report needs dspark_lab.report, which is not available here ({e})")
+        return None
+    html = report.build_html(rows, timelines, headers)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(html, encoding="utf-8")
+    return out
+
+
+def cmd_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    paths = args.paths or [store.default_data_dir()]
+    try:
+        rows, timelines, headers = _load(paths)
+    except FileNotFoundError as e:
+        parser.error(f"argument PATH: {e}")
+    except store.SchemaVersionError as e:
+        _err(str(e))
+        return 2
+    if rows.empty:
+        _err(f"no recorded rows in {', '.join(map(str, paths))}")
+        return 1
+    out = write_report(rows, timelines, headers, args.out)
+    if args.summary:
+        print(summary_table(rows))
+    if out is None:
+        return 1
+    print(f"report: {out} ({len(headers)} runs, {len(rows)} rows)")
+    return 0
+
+
+def _flatten(d: dict, prefix: str = "") -> list[tuple[str, str]]:
+    out = []
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.extend(_flatten(v, key + "."))
+        elif isinstance(v, float):
+            out.append((key, f"{v:.1f}"))
+        elif isinstance(v, (list, tuple)):
+            out.append((key, json.dumps(v)))
+        else:
+            out.append((key, str(v)))
+    return out
+
+
+def _table(pairs: Sequence[tuple[str, str]], title: str) -> str:
+    width = max((len(k) for k, _ in pairs), default=0)
+    return "\n".join([title, "-" * len(title)] + [f"{k:<{width}}  {v}" for k, v in pairs])
+
+
+def cmd_doctor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from .measure import probe
+
+    fp = probe.fingerprint()
+    pr = probe.run_probe() if args.probe else None
+    if args.json:
+        print(json.dumps({"fingerprint": fp, "probe": pr}, indent=2, default=str))
+        return 0
+    print(_table(_flatten(fp), "fingerprint"))
+    if pr is not None:
+        print()
+        if pr.get("available"):
+            print(_table(_flatten(pr), "probe (host time of one call, µs: GPU idle / with work queued)"))
+            print()
+        print("probe: " + probe.describe(pr))
+    return 0
+
+
+def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=None) -> int:
+    import torch
+
+    data = args.data if args.data is not None else store.default_data_dir()
+    status = 0
+    if torch.cuda.is_available():
+        spec = PRESETS[args.preset]
+        fp = fingerprint()
+        print(f"CUDA device: {fp.get('gpu')} (driver {fp.get('driver')}, torch {fp.get('torch')}); "
+              f"running the {args.preset} sweep", file=sys.stderr)
+        writer = store.RunWriter.create(store.runs_dir(data), fingerprint=fp, sweep=spec.to_dict(),
+                                        probe=run_probe())
+        status = _run(spec, writer, progress=args.progress, measure=measure)
+        if status == EXIT_INTERRUPTED:
+            return status
+    else:
+        print(f"No CUDA device on this machine (torch {torch.__version__}, CUDA "
+              f"{torch.version.cuda or 'none'}): nothing is measured here. Showing the runs recorded on "
+              f"GPUs under {data} instead.")
+    if not data.exists():
+        _err(f"no data dir at {data}: nothing recorded to report")
+        return 1
+    rows, timelines, headers = _load([data])
+    if rows.empty:
+        _err(f"no recorded runs under {data}")
+        return 1
+    out = write_report(rows, timelines, headers, args.out)
+    print(summary_table(rows))
+    if out is None:
+        return 1
+    print(f"\nreport: {out} ({len(headers)} runs, {len(rows)} rows)")
+    return status
+
+
+# ---------------------------------------------------------------------------------------------
+# A short text summary of recorded rows
+# ---------------------------------------------------------------------------------------------
+def summary_table(rows) -> str:
+    """Per machine: median step time (ms) and syncs/step by strategy x EP size at one reference
+    point (batch 8, gamma 4 when recorded, else the most recorded batch/gamma)."""
+    import pandas as pd
+
+    if rows.empty:
+        return "(no rows)"
+    blocks = []
+    machine_cols = ["gpu", "driver", "cuda", "torch"]
+    for machine, m in rows.groupby(machine_cols, dropna=False, sort=True):
+        ok = m[m["status"] == "ok"]
+        n_points = m["point_id"].nunique()
+        n_failed = m.loc[m["status"] != "ok", "point_id"].nunique()
+        gpu, driver, cuda, torch_v = machine
+        gpu = "no GPU (CPU run)" if str(gpu) == "none" else gpu
+        head = (f"{gpu} | driver {driver} | CUDA {cuda} | torch {torch_v} | runs "
+                f"{', '.join(sorted(m['run_id'].astype(str).unique()))} | {n_points} points, {n_failed} failed")
+        if ok.empty:
+            blocks.append(head + "\n  (no successful points)")
+            continue
+        pairs = ok.groupby(["batch_size", "gamma"]).size()
+        ref = (8, 4) if (8, 4) in pairs.index else pairs.idxmax()
+        sel = ok[(ok["batch_size"] == ref[0]) & (ok["gamma"] == ref[1])]
+        agg = sel.groupby(["strategy", "ep_size"]).agg(
+            step_ms=("step_ms", "median"), syncs=("syncs_per_step", "median"), trials=("step_ms", "size"))
+        cells = agg.apply(
+            lambda r: f"{r.step_ms:7.2f} ms  {_fmt_num(r.syncs)} sync/step", axis=1)
+        table = cells.unstack("ep_size")
+        order = [s for s in strategies_mod.names() if s in table.index] + \
+                [s for s in table.index if s not in strategies_mod.names()]
+        table = table.loc[order]
+        table.columns = [f"EP {c}" for c in table.columns]
+        table.index.name = None
+        with pd.option_context("display.width", 200, "display.max_columns", 20):
+            body = table.fillna("-").to_string()
+        blocks.append(f"{head}\nbatch {ref[0]}, gamma {ref[1]}: median step time over trials, median "
+                      f"unintended syncs per step\n{body}")
+    return "\n\n".join(blocks)
+
+
+def _fmt_num(v) -> str:
+    try:
+        return f"{float(v):.1f}"
+    except (TypeError, ValueError):
+        return "?"
+
+
+# ---------------------------------------------------------------------------------------------
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # The subcommand's own parser, so that its errors print its usage.
+    sub = next(a for a in parser._subparsers._group_actions if isinstance(a, argparse._SubParsersAction))
+    subparser = sub.choices[args.command]
+    try:
+        return int(args.func(args, subparser) or 0)
+    except store.SchemaVersionError as e:
+        _err(str(e))
+        return 2
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

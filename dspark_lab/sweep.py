@@ -1,0 +1,406 @@
+"""A sweep: a grid over EP size x batch size x gamma x strategy around one base LabConfig.
+
+Each grid point (ep, batch, gamma) is measured by ONE `measure_point` call with all the sweep's
+strategies, so their trials are interleaved (A B C A B C ...) and host noise does not pass for a
+difference between strategies. Points go to a RunWriter as they finish; a point already complete
+in the file is skipped (resume); a point that raises is recorded as failed and the sweep goes on;
+Ctrl-C stops the sweep with every finished point on disk.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable, Sequence
+
+from . import schema, strategies as strategies_mod
+from .config import CAPTURE_BUCKETS, MODEL_PRESETS, LabConfig
+
+GRID_FIELDS = ("ep_size", "batch_size", "gamma", "strategy")
+
+
+class SweepSpecError(ValueError):
+    """A bad sweep value; `.field` names the grid or config field it concerns."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+class ResumeError(RuntimeError):
+    """A run file cannot be resumed as asked (another machine, another sweep)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# The spec
+# ---------------------------------------------------------------------------------------------
+def _dedupe(values: Sequence) -> tuple:
+    out: list = []
+    for v in values:
+        if v not in out:
+            out.append(v)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """The grid and the base config. Every other LabConfig field (model, workload, steps,
+    trials, warmup, graph, device, ...) comes from `base`; its ep_size, batch_size, gamma and
+    strategy are replaced by the grid's."""
+
+    ep_sizes: tuple[int, ...] = (1, 8)
+    batch_sizes: tuple[int, ...] = (1, 8, 32, 128)
+    gammas: tuple[int, ...] = (2, 4, 8)
+    strategies: tuple[str, ...] = strategies_mod.BUILTIN
+    base: LabConfig = field(default_factory=LabConfig)
+
+    def __post_init__(self) -> None:
+        for name, attr in (("ep_size", "ep_sizes"), ("batch_size", "batch_sizes"),
+                           ("gamma", "gammas"), ("strategy", "strategies")):
+            values = getattr(self, attr)
+            if isinstance(values, (str, int)):
+                values = (values,)
+            values = _dedupe(tuple(values))
+            if not values:
+                raise SweepSpecError(name, f"{name}: the sweep needs at least one value")
+            object.__setattr__(self, attr, values)
+        if not isinstance(self.base, LabConfig):
+            raise SweepSpecError("base", f"base must be a LabConfig; got {type(self.base).__name__}")
+        # Every value on its own axis must make a valid config (errors name the field).
+        for name, values in (("strategy", self.strategies), ("ep_size", self.ep_sizes),
+                             ("batch_size", self.batch_sizes), ("gamma", self.gammas)):
+            for v in values:
+                try:
+                    self.base.with_(**{name: v})
+                except ValueError as e:
+                    raise SweepSpecError(name, str(e)) from None
+
+    # -- the grid ----------------------------------------------------------------------------
+    def points(self) -> list[LabConfig]:
+        """One config per (ep, batch, gamma), its strategy the sweep's first (measure_point
+        takes the strategy list)."""
+        return [
+            self.base.with_(ep_size=ep, batch_size=bs, gamma=g, strategy=self.strategies[0])
+            for ep in self.ep_sizes for bs in self.batch_sizes for g in self.gammas
+        ]
+
+    def __len__(self) -> int:
+        return len(self.ep_sizes) * len(self.batch_sizes) * len(self.gammas)
+
+    @property
+    def n_rows(self) -> int:
+        return len(self) * len(self.strategies) * self.base.trials
+
+    def with_(self, **changes: Any) -> "SweepSpec":
+        """A copy with grid fields (ep_sizes, ...) and/or base config fields (steps, model, ...) changed."""
+        grid = {f.name for f in fields(self)} - {"base"}
+        base_changes = {k: v for k, v in changes.items() if k not in grid}
+        d = {k: v for k, v in changes.items() if k in grid}
+        if base_changes:
+            try:
+                d["base"] = self.base.with_(**base_changes)
+            except TypeError as e:
+                raise SweepSpecError("base", str(e)) from None
+            except ValueError as e:
+                raise SweepSpecError(_field_of(e, base_changes), str(e)) from None
+        return SweepSpec(**{**{f.name: getattr(self, f.name) for f in fields(self)}, **d})
+
+    # -- (de)serialization for the run header ------------------------------------------------
+    def to_dict(self) -> dict:
+        base = self.base.to_dict()
+        for k in GRID_FIELDS:
+            base.pop(k, None)
+        return {
+            "ep_size": list(self.ep_sizes),
+            "batch_size": list(self.batch_sizes),
+            "gamma": list(self.gammas),
+            "strategy": list(self.strategies),
+            "base": base,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SweepSpec":
+        try:
+            base = LabConfig.from_dict(dict(d.get("base", {})))
+            return cls(
+                ep_sizes=tuple(d["ep_size"]), batch_sizes=tuple(d["batch_size"]),
+                gammas=tuple(d["gamma"]), strategies=tuple(d["strategy"]), base=base,
+            )
+        except KeyError as e:
+            raise SweepSpecError(str(e.args[0]), f"sweep spec lacks {e.args[0]!r}") from None
+
+    def describe(self) -> str:
+        b = self.base
+        return (
+            f"EP {_fmt(self.ep_sizes)} x batch {_fmt(self.batch_sizes)} x gamma {_fmt(self.gammas)} "
+            f"x {len(self.strategies)} strategies = {len(self)} points; model {b.model}, workload "
+            f"{b.workload}, {b.trials} trials x {b.steps} steps (+{b.warmup} warm-up), "
+            f"graph {'on' if b.graph else 'off'}, device {b.device}"
+        )
+
+
+def _fmt(values: Sequence) -> str:
+    return "{" + ",".join(str(v) for v in values) + "}"
+
+
+def _field_of(err: ValueError, candidates: dict) -> str:
+    msg = str(err)
+    for name in candidates:
+        if msg.startswith(name + " "):
+            return name
+    return next(iter(candidates), "base")
+
+
+# The default sweep is sized to finish in about 2-3 minutes on an H200 (24 points x 5 strategies);
+# 4 interleaved trials per strategy give each point a median with a confidence interval.
+DEFAULT_SWEEP = SweepSpec(base=LabConfig(steps=30, warmup=5, trials=4))
+QUICK_SWEEP = SweepSpec(
+    ep_sizes=(1, 8), batch_sizes=(1, 32), gammas=(4,),
+    base=LabConfig(steps=30, warmup=5, trials=3),
+)
+PRESETS: dict[str, SweepSpec] = {"default": DEFAULT_SWEEP, "quick": QUICK_SWEEP}
+
+
+# ---------------------------------------------------------------------------------------------
+# Parsing CLI strings ("1,8", "all")
+# ---------------------------------------------------------------------------------------------
+def allowed_values(name: str) -> str:
+    """Human-readable allowed values of a grid field (for error messages and --help)."""
+    if name == "ep_size":
+        by_model = []
+        for model, size in MODEL_PRESETS.items():
+            divisors = ",".join(str(d) for d in range(1, size.experts + 1) if size.experts % d == 0)
+            by_model.append(f"{divisors} for model {model}")
+        return "divisors of the model's expert count: " + "; ".join(by_model)
+    if name == "batch_size":
+        return f"integers from 1 to {CAPTURE_BUCKETS[-1]}"
+    if name == "gamma":
+        return "integers from 1 to 64"
+    if name == "strategy":
+        return "all, or any of " + ", ".join(strategies_mod.names())
+    raise KeyError(name)
+
+
+def _msg(label: str, body: str) -> str:
+    return f"{label}: {body}" if label else body
+
+
+def parse_ints(text: str, name: str, option: str | None = None) -> tuple[int, ...]:
+    """'1,8' -> (1, 8). Errors name the option (default: the field; "" for none) and the allowed values."""
+    label = name if option is None else option
+    allowed = allowed_values(name)
+    parts = [p.strip() for p in str(text).split(",")]
+    if any(p == "" for p in parts):
+        raise SweepSpecError(name, _msg(label, f"expected comma-separated integers such as 1,8; got {text!r} "
+                                               f"(allowed: {allowed})"))
+    values = []
+    for p in parts:
+        try:
+            v = int(p)
+        except ValueError:
+            raise SweepSpecError(name, _msg(label, f"{p!r} is not an integer; expected comma-separated "
+                                                   f"integers such as 1,8 (allowed: {allowed})")) from None
+        if v <= 0:
+            raise SweepSpecError(name, _msg(label, f"{v} is not positive (allowed: {allowed})"))
+        values.append(v)
+    return _dedupe(values)
+
+
+def parse_strategies(text: str, option: str | None = None) -> tuple[str, ...]:
+    """'all' or 'device_direct,on_demand' -> names; errors list the known strategies."""
+    label = "strategy" if option is None else option
+    allowed = allowed_values("strategy")
+    parts = [p.strip() for p in str(text).split(",")]
+    if parts == ["all"]:
+        return strategies_mod.names()
+    if any(p == "" for p in parts):
+        raise SweepSpecError("strategy", _msg(label, f"expected comma-separated names; got {text!r} (allowed: {allowed})"))
+    unknown = [p for p in parts if p not in strategies_mod.names()]
+    if unknown:
+        raise SweepSpecError("strategy", _msg(label, f"unknown strategy {', '.join(map(repr, unknown))} "
+                                                      f"(allowed: {allowed})"))
+    return _dedupe(parts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class SweepSummary:
+    total: int = 0  # points in the grid
+    skipped: int = 0  # already complete in the file (resume)
+    measured: int = 0  # measured now, ok
+    failed: int = 0  # measured now, recorded as failed
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (point label, error)
+
+    def __str__(self) -> str:
+        return f"{self.measured} measured, {self.failed} failed, {self.skipped} already recorded, of {self.total} points"
+
+
+def point_label(cfg: LabConfig) -> str:
+    return f"ep={cfg.ep_size} bs={cfg.batch_size} gamma={cfg.gamma}"
+
+
+def _fallback_failed_rows(cfg: LabConfig, strategies: Sequence[str], error: BaseException,
+                          point_id: str) -> list[dict]:
+    rows = []
+    for s in strategies:
+        row = {c: None for c in schema.ROW_COLUMNS}
+        row.update(point_id=point_id, ep_size=cfg.ep_size, batch_size=cfg.batch_size, gamma=cfg.gamma,
+                   strategy=s, model=cfg.model, workload=cfg.workload, graph=cfg.graph, device=cfg.device,
+                   query_token_num=cfg.query_token_num, bucket_batch_size=cfg.bucket_batch_size,
+                   num_tokens=cfg.num_tokens, status="failed",
+                   error=f"{type(error).__name__}: {error}", steps=cfg.steps)
+        rows.append(row)
+    return rows
+
+
+def _runner_attr(name: str):
+    from . import runner  # imported late: it pulls in torch and the workload
+
+    return getattr(runner, name)
+
+
+def check_resume(writer, spec: SweepSpec, fingerprint: dict | None) -> None:
+    """Refuse to resume a run on another machine or with another sweep (it would mix them)."""
+    from .store import same_machine
+
+    if fingerprint is not None:
+        diff = same_machine(writer.fingerprint, fingerprint)
+        if diff:
+            was = ", ".join(f"{k}={writer.fingerprint.get(k)}" for k in diff)
+            now = ", ".join(f"{k}={fingerprint.get(k)}" for k in diff)
+            raise ResumeError(f"{writer.path} was recorded on {was}; this machine has {now}. "
+                              "Resuming would mix machines in one run: start a new run instead")
+    recorded = writer.sweep
+    if recorded:
+        try:
+            same = SweepSpec.from_dict(recorded) == spec
+            desc = SweepSpec.from_dict(recorded).describe()
+        except ValueError as e:
+            raise ResumeError(f"{writer.path}: its recorded sweep cannot be read by this version ({e})") from None
+        if not same:
+            raise ResumeError(f"{writer.path} records another sweep ({desc}); asked for: {spec.describe()}. "
+                              "Resume without grid options, or start a new run")
+
+
+def run_sweep(
+    spec: SweepSpec,
+    writer,
+    measure: Callable | None = None,
+    progress: bool = True,
+    *,
+    retry_failed: bool = False,
+    save_traces: bool = False,
+    point_id: Callable[[LabConfig], str] | None = None,
+    failed_rows: Callable | None = None,
+    log: Callable[[str], None] | None = None,
+) -> SweepSummary:
+    """Measure every point of `spec` not yet complete in `writer`'s file.
+
+    measure(cfg, strategies, on_progress=...) -> PointResult (.rows, .timelines, .traces);
+    default runner.measure_point. A point that raises an Exception (a torch OOM included) is
+    written as failed rows and the sweep goes on; KeyboardInterrupt propagates after the bar is
+    closed, every finished point being already on disk (each is fsynced as it is written).
+    """
+    measure = measure or _runner_attr("measure_point")
+    point_id = point_id or _runner_attr("point_id")
+    failed_rows = failed_rows or _runner_attr("failed_rows")
+
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # a bare GPU box: plain lines instead of a bar
+        tqdm = _PlainProgress
+
+    def say(msg: str) -> None:
+        if log is not None:
+            log(msg)
+        elif progress:
+            tqdm.write(msg, file=sys.stderr)
+
+    summary = SweepSummary(total=len(spec))
+    todo = []
+    for cfg in spec.points():
+        pid = point_id(cfg)
+        if writer.is_complete(pid, retry_failed=retry_failed):
+            summary.skipped += 1
+        else:
+            todo.append((cfg, pid))
+    if summary.skipped:
+        say(f"resume: {summary.skipped} of {summary.total} points already recorded in {writer.path}")
+
+    strategies = list(spec.strategies)
+    tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    bar = tqdm(total=len(todo), unit="point", disable=not progress, dynamic_ncols=True, desc="sweep",
+               file=sys.stderr, mininterval=0.5 if tty else 15.0,
+               bar_format="{l_bar}{bar}| {n:.1f}/{total:.0f} points [{elapsed}<{remaining}]{postfix}")
+    try:
+        for i, (cfg, pid) in enumerate(todo):
+            label = point_label(cfg)
+            bar.set_postfix_str(label)
+            done = float(i)
+
+            def on_progress(message: str, fraction: float, _done=done, _label=label) -> None:
+                f = min(max(float(fraction), 0.0), 1.0)
+                bar.set_postfix_str(f"{_label} {message}", refresh=False)
+                bar.update(max(_done + f - bar.n, 0.0))  # throttled by mininterval
+
+            try:
+                result = measure(cfg, strategies, on_progress=on_progress)
+                rows = [dict(r, point_id=pid) for r in result.rows]
+                timelines = [dict(t, point_id=pid) for t in (getattr(result, "timelines", None) or [])]
+            except Exception as e:  # noqa: BLE001 - a failed point is recorded, the sweep goes on
+                _free_cuda_memory()
+                rows = None
+                try:
+                    rows = failed_rows(cfg, strategies, e) if failed_rows else None
+                except Exception:  # noqa: BLE001
+                    rows = None
+                if not rows:
+                    rows = _fallback_failed_rows(cfg, strategies, e, pid)
+                rows = [dict(r, point_id=pid, status="failed") for r in rows]
+                writer.write_point(pid, rows, [], status="failed")
+                summary.failed += 1
+                msg = f"{type(e).__name__}: {e}"
+                summary.failures.append((label, msg))
+                say(f"point {label} failed and was recorded as failed: {msg.splitlines()[0] if msg else ''}")
+            else:
+                writer.write_point(pid, rows, timelines, status="ok")
+                if save_traces and getattr(result, "traces", None):
+                    writer.write_traces(pid, result.traces)
+                summary.measured += 1
+            bar.update(max(i + 1 - bar.n, 0.0))
+    finally:
+        bar.close()
+    return summary
+
+
+class _PlainProgress:
+    """What run_sweep uses of tqdm, as one line per finished point (when tqdm is not installed)."""
+
+    def __init__(self, total: int, disable: bool = False, **_: Any):
+        self.total, self.n, self.disable, self.postfix = total, 0.0, disable, ""
+
+    @staticmethod
+    def write(msg: str, file=None) -> None:
+        print(msg, file=file or sys.stderr, flush=True)
+
+    def set_postfix_str(self, s: str, refresh: bool = True) -> None:
+        self.postfix = s
+
+    def update(self, n: float = 1) -> None:
+        before, self.n = self.n, self.n + n
+        if not self.disable and int(self.n) > int(before):
+            self.write(f"sweep: {int(self.n)}/{self.total} points done ({self.postfix})")
+
+    def close(self) -> None:
+        pass
+
+
+def _free_cuda_memory() -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        try:
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001
+            pass
