@@ -1,8 +1,11 @@
 """Everything one device-machine call needs, in one script: results under $OUT, a table last.
 
-  python scripts/gpu_session.py check   fingerprint + probe, the draft step per strategy (graph and
-                                        eager), the sglang_profile preset at EP 1 and 8, trimmed
-                                        traces for test fixtures
+  python scripts/gpu_session.py STAGE [STAGE ...]
+    check       fingerprint + probe, the draft step per strategy (graph and eager), the
+                sglang_profile preset at EP 1 and 8, trimmed traces for test fixtures
+    sweep       the default sweep through the CLI, timed, into $OUT/runs.jsonl
+    cuda_tests  pytest -m cuda
+    notebooks   notebooks 01 and 02 executed headless in live mode (needs the carried wheels)
 """
 from __future__ import annotations
 
@@ -74,48 +77,111 @@ def preset(ep: int, tag: str, traces_dir: Path) -> dict:
             "wall_s": wall, "with_stack": stacked}
 
 
-def main(mode: str) -> None:
+def run_stage_sweep() -> str:
+    import subprocess
+
+    t0 = time.time()
+    rc = subprocess.call([sys.executable, "-m", "dspark_lab.cli", "sweep", "--preset", "default",
+                          "--out", str(OUT / "runs.jsonl"), "--no-progress"])
+    return f"default sweep: rc {rc}, wall {time.time() - t0:.1f} s"
+
+
+def run_stage_cuda_tests() -> str:
+    import subprocess
+
+    t0 = time.time()
+    rc = subprocess.call([sys.executable, "-m", "pytest", "-q", "-rs", "-m", "cuda", "-p", "no:cacheprovider",
+                          "tests/test_draft.py", "tests/test_measure_live.py"])
+    return f"cuda tests: rc {rc}, wall {time.time() - t0:.1f} s"
+
+
+def run_stage_notebooks() -> str:
+    import nbformat
+    from nbclient import NotebookClient
+
+    lines = []
+    nb_out = OUT / "notebooks"
+    nb_out.mkdir(exist_ok=True)
+    for name in ("01_onboarding.ipynb", "02_tuning_new_gpu.ipynb"):
+        nb = nbformat.read(Path("notebooks") / name, as_version=4)
+        t0 = time.time()
+        client = NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": "notebooks"}})
+        try:
+            client.execute()
+            status = "ok"
+        except Exception as e:  # noqa: BLE001 - report and go on to the next notebook
+            status = f"FAILED: {type(e).__name__}: {str(e)[:300]}"
+        nbformat.write(nb, nb_out / name)
+        lines.append(f"notebook {name}: {status}, wall {time.time() - t0:.1f} s")
+    with tarfile.open(OUT / "notebooks.tar.gz", "w:gz") as tf:
+        tf.add(nb_out, arcname="notebooks")
+    for p in nb_out.iterdir():
+        p.unlink()
+    nb_out.rmdir()
+    return "\n".join(lines)
+
+
+def run_stage_check() -> str:
+    dc = draft_check()
+    dump("draft_check.json", dc)
+    traces_dir = OUT / "traces"
+    traces_dir.mkdir(exist_ok=True)
+    summary = {ep: preset(ep, f"sglang_profile_ep{ep}", traces_dir) for ep in (1, 8)}
+    dump("presets.json", summary)
+    with tarfile.open(OUT / "traces.tar.gz", "w:gz") as tf:
+        tf.add(traces_dir, arcname="traces")
+    for p in traces_dir.iterdir():
+        p.unlink()
+    traces_dir.rmdir()
+    out = ["== draft step (EP 8, batch 5 -> bucket 8, gpu_bound workload)"]
+    for k, v in dc.items():
+        out.append(f"{k:28s} {v['step_ms']:7.3f} ms  tokens==ref {v['tokens_equal_ref']}  padded {v['padded_rows']} "
+                   f"no-expert {v['padded_rows_no_expert']}")
+    for ep, res in summary.items():
+        out.append(f"== sglang_profile preset, EP {ep}, batch 8, gamma 4 (wall {res['wall_s']:.1f} s, "
+                   f"outputs identical {res['outputs_identical']})")
+        by: dict = {}
+        for row in res["rows"]:
+            by.setdefault(row["strategy"], []).append(row)
+        dd = [r["step_ms"] for r in by["device_direct"]]
+        for name, rows in by.items():
+            med, lo, hi = timing.median_ci([r["step_ms"] for r in rows])
+            r0 = rows[0]
+            cmp = timing.compare([r["step_ms"] for r in rows], dd, name, "device_direct")
+            out.append(f"{name:17s} {med:6.3f} ms [{lo:.3f},{hi:.3f}] prof {r0['profiled_step_ms']:6.3f} "
+                       f"syncs {r0['syncs_per_step']:.2f} h2d {r0['h2d_pageable_per_step']:.1f}/{r0['h2d_pinned_per_step']:.1f} "
+                       f"alloc {r0['allocs_per_step']:.1f} blocked {r0['host_blocked_ms']:.2f} "
+                       f"idle-after-sync {r0['gpu_idle_after_sync_ms']:.2f} | {cmp['pct']:+.1f}% vs dd  site {r0['sync_site']}")
+        for name, st in res["with_stack"].items():
+            out.append(f"  with Python stacks: {name:14s} profiled {st['profiled_step_ms']:.3f} ms "
+                       f"blocked {st['host_blocked_ms']:.2f} site {st['sync_site']}")
+    return "\n".join(out)
+
+
+STAGES = {"check": run_stage_check, "sweep": run_stage_sweep, "cuda_tests": run_stage_cuda_tests,
+          "notebooks": run_stage_notebooks}
+
+
+def main(stages: list[str]) -> None:
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        sys.exit(f"unknown stage(s) {unknown}; stages: {', '.join(STAGES)}")
     t_start = time.time()
-    fp = probe.fingerprint()
     pr = probe.run_probe()
-    dump("fingerprint.json", {"fingerprint": fp, "probe": pr})
+    dump("fingerprint.json", {"fingerprint": probe.fingerprint(), "probe": pr})
     print(probe.describe(pr), flush=True)
-    if mode == "check":
-        dc = draft_check()
-        dump("draft_check.json", dc)
-        traces_dir = OUT / "traces"
-        traces_dir.mkdir(exist_ok=True)
-        summary = {}
-        for ep in (1, 8):
-            res = preset(ep, f"sglang_profile_ep{ep}", traces_dir)
-            dump(f"preset_ep{ep}.json", res)
-            summary[ep] = res
-        with tarfile.open(OUT / "traces.tar.gz", "w:gz") as tf:
-            tf.add(traces_dir, arcname="traces")
-        for p in traces_dir.iterdir():
-            p.unlink()
-        traces_dir.rmdir()
-        print("\n== draft step (EP 8, batch 5 -> bucket 8, gpu_bound workload)")
-        for k, v in dc.items():
-            print(f"{k:28s} {v['step_ms']:7.3f} ms  tokens==ref {v['tokens_equal_ref']}  padded {v['padded_rows']} no-expert {v['padded_rows_no_expert']}")
-        for ep, res in summary.items():
-            print(f"\n== sglang_profile preset, EP {ep}, batch 8, gamma 4 (wall {res['wall_s']:.1f} s, outputs identical {res['outputs_identical']})")
-            by = {}
-            for row in res["rows"]:
-                by.setdefault(row["strategy"], []).append(row)
-            dd = [r["step_ms"] for r in by["device_direct"]]
-            for name, rows in by.items():
-                med, lo, hi = timing.median_ci([r["step_ms"] for r in rows])
-                r0 = rows[0]
-                cmp = timing.compare([r["step_ms"] for r in rows], dd, name, "device_direct")
-                print(f"{name:17s} {med:6.3f} ms [{lo:.3f},{hi:.3f}] prof {r0['profiled_step_ms']:6.3f} syncs {r0['syncs_per_step']:.2f} "
-                      f"h2d {r0['h2d_pageable_per_step']:.1f}/{r0['h2d_pinned_per_step']:.1f} alloc {r0['allocs_per_step']:.1f} "
-                      f"blocked {r0['host_blocked_ms']:.2f} idle-after-sync {r0['gpu_idle_after_sync_ms']:.2f} | {cmp['pct']:+.1f}% vs dd  site {r0['sync_site']}")
-        for ep, res in summary.items():
-            for name, st in res["with_stack"].items():
-                print(f"EP {ep} with Python stacks: {name:14s} profiled {st['profiled_step_ms']:.3f} ms blocked {st['host_blocked_ms']:.2f} site {st['sync_site']}")
+    tail = []
+    for stage in stages:
+        t0 = time.time()
+        try:
+            tail.append(STAGES[stage]())
+        except Exception as e:  # noqa: BLE001 - one failed stage must not lose the others' results
+            tail.append(f"stage {stage} FAILED: {type(e).__name__}: {e}")
+        tail[-1] += f"\n[{stage}: {time.time() - t0:.1f} s]"
+        print(tail[-1], flush=True)
+    print("\n==== summary\n" + "\n".join(tail))
     print(f"\ntotal {time.time() - t_start:.1f} s")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "check")
+    main(sys.argv[1:] or ["check"])
