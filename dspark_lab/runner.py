@@ -71,9 +71,10 @@ def profile_strategies(steps: dict, profile_steps: int, with_stack: bool = False
 def analyse(tr: dict) -> tuple[dict, list]:
     """Counts, breakdown medians and a timeline from one Chrome trace (live or recorded)."""
     ev = trace.events(tr)
-    out = syncs.counts_per_step(ev)
-    out.update(breakdown.summary(ev))
-    return out, breakdown.timeline(ev)
+    calls = syncs.sync_calls(ev)
+    out = syncs.counts_per_step(ev, calls)
+    out.update(breakdown.summary(ev, calls=calls))
+    return out, breakdown.timeline(ev, calls=calls)
 
 
 def measure_point(
@@ -121,7 +122,8 @@ def measure_point(
     for n, s in steps.items():
         tr = trace.window(whole, STRATEGY_RANGE + n)
         stats, tl = analyse(tr)
-        debug = syncs.debug_sites_per_step(s.step, steps=3)
+        # The exact line from sync debug mode, where the trace found a sync to attribute.
+        debug = syncs.debug_sites_per_step(s.step, steps=3) if stats["syncs_per_step"] > 0 else {}
         s.drain()
         tick(f"measured {n}")
         if debug:

@@ -23,7 +23,7 @@ from dspark_lab import strategies  # noqa: E402
 from dspark_lab.config import LabConfig  # noqa: E402
 from dspark_lab.draft import INVALID_EXPERT  # noqa: E402
 from dspark_lab.measure import probe, timing, trace  # noqa: E402
-from dspark_lab.runner import analyse, measure_point  # noqa: E402
+from dspark_lab.runner import analyse, measure_point, point_id  # noqa: E402
 from dspark_lab.workload import STEP_RANGE, LabStep  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "out/gpu"))
@@ -57,11 +57,13 @@ def draft_check() -> dict:
     return res
 
 
-def preset(ep: int, tag: str, traces_dir: Path) -> dict:
+def preset(ep: int, tag: str, traces_dir: Path, writer) -> dict:
+    """The sglang_profile preset at one EP size: rows into the run file, trimmed traces."""
     cfg = LabConfig(ep_size=ep, batch_size=8, gamma=4, workload="sglang_profile", steps=60, warmup=10, trials=10)
     t0 = time.time()
     r = measure_point(cfg)
     wall = time.time() - t0
+    writer.write_point(point_id(cfg), r.rows, r.timelines)
     for name, tr in r.traces.items():
         trace.export(trace.trim(tr, STEP_RANGE, 5), traces_dir / f"{tag}_{name}.rank0.json.gz")
     # With Python stacks: trace-based attribution (file and function) and the tracer's inflation.
@@ -73,8 +75,7 @@ def preset(ep: int, tag: str, traces_dir: Path) -> dict:
         trace.export(trace.trim(tr, STEP_RANGE, 5), traces_dir / f"{tag}_{name}_stacks.rank0.json.gz")
         stats, _ = analyse(tr)
         stacked[name] = {"profiled_step_ms": stats["profiled_step_ms"], "host_blocked_ms": stats["host_blocked_ms"], "sync_site": stats["sync_site"]}
-    return {"config": cfg.to_dict(), "rows": r.rows, "timelines": r.timelines, "outputs_identical": r.outputs_identical,
-            "wall_s": wall, "with_stack": stacked}
+    return {"rows": r.rows, "outputs_identical": r.outputs_identical, "wall_s": wall, "with_stack": stacked}
 
 
 def run_stage_sweep() -> str:
@@ -123,11 +124,15 @@ def run_stage_notebooks() -> str:
 
 def run_stage_check() -> str:
     dc = draft_check()
-    dump("draft_check.json", dc)
     traces_dir = OUT / "traces"
     traces_dir.mkdir(exist_ok=True)
-    summary = {ep: preset(ep, f"sglang_profile_ep{ep}", traces_dir) for ep in (1, 8)}
-    dump("presets.json", summary)
+    from dspark_lab import store
+
+    with store.RunWriter.create(OUT / "presets.jsonl", fingerprint=probe.fingerprint(),
+                                sweep={"preset": "sglang_profile", "ep_size": [1, 8], "batch_size": [8], "gamma": [4]},
+                                probe=probe.run_probe(), draft_check=dc) as writer:
+        summary = {ep: preset(ep, f"sglang_profile_ep{ep}", traces_dir, writer) for ep in (1, 8)}
+    dump("presets_extra.json", {ep: {k: v for k, v in res.items() if k != "rows"} for ep, res in summary.items()})
     with tarfile.open(OUT / "traces.tar.gz", "w:gz") as tf:
         tf.add(traces_dir, arcname="traces")
     for p in traces_dir.iterdir():

@@ -64,5 +64,9 @@ def test_cuda_item_in_a_users_step_is_found_at_its_line():
         return (x @ x).sum().item()
 
     r = measure_step(my_step, steps=5, trials=2, warmup=1, profile_steps=4)
-    assert r.counts["syncs_per_step"] >= 1
-    assert any("test_measure_live.py" in site for site in r.debug_sites)
+    from dspark_lab.measure import trace
+
+    e = trace.events(r.trace)
+    api = e[e.cat.isin(["cuda_runtime", "cuda_driver"])].name.value_counts().to_dict()
+    assert r.counts["syncs_per_step"] >= 1, f"runtime calls in the trace: {api}"
+    assert any("test_measure_live.py" in site for site in r.debug_sites), r.debug_sites

@@ -148,3 +148,15 @@ def test_summary_parts_add_up_to_the_mean_profiled_step(name):
     s = summary(ev(name))
     assert sum(s[p] for p in HOST_PARTS) == pytest.approx(s["profiled_step_ms"], rel=0.05)
     assert sum(s[p] for p in GPU_PARTS) == pytest.approx(s["profiled_step_ms"], rel=0.05)
+
+
+def test_trim_keeps_gpu_work_of_kept_steps_that_ran_after_the_cut():
+    d = raw("ep1_non_blocking")
+    t = trace.trim(d, STEP_RANGE, 3)
+    e = trace.events(t)
+    wins = syncs.step_windows(e)
+    assert len(wins) == 3
+    # Every kept host memcpy call has its GPU copy, wherever the GPU ran it.
+    calls = e[e.name == "cudaMemcpyAsync"]
+    copies = e[e.cat == "gpu_memcpy"]
+    assert set(calls.correlation) <= set(copies.correlation)

@@ -9,6 +9,8 @@ could have done before the sync. Blocked time is not lost time; idle-after-sync 
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import pandas as pd
 
 from ..workload import PHASE_PREFIX
@@ -20,9 +22,9 @@ GPU_MERGE_GAP_US = 2.0  # GPU ops closer than this are drawn as one busy span
 PARTS_PRECEDENCE = ("blocked", "readback", "copy", "launch", "prep")
 
 
-def _host_sets(ev: pd.DataFrame) -> dict[str, list]:
+def _host_sets(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> dict[str, list]:
     host = host_events(ev)
-    calls = sync_calls(ev)
+    calls = sync_calls(ev) if calls is None else calls
     api = host[host.cat.isin(HOST_API_CATS)]
     prep = host[(host.cat == "user_annotation") & host.name.str.startswith(PHASE_PREFIX) & host.name.str.contains("prep")]
     pairs = lambda d: list(zip(d.ts, d.end))  # noqa: E731
@@ -52,9 +54,9 @@ def resolve_host(sets: dict[str, list], lo: float, hi: float) -> dict[str, list]
     return out
 
 
-def per_step(ev: pd.DataFrame) -> pd.DataFrame:
+def per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """One row per step: wall_ms, the host parts, the GPU parts (all in ms)."""
-    sets = _host_sets(ev)
+    sets = _host_sets(ev, calls)
     gpu = gpu_intervals(ev)
     step_sync_ends = sorted(e for _, e in sets["blocked"])
     rows = []
@@ -71,10 +73,10 @@ def per_step(ev: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def summary(ev: pd.DataFrame, skip_first: int = 1) -> dict:
+def summary(ev: pd.DataFrame, skip_first: int = 1, calls: Optional[pd.DataFrame] = None) -> dict:
     """Mean over steps of each part, so the parts still add up to the mean step (medians would
     not). The first step is skipped: it pays the profiler's start."""
-    df = per_step(ev)
+    df = per_step(ev, calls)
     if len(df) > skip_first:
         df = df.iloc[skip_first:]
     mean = df.mean(numeric_only=True)
@@ -83,7 +85,7 @@ def summary(ev: pd.DataFrame, skip_first: int = 1) -> dict:
     return out
 
 
-def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3) -> list[list]:
+def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Optional[pd.DataFrame] = None) -> list[list]:
     """Segments [lane, part, start_ms, end_ms, label] for a few steps, times relative to the first
     shown step's start: host parts by precedence, GPU busy spans, and each step sync's span."""
     wins = step_windows(ev)
@@ -92,7 +94,8 @@ def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3) -> list[li
     first_step = min(first_step, max(len(wins) - n_steps, 0))
     shown = wins[first_step:first_step + n_steps]
     lo, hi = shown[0][0], shown[-1][1]
-    sets = _host_sets(ev)
+    calls = sync_calls(ev) if calls is None else calls
+    sets = _host_sets(ev, calls)
     segs: list[list] = []
     for part, spans in resolve_host(sets, lo, hi).items():
         segs += [["host", part, (s - lo) / 1e3, (e - lo) / 1e3, part] for s, e in spans if e - s > 0.5]
@@ -104,7 +107,6 @@ def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3) -> list[li
     for s, e in iv.union((max(a, lo), min(b, hi)) for a, b in zip(g.ts, g.end + GPU_MERGE_GAP_US)):
         n = int(((g.ts >= s) & (g.ts < e)).sum())
         segs.append(["gpu", "busy", (s - lo) / 1e3, (e - GPU_MERGE_GAP_US - lo) / 1e3, f"{n} GPU ops"])
-    calls = sync_calls(ev)
     for r in calls[(calls.ts >= lo) & (calls.ts < hi)].itertuples():
         segs.append(["host", "sync" if not r.readback else "readback_sync", (r.ts - lo) / 1e3, (r.end - lo) / 1e3, f"{r.name} at {r.site}"])
     for k, (s, e) in enumerate(shown):

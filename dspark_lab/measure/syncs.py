@@ -92,11 +92,12 @@ def h2d_copies(ev: pd.DataFrame) -> pd.DataFrame:
     return c
 
 
-def counts_per_step(ev: pd.DataFrame) -> dict:
-    """Syncs by kind, H2D copies by source, and device allocations, averaged over the trace's steps."""
+def counts_per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> dict:
+    """Syncs by kind, H2D copies by source, and device allocations, averaged over the trace's steps.
+    `calls` is `sync_calls(ev)` where the caller already has it."""
     wins = step_windows(ev)
     n = len(wins)
-    calls = sync_calls(ev)
+    calls = sync_calls(ev) if calls is None else calls
     step_syncs = calls[~calls.readback]
     out = {col: len(step_syncs[step_syncs.kind == k]) / n for k, col in SYNC_KIND_COLUMNS.items()}
     out["syncs_per_step"] = len(step_syncs) / n

@@ -135,14 +135,33 @@ def window(trace: dict, range_name: str) -> dict:
 
 
 def trim(trace: dict, step_range: str, keep_steps: int) -> dict:
-    """Keep the metadata and the events of the first `keep_steps` steps (for small fixtures)."""
+    """Keep the metadata and the events of the first `keep_steps` steps (for small fixtures).
+
+    GPU work runs after the host call that queued it, often after the next step has started on
+    the host: GPU events are kept by their correlation with a kept host call, not by time."""
     evs = trace.get("traceEvents", [])
     starts = sorted(e["ts"] for e in evs if e.get("name") == step_range and e.get("ph") == "X")
     if len(starts) <= keep_steps:
         return trace
     lo = starts[0] - 1.0
     hi = starts[keep_steps]  # the start of the first dropped step
-    kept = [e for e in evs if e.get("ph") not in ("X", "i") or lo <= float(e.get("ts", lo)) < hi]
+
+    def on_host_in_window(e: dict) -> bool:
+        return lo <= float(e.get("ts", lo)) < hi
+
+    launched = {(e.get("args") or {}).get("correlation") for e in evs
+                if e.get("cat") in HOST_API_CATS and on_host_in_window(e)}
+    launched.discard(None)
+    kept = []
+    for e in evs:
+        if e.get("ph") not in ("X", "i"):
+            kept.append(e)
+        elif e.get("cat") in GPU_CATS + ("gpu_user_annotation", "cuda_sync"):
+            if (e.get("args") or {}).get("correlation") in launched or (
+                    e.get("cat") in ("gpu_user_annotation", "cuda_sync") and on_host_in_window(e)):
+                kept.append(e)
+        elif on_host_in_window(e):
+            kept.append(e)
     out = dict(trace)
     out["traceEvents"] = kept
     return out
