@@ -151,7 +151,8 @@ class LabStep:
         self.costs = cfg.workload_costs
         self.runner = DraftRunner(cfg, str(self.device), self.consume,
                                   share_weights_with=share_with.runner if share_with else None)
-        self.target = TargetVerify(self.costs.target_verify_ms, self.device, m.vocab, cfg.batch_size)
+        # Strategies measured side by side share the target verify (same GPU work, built once).
+        self.target = share_with.target if share_with else TargetVerify(self.costs.target_verify_ms, self.device, m.vocab, cfg.batch_size)
         bs, q = cfg.batch_size, cfg.query_token_num
         dev = self.device
         # Persistent device state, as the scheduler keeps it: no per-step host-to-device copies.

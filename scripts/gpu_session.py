@@ -5,6 +5,7 @@
                 sglang_profile preset at EP 1 and 8, trimmed traces for test fixtures
     sweep       the default sweep through the CLI, timed, into $OUT/runs.jsonl
     cuda_tests  pytest -m cuda
+    live        time live panel updates (all strategies at one setting) at five settings
     notebooks   notebooks 01 and 02 executed headless in live mode (needs the carried wheels)
 """
 from __future__ import annotations
@@ -96,11 +97,32 @@ def run_stage_cuda_tests() -> str:
     return f"cuda tests: rc {rc}, wall {time.time() - t0:.1f} s"
 
 
+def run_stage_live() -> str:
+    """How long a live panel update takes: all strategies at one setting, measured (the panel's
+    redraw is timed on CPU by the tests)."""
+    from dspark_lab import panel
+
+    b = panel.LiveBackend()
+    d = b.defaults()
+    settings = [d, {**d, "batch_size": 32}, {**d, "gamma": 8}, {**d, "ep_size": 1}, {**d, "batch_size": 1}]
+    out, times = [], []
+    for s in settings:
+        t0 = time.perf_counter()
+        point = b.get(s)
+        times.append(time.perf_counter() - t0)
+        r = point.rows
+        dd = r[r.strategy == "device_direct"].step_ms.median()
+        out.append(f"live update {s}: {times[-1]:.2f} s (device_direct {dd:.2f} ms/step)")
+    dump("live.json", {"settings": settings, "seconds": times})
+    return "\n".join(out)
+
+
 def run_stage_notebooks() -> str:
     import nbformat
     from nbclient import NotebookClient
 
     lines = []
+    runs_before = set(Path("data/runs").glob("*.jsonl"))
     nb_out = OUT / "notebooks"
     nb_out.mkdir(exist_ok=True)
     for name in ("01_onboarding.ipynb", "02_tuning_new_gpu.ipynb"):
@@ -114,6 +136,8 @@ def run_stage_notebooks() -> str:
             status = f"FAILED: {type(e).__name__}: {str(e)[:300]}"
         nbformat.write(nb, nb_out / name)
         lines.append(f"notebook {name}: {status}, wall {time.time() - t0:.1f} s")
+    for run in set(Path("data/runs").glob("*.jsonl")) - runs_before:  # notebook 02's sweep
+        (nb_out / run.name).write_bytes(run.read_bytes())
     with tarfile.open(OUT / "notebooks.tar.gz", "w:gz") as tf:
         tf.add(nb_out, arcname="notebooks")
     for p in nb_out.iterdir():
@@ -164,7 +188,7 @@ def run_stage_check() -> str:
 
 
 STAGES = {"check": run_stage_check, "sweep": run_stage_sweep, "cuda_tests": run_stage_cuda_tests,
-          "notebooks": run_stage_notebooks}
+          "live": run_stage_live, "notebooks": run_stage_notebooks}
 
 
 def main(stages: list[str]) -> None:

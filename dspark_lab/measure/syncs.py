@@ -142,6 +142,7 @@ def sync_debug_sites() -> Iterator[Counter]:
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype feature")
         warnings.showwarning = show
         torch.cuda.set_sync_debug_mode("warn")
         try:

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Callable, Optional, Union
 
@@ -47,10 +48,13 @@ def capture(step: Callable[[], None], steps: int, *, warmup: int = 2, with_stack
     cfg = _experimental_config() if cuda else None
     if cfg is not None:
         kwargs["experimental_config"] = cfg
-    with profile(**kwargs) as prof:
-        for _ in range(steps):
-            step()
-        sync()
+    with warnings.catch_warnings():
+        # torch warns that each profiler cycle clears the last one's events: we run one cycle.
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+        with profile(**kwargs) as prof:
+            for _ in range(steps):
+                step()
+            sync()
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:

@@ -1,0 +1,264 @@
+"""The widget panel: controls drive the FigureWidgets to the right recorded point, quickly; live
+requests coalesce (latest wins); a failed measurement shows its message in the panel."""
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+pytest.importorskip("ipywidgets")
+pytest.importorskip("anywidget")
+
+from dspark_lab import figures, panel, schema  # noqa: E402
+from dspark_lab.config import LabConfig  # noqa: E402
+from dspark_lab.measure.timing import median_ci  # noqa: E402
+from test_figures import recorded_or_synthetic, synthetic_runs  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def data():
+    return recorded_or_synthetic()
+
+
+@pytest.fixture(scope="module")
+def recorded_panel(data):
+    rows, tl, headers, _ = data
+    return panel.Panel(panel.RecordedBackend(rows, tl, headers))
+
+
+def expected_medians(rows, run_id, ep, bs, g, workload):
+    sel = figures.ok_rows(rows)
+    sel = sel[(sel.run_id == run_id) & (sel.ep_size == ep) & (sel.batch_size == bs) & (sel.gamma == g)
+              & (sel.workload == workload)]
+    return {s: median_ci(grp.step_ms.tolist())[0] for s, grp in sel.groupby("strategy")}, sel
+
+
+def test_controls_move_figures_to_the_recorded_point(recorded_panel, data):
+    rows = data[0]
+    p = recorded_panel
+    s = p.settings()
+    run = s["run"]
+    opts = p.backend.options()
+    mine = rows[(rows.run_id == run) & (rows.workload == s["workload"]) & (rows.ep_size == s["ep_size"])]
+    batches = sorted(set(mine.batch_size))
+    assert len(batches) >= 2, "need two recorded batch sizes to move the slider"
+    before = list(p.figs["comparison"].data[0].y)
+    target = [b for b in batches if b != s["batch_size"]][0]
+    gamma = sorted(set(mine[mine.batch_size == target].gamma))[0]
+    p.set(batch_size=target, gamma=gamma)
+    want, sel = expected_medians(rows, run, s["ep_size"], target, gamma, s["workload"])
+    tr = p.figs["comparison"].data[0]
+    assert list(tr.y) != before
+    assert dict(zip(tr.x, tr.y)) == pytest.approx(want)
+    # Every panel figure shows this point: its syncs, its breakdown, its label and fingerprint.
+    syncs = {t.name: t for t in p.figs["syncs"].data}["stream sync"]
+    assert dict(zip(syncs.x, syncs.y)) == pytest.approx(sel.groupby("strategy").stream_syncs_per_step.median().to_dict())
+    blocked = {t.name: t for t in p.figs["breakdown"].data}[figures.PART_NAMES["host_blocked_ms"]]
+    assert dict(zip(blocked.x, blocked.y)) == pytest.approx(sel.groupby("strategy").host_blocked_ms.median().to_dict())
+    r0 = sel.iloc[0]
+    assert f"batch {target}" in p.status.value and r0.point_id in p.status.value
+    sub = p.figs["comparison"].layout.title.subtitle.text
+    assert str(r0.gpu) in sub and str(r0.recorded_at)[:10] in sub
+    assert p.error.value == ""
+    assert "RECORDED" in p.mode_html.value
+    assert set(opts) >= set(panel.CONTROLS)
+
+
+def test_single_control_change_redraws_fast(recorded_panel):
+    p = recorded_panel
+    opts = p.controls["batch_size"].options
+    times = []
+    for v in list(opts)[:4] + list(opts)[:1]:
+        before = p.redraws
+        t0 = time.perf_counter()
+        p.controls["batch_size"].value = v
+        times.append(time.perf_counter() - t0)
+        assert p.redraws in (before, before + 1)  # same value: no redraw
+    print(f"recorded redraw: max {max(times) * 1e3:.0f} ms, last draw {p.last_redraw_s * 1e3:.0f} ms")
+    assert max(times) < 1.0
+
+
+def test_strategy_control_picks_the_timeline(recorded_panel):
+    p = recorded_panel
+    lanes = p.figs["timeline"].layout.yaxis.categoryarray
+    assert any("persistent_fill" in lane for lane in lanes)  # the default: the last fix vs the baseline
+    p.controls["strategy"].value = "on_demand"
+    lanes = p.figs["timeline"].layout.yaxis.categoryarray
+    assert any("on_demand" in lane for lane in lanes) and any("device_direct" in lane for lane in lanes)
+    assert not any("persistent_fill" in lane or "non_blocking" in lane for lane in lanes)
+    comp = p.figs["comparison"].data[0]
+    widths = dict(zip(comp.x, comp.marker.line.width))
+    assert widths["on_demand"] > 0 and widths["device_direct"] == 0
+
+
+def test_nearest_recorded_point_is_named():
+    rows, tl, headers = synthetic_runs()
+    b = panel.RecordedBackend(rows, tl, headers)
+    d = b.get({"ep_size": 2, "batch_size": 10, "gamma": 4, "workload": "sglang_profile", "run": "run-a"})
+    assert set(d.rows.batch_size) == {8} and "you asked batch size 10" in d.note
+    d = b.get({"ep_size": 2, "batch_size": 8, "gamma": 4, "workload": "sglang_profile", "run": panel.ALL_RUNS})
+    assert set(d.rows.run_id) == {"run-a", "run-b"}
+
+
+class Boom:
+    mode = "recorded"
+
+    def options(self):
+        return panel._ErrorBackend(None).options()
+
+    def defaults(self):
+        return panel._ErrorBackend(None).defaults()
+
+    def describe(self):
+        return "test backend"
+
+    def get(self, settings, on_progress=None):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+
+def test_error_shows_in_panel_not_a_traceback():
+    p = panel.Panel(Boom())
+    assert "illegal memory access" in p.error.value and "RuntimeError" in p.error.value
+    assert "Traceback" not in p.error.value
+
+
+def test_all_failed_point_shows_its_error():
+    rows, tl, headers = synthetic_runs(runs=(("run-a", "SYNTH-GPU-A", "1.0"),), eps=(2,), batches=(8,), gammas=(4,))
+    rows["status"], rows["error"] = "failed", "OutOfMemoryError: CUDA out of memory"
+    p = panel.Panel(panel.RecordedBackend(rows, tl, headers))
+    assert "out of memory" in p.error.value
+
+
+def test_no_recorded_data_says_so(tmp_path, monkeypatch):
+    monkeypatch.setenv("DSPARK_DATA", str(tmp_path))
+    monkeypatch.setenv(panel.MODE_ENV, "recorded")
+    (tmp_path / "runs").mkdir()
+    p = panel.make_panel()
+    assert "no recorded rows" in p.error.value
+
+
+# -- live mode --------------------------------------------------------------------------------------
+
+def fake_measure(delay=0.15, fail=False):
+    rows, tl, _ = synthetic_runs(runs=(("x", "FAKE", "0"),), eps=(1, 2), batches=(1, 8, 32), gammas=(2, 4))
+    calls = []
+
+    def measure(cfg, strategies=None, *, on_progress=None):
+        calls.append((cfg.ep_size, cfg.batch_size, cfg.gamma))
+        for i in range(3):
+            time.sleep(delay / 3)
+            if on_progress:
+                on_progress(f"trial {i + 1}/3", (i + 1) / 3)
+        if fail:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        sel = rows[(rows.ep_size == cfg.ep_size) & (rows.batch_size == cfg.batch_size) & (rows.gamma == cfg.gamma)]
+        t = tl[tl.point_id == sel.point_id.iloc[0]]
+        recs = sel.drop(columns=list(schema.FINGERPRINT_COLUMNS)).to_dict("records")
+        tls = [{"kind": "timeline", "point_id": sel.point_id.iloc[0], "strategy": s,
+                "segments": g[["lane", "part", "start_ms", "end_ms", "label"]].values.tolist()}
+               for s, g in t.groupby("strategy")]
+        return SimpleNamespace(rows=recs, timelines=tls)
+
+    return measure, calls, rows
+
+
+FP = {"gpu": "FAKE-GPU", "driver": "0.0", "cuda": "0", "torch": "0"}
+
+
+def test_live_drag_coalesces_to_the_latest():
+    measure, calls, rows = fake_measure()
+    p = panel.Panel(panel.LiveBackend(LabConfig(batch_size=1, gamma=2, ep_size=2), measure=measure, fingerprint=FP),
+                    debounce_s=0.05)
+    assert "LIVE" in p.mode_html.value and "FAKE-GPU" in p.mode_html.value
+    p.set(ep_size=2, batch_size=1, gamma=2)
+    assert p._worker.wait(10)
+    n0 = len(calls)
+    # A drag: many values in quick succession while a measurement is running.
+    for v in (2, 4, 8, 16, 32, 8, 32):
+        p.controls["batch_size"].value = v
+        time.sleep(0.01)
+    assert p._worker.wait(10)
+    ran = calls[n0:]
+    assert len(ran) <= 2, ran  # at most the one already running and the latest
+    assert ran[-1] == (2, 32, 2)
+    tr = p.figs["comparison"].data[0]
+    want = rows[(rows.ep_size == 2) & (rows.batch_size == 32) & (rows.gamma == 2)].groupby("strategy").step_ms.median()
+    assert dict(zip(tr.x, tr.y)) == pytest.approx(want.to_dict())
+    assert p.progress.value == 1.0 and "FAKE-GPU" in p.figs["comparison"].layout.title.subtitle.text
+
+
+def test_live_failure_shows_message():
+    measure, calls, _ = fake_measure(delay=0.01, fail=True)
+    p = panel.Panel(panel.LiveBackend(measure=measure, fingerprint=FP), debounce_s=0.01)
+    assert p._worker.wait(10)
+    assert "CUDA out of memory" in p.error.value and "Traceback" not in p.error.value
+
+
+def test_latest_wins_runs_only_latest():
+    started = threading.Event()
+    release = threading.Event()
+    done = []
+
+    def work(req):
+        started.set()
+        if req == 0:
+            release.wait(5)
+        return req
+
+    w = panel.LatestWins(work, lambda req, res, err, stale=False: done.append((req, stale)), debounce_s=0.01)
+    w.submit(0)
+    started.wait(5)
+    for i in range(1, 50):
+        w.submit(i)
+    release.set()
+    assert w.wait(10)
+    assert w.started == [0, 49]
+    assert done == [(0, True), (49, False)]
+
+
+def test_live_backend_measures_on_this_machine():
+    """The real runner, on whatever device this machine has (CPU here), tiny settings."""
+    cfg = LabConfig(model="tiny", workload="tiny", steps=8, warmup=2, trials=2, device="auto")
+    b = panel.LiveBackend(cfg)
+    d = b.get({"ep_size": 2, "batch_size": 4, "gamma": 2, "workload": "tiny"})
+    assert set(d.rows.strategy) == set(panel.strategies.names())
+    assert (d.rows.gpu == b.fingerprint["gpu"]).all() and d.rows.recorded_at.notna().all()
+    assert not d.timelines.empty and {"lane", "part", "start_ms", "end_ms"} <= set(d.timelines.columns)
+    figures.strategy_comparison(d.rows)
+    figures.timeline(d.timelines, d.rows)
+
+
+def test_make_panel_says_live_when_cuda(monkeypatch):
+    measure, _, _ = fake_measure(delay=0.01)
+    monkeypatch.setattr(panel, "choose_mode", lambda: "live")
+    real = panel.LiveBackend
+    monkeypatch.setattr(panel, "LiveBackend", lambda: real(measure=measure, fingerprint=FP))
+    p = panel.make_panel()
+    assert p.mode == "live" and "LIVE" in p.mode_html.value and "FAKE-GPU" in p.mode_html.value
+    assert p._worker.wait(10)
+
+
+def test_make_panel_says_recorded_without_cuda(monkeypatch, tmp_path):
+    from test_figures import write_synthetic_runs
+
+    monkeypatch.setenv("DSPARK_DATA", str(write_synthetic_runs(tmp_path)))
+    monkeypatch.delenv(panel.MODE_ENV, raising=False)
+    monkeypatch.setattr(panel, "choose_mode", lambda: "recorded")
+    p = panel.make_panel()
+    assert p.mode == "recorded" and "RECORDED" in p.mode_html.value and "SYNTH-GPU" in p.mode_html.value
+    assert p.error.value == "" and len(p.figs["comparison"].data) == 1
+
+
+def test_live_panel_measures_on_its_worker_thread():
+    """The real runner (profiler included) run from the panel's worker thread, on this machine."""
+    cfg = LabConfig(model="tiny", workload="tiny", steps=8, warmup=2, trials=2, device="auto")
+    p = panel.Panel(panel.LiveBackend(cfg), debounce_s=0.01)
+    p.set(ep_size=2, batch_size=4, gamma=2, workload="tiny")
+    assert p._worker.wait(120)
+    assert p.error.value == "", p.error.value
+    assert p.last is not None and set(p.last.rows.strategy) == set(panel.strategies.names())
+    assert not p.last.timelines.empty and len(p.figs["timeline"].data) > 0
+    assert p.progress.value == 1.0 and "measured now: EP 2 · batch 4 · gamma 2" in p.status.value
