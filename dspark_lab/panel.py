@@ -153,9 +153,10 @@ class RecordedBackend:
         return PointData(rows, tl, note, dict(settings))
 
 
-# Live measurement size: 3 interleaved trials of 12 steps per strategy and 5 profiled steps keep an
-# update of all five strategies near 2-3 s on an H200 (sglang_profile steps are 6-9 ms).
-LIVE_STEPS, LIVE_WARMUP, LIVE_TRIALS, LIVE_PROFILE_STEPS = 12, 3, 3, 5
+# Live measurement size: 3 interleaved trials of 8 steps per strategy and 4 profiled steps, so an
+# update of all five strategies fits in about 3 s on an H200 (sglang_profile steps are 6-9 ms;
+# 12 steps and 5 profiled steps took 2.9-3.7 s there).
+LIVE_STEPS, LIVE_WARMUP, LIVE_TRIALS, LIVE_PROFILE_STEPS = 8, 2, 3, 4
 
 
 class LiveBackend:

@@ -122,6 +122,9 @@ def run_stage_notebooks() -> str:
     from nbclient import NotebookClient
 
     lines = []
+    # The kernel is another process: it finds the package through PYTHONPATH (not installed here).
+    root = str(Path(__file__).resolve().parents[1])
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     runs_before = set(Path("data/runs").glob("*.jsonl"))
     nb_out = OUT / "notebooks"
     nb_out.mkdir(exist_ok=True)

@@ -34,9 +34,15 @@ ASYNC_COPY_APIS = ("cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2", "cuMemcpyAsync")
 _TORCH_PATH_PARTS = ("/torch/", "\\torch\\", "<built-in", "contextlib.py", "/dspark_lab/measure/")
 
 
+def _step_ranges(ev: pd.DataFrame) -> pd.DataFrame:
+    # Host ranges only: the profiler mirrors a range that launched GPU work as a
+    # `gpu_user_annotation` of the same name on the GPU timeline.
+    return ev[(ev.name == STEP_RANGE) & (ev.ph == "X") & (ev.cat == "user_annotation")]
+
+
 def host_events(ev: pd.DataFrame) -> pd.DataFrame:
     """Events of the thread that ran the steps (the one holding the step ranges)."""
-    steps = ev[(ev.name == STEP_RANGE) & (ev.ph == "X")]
+    steps = _step_ranges(ev)
     if steps.empty:
         raise ValueError(f"the trace has no '{STEP_RANGE}' ranges: was the step run under dspark_lab.measure?")
     pid, tid = steps.pid.iloc[0], steps.tid.iloc[0]
@@ -44,7 +50,7 @@ def host_events(ev: pd.DataFrame) -> pd.DataFrame:
 
 
 def step_windows(ev: pd.DataFrame) -> list[tuple[float, float]]:
-    s = ev[(ev.name == STEP_RANGE) & (ev.ph == "X")].sort_values("ts")
+    s = _step_ranges(ev).sort_values("ts")
     return list(zip(s.ts, s.end))
 
 
@@ -74,7 +80,7 @@ def sync_calls(ev: pd.DataFrame) -> pd.DataFrame:
     """Host-blocking API calls on the step thread, with kind, readback flag, step index, and source."""
     host = host_events(ev)
     calls = host[host.cat.isin(HOST_API_CATS) & host.name.isin(list(SYNC_KINDS))].copy()
-    readback = host[host.name == READBACK_RANGE]
+    readback = host[(host.name == READBACK_RANGE) & (host.cat == "user_annotation")]
     wins = step_windows(ev)
     calls["kind"] = calls.name.map(SYNC_KINDS)
     calls["readback"] = pd.Series(

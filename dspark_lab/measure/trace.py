@@ -144,7 +144,8 @@ def trim(trace: dict, step_range: str, keep_steps: int) -> dict:
     GPU work runs after the host call that queued it, often after the next step has started on
     the host: GPU events are kept by their correlation with a kept host call, not by time."""
     evs = trace.get("traceEvents", [])
-    starts = sorted(e["ts"] for e in evs if e.get("name") == step_range and e.get("ph") == "X")
+    starts = sorted(e["ts"] for e in evs
+                    if e.get("name") == step_range and e.get("ph") == "X" and e.get("cat") == "user_annotation")
     if len(starts) <= keep_steps:
         return trace
     lo = starts[0] - 1.0
