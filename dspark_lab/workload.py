@@ -233,9 +233,11 @@ class LabStep:
                     if self._pending is not None:
                         # By design, so kept out of sync debug mode's attribution.
                         mode = torch.cuda.get_sync_debug_mode()
-                        torch.cuda.set_sync_debug_mode(0)
+                        if mode:
+                            torch.cuda.set_sync_debug_mode(0)
                         self._pending.synchronize()
-                        torch.cuda.set_sync_debug_mode(mode)
+                        if mode:
+                            torch.cuda.set_sync_debug_mode(mode)
                     self._pending = torch.cuda.Event()
                     self._pending.record()
 
