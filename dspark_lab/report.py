@@ -195,7 +195,7 @@ def _headers_frame(headers, rows: pd.DataFrame) -> pd.DataFrame:
         out.append({
             "run": rid, "GPU": fp.get("gpu"), "driver": fp.get("driver"), "CUDA": fp.get("cuda"),
             "torch": fp.get("torch"), "recorded": h.get("created_at") or h.get("recorded_at"),
-            "host": fp.get("hostname", ""), "points": int(sub["point_id"].nunique()) if len(sub) else 0,
+            "points": int(sub["point_id"].nunique()) if len(sub) else 0,
             "failed points": int(figures.failed_rows(sub)["point_id"].nunique()) if len(sub) else 0,
             "model / workload": ", ".join(sorted({f"{m} / {w}" for m, w in zip(sub.get("model", []), sub.get("workload", []))})),
             "sweep": (f"EP {sweep.get('ep_size')} × batch {sweep.get('batch_size')} × gamma {sweep.get('gamma')}"

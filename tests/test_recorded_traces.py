@@ -160,3 +160,15 @@ def test_trim_keeps_gpu_work_of_kept_steps_that_ran_after_the_cut():
     calls = e[e.name == "cudaMemcpyAsync"]
     copies = e[e.cat == "gpu_memcpy"]
     assert set(calls.correlation) <= set(copies.correlation)
+
+
+@pytest.mark.parametrize("name", ["ep1_device_direct", "ep1_non_blocking"])
+def test_cupti_sync_events_agree_with_the_counted_api_calls(name):
+    # The trace's CUDA sync events (CUPTI, the profiler's enable_cuda_sync_events option) are a
+    # second, independent record: each blocking API call the lab counts has one, by correlation.
+    e = ev(name)
+    calls = syncs.sync_calls(e)
+    cupti = e[e.cat == "cuda_sync"]
+    kinds = {"Stream Sync": "stream", "Event Sync": "event", "Context Sync": "device"}
+    assert sorted(kinds[k] for k in cupti.name) == sorted(calls.kind)
+    assert set(cupti.correlation) == set(calls.correlation)
