@@ -31,7 +31,11 @@ TRACE_COLUMNS = (
     "h2d_pageable_per_step", "h2d_pinned_per_step", "allocs_per_step",
     "host_prep_ms", "host_blocked_ms", "host_readback_ms", "host_copy_ms", "host_launch_ms", "host_other_ms",
     "gpu_busy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms",
-    "sync_site",  # "file:line function" of the first sync outside readback, "" if none
+    # Where the first sync outside the readback comes from, "" if none: on CUDA the exact line from
+    # sync debug mode ("dspark_lab/strategies.py:25 device_direct"); from a trace alone, the
+    # function as the profiler names it ("dspark_lab/strategies.py(20): device_direct", the line
+    # of its `def`) with Python stacks, else the ATen op and phase ("aten::to in dspark:...").
+    "sync_site",
 )
 FINGERPRINT_COLUMNS = ("gpu", "driver", "cuda", "torch", "run_id", "recorded_at")
 
