@@ -99,8 +99,7 @@ def measure_point(
     progress = on_progress or (lambda msg, frac: None)
     first = LabStep(cfg, names[0])
     steps = {names[0]: first, **{n: LabStep(cfg, n, share_with=first) for n in names[1:]}}
-    any_step = next(iter(steps.values()))
-    sync = any_step.drain
+    sync = first.drain
     total = cfg.trials * len(names) + len(names)
     done = [0]
 
