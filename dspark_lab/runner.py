@@ -90,9 +90,8 @@ def measure_point(
 
     Timing trials run first, without the profiler, interleaved across strategies. Then one
     profiler session over the strategies in turn gives counts, the breakdown and a timeline for
-    each; Python stacks are off
-    by default because the Python tracer inflates host time (measured on an H200: see README), and
-    the sync's exact source line comes from torch's sync debug mode instead."""
+    each. Python stacks are off by default because the Python tracer inflates host time, and the
+    sync's exact source line comes from torch's sync debug mode instead."""
     names = list(strategies or strategy_registry.BUILTIN)
     for n in names:
         strategy_registry.get(n)

@@ -16,7 +16,7 @@ import pandas as pd
 from ..workload import PHASE_PREFIX
 from . import intervals as iv
 from .syncs import ASYNC_COPY_APIS, host_events, step_windows, sync_calls
-from .trace import GPU_CATS, HOST_API_CATS
+from .trace import GPU_CATS, HOST_API_CATS, HOST_RANGE_CAT
 
 GPU_MERGE_GAP_US = 2.0  # GPU ops closer than this are drawn as one busy span
 PARTS_PRECEDENCE = ("blocked", "readback", "copy", "launch", "prep")
@@ -26,7 +26,7 @@ def _host_sets(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> dict[s
     host = host_events(ev)
     calls = sync_calls(ev) if calls is None else calls
     api = host[host.cat.isin(HOST_API_CATS)]
-    prep = host[(host.cat == "user_annotation") & host.name.str.startswith(PHASE_PREFIX) & host.name.str.contains("prep")]
+    prep = host[(host.cat == HOST_RANGE_CAT) & host.name.str.startswith(PHASE_PREFIX) & host.name.str.contains("prep")]
     pairs = lambda d: list(zip(d.ts, d.end))  # noqa: E731
     return {
         "blocked": pairs(calls[~calls.readback]),

@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 from ..workload import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE
-from .trace import HOST_API_CATS, python_frame
+from .trace import HOST_API_CATS, HOST_RANGE_CAT, python_frame
 
 SYNC_KINDS = {
     "cudaStreamSynchronize": "stream", "cuStreamSynchronize": "stream",
@@ -35,9 +35,7 @@ _TORCH_PATH_PARTS = ("/torch/", "\\torch\\", "<built-in", "contextlib.py", "/dsp
 
 
 def _step_ranges(ev: pd.DataFrame) -> pd.DataFrame:
-    # Host ranges only: the profiler mirrors a range that launched GPU work as a
-    # `gpu_user_annotation` of the same name on the GPU timeline.
-    return ev[(ev.name == STEP_RANGE) & (ev.ph == "X") & (ev.cat == "user_annotation")]
+    return ev[(ev.name == STEP_RANGE) & (ev.ph == "X") & (ev.cat == HOST_RANGE_CAT)]
 
 
 def host_events(ev: pd.DataFrame) -> pd.DataFrame:
@@ -71,7 +69,7 @@ def attribute(host: pd.DataFrame, call: pd.Series) -> str:
             short = "/".join(path.parts[-2:]) if len(path.parts) >= 2 else path.name
             return f"{short}({f[1]}): {f[2]}"
     ops = around[around.cat == "cpu_op"].sort_values("ts")
-    phases = around[(around.cat == "user_annotation") & around.name.str.startswith(PHASE_PREFIX) & (around.name != STEP_RANGE)]
+    phases = around[(around.cat == HOST_RANGE_CAT) & around.name.str.startswith(PHASE_PREFIX) & (around.name != STEP_RANGE)]
     parts = [ops.name.iloc[0] if not ops.empty else "", phases.name.iloc[-1] if not phases.empty else ""]
     return " in ".join(p for p in parts if p) or call["name"]
 
@@ -80,7 +78,7 @@ def sync_calls(ev: pd.DataFrame) -> pd.DataFrame:
     """Host-blocking API calls on the step thread, with kind, readback flag, step index, and source."""
     host = host_events(ev)
     calls = host[host.cat.isin(HOST_API_CATS) & host.name.isin(list(SYNC_KINDS))].copy()
-    readback = host[(host.name == READBACK_RANGE) & (host.cat == "user_annotation")]
+    readback = host[(host.name == READBACK_RANGE) & (host.cat == HOST_RANGE_CAT)]
     wins = step_windows(ev)
     calls["kind"] = calls.name.map(SYNC_KINDS)
     calls["readback"] = pd.Series(

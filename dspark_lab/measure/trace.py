@@ -18,6 +18,9 @@ import pandas as pd
 import torch
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
+# record_function ranges on the host. A range that launched GPU work is mirrored on the GPU
+# timeline as a `gpu_user_annotation` of the same name, which must not count as a second range.
+HOST_RANGE_CAT = "user_annotation"
 HOST_API_CATS = ("cuda_runtime", "cuda_driver")
 _PY_FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
 
@@ -126,10 +129,14 @@ def export(trace: dict, path: Union[str, Path], rank: int = 0) -> Path:
     return p
 
 
+def is_host_range(e: dict, name: str) -> bool:
+    return e.get("name") == name and e.get("ph") == "X" and e.get("cat") == HOST_RANGE_CAT
+
+
 def window(trace: dict, range_name: str) -> dict:
     """The metadata and the events inside the (first) host range called `range_name`."""
     evs = trace.get("traceEvents", [])
-    r = next((e for e in evs if e.get("name") == range_name and e.get("ph") == "X" and e.get("cat") == "user_annotation"), None)
+    r = next((e for e in evs if is_host_range(e, range_name)), None)
     if r is None:
         raise ValueError(f"the trace has no range named {range_name!r}")
     lo, hi = float(r["ts"]), float(r["ts"]) + float(r["dur"])
@@ -144,8 +151,7 @@ def trim(trace: dict, step_range: str, keep_steps: int) -> dict:
     GPU work runs after the host call that queued it, often after the next step has started on
     the host: GPU events are kept by their correlation with a kept host call, not by time."""
     evs = trace.get("traceEvents", [])
-    starts = sorted(e["ts"] for e in evs
-                    if e.get("name") == step_range and e.get("ph") == "X" and e.get("cat") == "user_annotation")
+    starts = sorted(e["ts"] for e in evs if is_host_range(e, step_range))
     if len(starts) <= keep_steps:
         return trace
     lo = starts[0] - 1.0
