@@ -72,9 +72,42 @@ def _field_error(name: str, allowed: str, got: Any) -> ValueError:
     return ValueError(f"{name} must be {allowed}; got {got!r}")
 
 
-def _positive_int(name: str, value: Any) -> None:
+def _positive_int(name: str, value: Any, at_most: int | None = None) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise _field_error(name, "a positive integer", value)
+        raise _field_error(name, "a positive integer" if at_most is None else f"an integer between 1 and {at_most}", value)
+    if at_most is not None and value > at_most:
+        raise _field_error(name, f"an integer between 1 and {at_most}", value)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: Any) -> bool:
+    """int or float, not bool (True would pass as 1 and hide a swapped argument)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _real_between(name: str, value: Any, lo: float, hi: float) -> None:
+    # `not (lo <= v <= hi)` also rejects NaN.
+    if not _is_real(value) or not (lo <= value <= hi):
+        raise _field_error(name, f"a number between {lo:g} and {hi:g}", value)
+
+
+def _one_of(name: str, value: Any, allowed) -> None:
+    # `value in allowed` on an unhashable value (a list from a JSON file) would raise TypeError,
+    # and a dict lookup would too; a string check first keeps the error the field-naming one.
+    if not isinstance(value, str) or value not in allowed:
+        raise _field_error(name, f"one of {', '.join(allowed)}", value)
+
+
+# Upper bounds that stop accidents (a typo'd 1e6, an extra zero), not real experiments: a point's
+# steps run trials x strategies times, so 100000 steps is already hours at the default sizes, and
+# 1000 trials is far past where the CI on the median stops narrowing usefully.
+MAX_STEPS = 100_000
+MAX_WARMUP = 100_000
+MAX_TRIALS = 1000
+SEED_LIMIT = 2**63  # torch.manual_seed takes a 64-bit seed; keep it in the signed range
 
 
 @dataclass(frozen=True)
@@ -103,14 +136,17 @@ class LabConfig:
         _positive_int("batch_size", self.batch_size)
         _positive_int("gamma", self.gamma)
         _positive_int("ep_size", self.ep_size)
-        _positive_int("steps", self.steps)
-        _positive_int("trials", self.trials)
-        if not isinstance(self.warmup, int) or self.warmup < 0:
-            raise _field_error("warmup", "an integer >= 0", self.warmup)
-        if self.model not in MODEL_PRESETS:
-            raise _field_error("model", f"one of {', '.join(MODEL_PRESETS)}", self.model)
-        if self.workload not in WORKLOAD_PRESETS:
-            raise _field_error("workload", f"one of {', '.join(WORKLOAD_PRESETS)}", self.workload)
+        _positive_int("steps", self.steps, at_most=MAX_STEPS)
+        _positive_int("trials", self.trials, at_most=MAX_TRIALS)
+        if not _is_int(self.warmup) or not (0 <= self.warmup <= MAX_WARMUP):
+            raise _field_error("warmup", f"an integer between 0 and {MAX_WARMUP}", self.warmup)
+        if not _is_int(self.seed) or not (0 <= self.seed < SEED_LIMIT):
+            raise _field_error("seed", "an integer between 0 and 2**63 - 1", self.seed)
+        if not isinstance(self.graph, bool):
+            raise _field_error("graph", "True or False", self.graph)
+        _one_of("strategy", self.strategy, strategies.names())
+        _one_of("model", self.model, MODEL_PRESETS)
+        _one_of("workload", self.workload, WORKLOAD_PRESETS)
         experts = MODEL_PRESETS[self.model].experts
         if experts % self.ep_size:
             divisors = [d for d in range(1, experts + 1) if experts % d == 0]
@@ -121,19 +157,13 @@ class LabConfig:
             raise _field_error("batch_size", f"at most {CAPTURE_BUCKETS[-1]} (largest capture bucket)", self.batch_size)
         if self.gamma > 64:
             raise _field_error("gamma", "between 1 and 64", self.gamma)
-        strategies.get(self.strategy)  # raises naming the known strategies
-        if self.query_mode not in QUERY_MODES:
-            raise _field_error("query_mode", f"one of {', '.join(QUERY_MODES)}", self.query_mode)
-        if self.device not in DEVICES:
-            raise _field_error("device", f"one of {', '.join(DEVICES)}", self.device)
-        if self.moe_a2a_backend not in MOE_A2A_BACKENDS:
-            raise _field_error("moe_a2a_backend", f"one of {', '.join(MOE_A2A_BACKENDS)}", self.moe_a2a_backend)
-        if self.readback not in ("lagged", "none"):
-            raise _field_error("readback", "one of lagged, none", self.readback)
-        if self.target_verify_ms is not None and not (0 <= self.target_verify_ms <= 1000):
-            raise _field_error("target_verify_ms", "between 0 and 1000", self.target_verify_ms)
-        if not (0 <= self.host_prep_scale <= 100):
-            raise _field_error("host_prep_scale", "between 0 and 100", self.host_prep_scale)
+        _one_of("query_mode", self.query_mode, QUERY_MODES)
+        _one_of("device", self.device, DEVICES)
+        _one_of("moe_a2a_backend", self.moe_a2a_backend, MOE_A2A_BACKENDS)
+        _one_of("readback", self.readback, ("lagged", "none"))
+        if self.target_verify_ms is not None:
+            _real_between("target_verify_ms", self.target_verify_ms, 0, 1000)
+        _real_between("host_prep_scale", self.host_prep_scale, 0, 100)
         if self.device == "cuda":
             import torch
 
@@ -190,6 +220,8 @@ class LabConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "LabConfig":
+        if not isinstance(d, dict) or not all(isinstance(k, str) for k in d):
+            raise ValueError(f"a config must be a mapping of field names to values; got {type(d).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

@@ -82,7 +82,9 @@ class TargetVerify:
         self.batch = batch
         cuda = device.type == "cuda"
         dtype = torch.bfloat16 if cuda else torch.float32
-        hidden, rows = (self.HIDDEN, self.ROWS) if cuda else (64, 16)
+        # Each request's bonus token is read from one row, so there must be a row per request:
+        # the CPU stand-in is small for speed but never smaller than the batch.
+        hidden, rows = (self.HIDDEN, max(self.ROWS, batch)) if cuda else (64, max(16, batch))
         g = torch.Generator(device=device).manual_seed(1)
         self.w = (torch.randn(hidden, hidden, generator=g, device=device) / hidden**0.5).to(dtype)
         self.x = torch.randn(rows, hidden, generator=g, device=device).to(dtype)

@@ -119,7 +119,7 @@ def test_spec_with_changes_grid_and_base():
     ({"strategies": ("nope",)}, "strategy", "device_direct"),
     ({"gammas": ()}, "gamma", "at least one value"),
     ({"model": "huge"}, "model", "one of small, tiny, medium"),
-    ({"steps": 0}, "steps", "steps must be a positive integer"),
+    ({"steps": 0}, "steps", "steps must be an integer between 1 and 100000"),
 ])
 def test_invalid_spec_names_the_field(changes, field, text):
     with pytest.raises(SweepSpecError, match=text) as e:
