@@ -253,8 +253,8 @@ def _note(fig: go.Figure, text: str) -> None:
 def sync_counts(rows: pd.DataFrame) -> go.Figure:
     """Host-blocking syncs per step by strategy, stacked by kind; the by-design readback beside them."""
     _check_one_point(ok_rows(rows), "sync_counts")
-    cols = [c for c, _ in SYNC_KINDS] + [READBACK_KIND[0], "syncs_per_step"]
-    agg = per_strategy(rows, cols)
+    cols = [c for c, _ in SYNC_KINDS] + [READBACK_KIND[0], "syncs_per_step", "debug_syncs_per_step", "sync_count_mismatch"]
+    agg = per_strategy(rows, cols)  # NaN where not measured (CPU) or not recorded (older runs)
     x = _x(agg, rows)
     fig = go.Figure()
     for col, name in SYNC_KINDS:
@@ -264,12 +264,41 @@ def sync_counts(rows: pd.DataFrame) -> go.Figure:
                 marker=dict(color=SYNC_COLORS[READBACK_KIND[0]], pattern_shape="/"),
                 hovertemplate="readback: %{y:.2f} per step<extra></extra>")
     fig.add_scatter(x=x, y=agg["syncs_per_step"].tolist(), mode="text", name="total (syncs_per_step)",
-                    text=[f"{v:.2f}" for v in agg["syncs_per_step"]], textposition="top center",
+                    text=["" if pd.isna(v) else f"{v:.2f}" for v in agg["syncs_per_step"]], textposition="top center",
                     showlegend=False, hoverinfo="skip")
+    _mismatch_markers(fig, agg, x)
     fig.update_layout(barmode="relative", yaxis_title="host-blocking calls per step", legend_title="kind")
     pt = point_label(ok_rows(rows).iloc[0]) if not ok_rows(rows).empty else ""
-    _note(fig, _failed_note(rows))
+    _note(fig, "<br>".join(t for t in (_sync_note(rows), _failed_note(rows)) if t))
     return _title(fig, "Syncs per step by strategy", rows, pt)
+
+
+def _mismatch_markers(fig: go.Figure, agg: pd.DataFrame, x) -> None:
+    """A marker above each strategy whose trace count and sync-debug-mode count disagree (always
+    added, empty when none, so the trace set stays stable)."""
+    bad = (agg["sync_count_mismatch"] > 0).tolist()  # NaN (not compared) is not a disagreement
+    pick = lambda seq: [v for v, b in zip(seq, bad) if b]  # noqa: E731
+    xs = [pick(level) for level in x] if x and isinstance(x[0], list) else pick(x)
+    top = agg[["syncs_per_step", "debug_syncs_per_step", READBACK_KIND[0]]].max(axis=1).fillna(0)
+    fig.add_scatter(x=xs, y=[v * 1.1 + 0.15 for v in pick(top)], mode="markers+text", name="sync counts disagree",
+                    text=["counts disagree"] * sum(bad), textposition="top center",
+                    marker=dict(symbol="x", size=14, color="#8c1c13"),
+                    customdata=pick(list(zip(agg["syncs_per_step"], agg["debug_syncs_per_step"]))),
+                    hovertemplate="trace: %{customdata[0]:.2f} syncs per step<br>"
+                                  "sync debug mode: %{customdata[1]:.2f}<extra></extra>")
+
+
+def _sync_note(rows: pd.DataFrame) -> str:
+    """Why counts are missing or flagged, from the rows' sync_note ("not measurable without CUDA",
+    or the two counts where they disagree), one line per note with the strategies it applies to."""
+    ok = ok_rows(rows)
+    if "sync_note" not in ok.columns:  # a run recorded before the column existed
+        return ""
+    by_note: dict[str, dict] = {}
+    for strategy, note in ok[["strategy", "sync_note"]].itertuples(index=False):
+        if isinstance(note, str) and note:
+            by_note.setdefault(note, {})[str(strategy)] = None  # a dict keeps first-seen order
+    return "<br>".join(f"syncs of {', '.join(ss)}: {note}" for note, ss in by_note.items())
 
 
 def step_breakdown(rows: pd.DataFrame) -> go.Figure:

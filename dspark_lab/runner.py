@@ -16,6 +16,7 @@ from .schema import ROW_COLUMNS
 from .workload import LabStep
 
 PROFILE_STEPS = 12  # profiled steps per strategy (the first is dropped from medians)
+DEBUG_STEPS = 3  # steps per strategy under sync debug mode (counts and the exact line)
 STRATEGY_RANGE = "dspark:strategy:"
 
 
@@ -120,12 +121,18 @@ def measure_point(
     for n, s in steps.items():
         tr = trace.window(whole, STRATEGY_RANGE + n)
         stats, tl = analyse(tr)
-        # The exact line from sync debug mode, where the trace found a sync to attribute.
-        debug = syncs.debug_sites_per_step(s.step, steps=3) if stats["syncs_per_step"] > 0 else {}
+        if s.device.type == "cuda":
+            # Sync debug mode on every strategy, not only where the trace found a sync: its count is
+            # checked against the trace's (a sync either one misses is flagged), and it gives the exact line.
+            debug = syncs.debug_sites_per_step(s.step, steps=DEBUG_STEPS)
+            stats.update(syncs.cross_check(stats, debug))
+            named = {k: v for k, v in debug.items() if k != syncs.UNATTRIBUTED_SITE}
+            if named:  # also where only debug mode saw it: the row is flagged, and the line helps
+                stats["sync_site"] = max(named, key=named.get)
+        else:
+            stats = syncs.without_cuda(stats)
         s.drain()
         tick(f"measured {n}")
-        if debug:
-            stats["sync_site"] = max(debug, key=debug.get)
         if keep_traces:
             traces[n] = tr
         timelines.append({"kind": "timeline", "point_id": point_id(cfg), "strategy": n, "segments": tl})

@@ -36,6 +36,15 @@ TRACE_COLUMNS = (
     # function as the profiler names it ("dspark_lab/strategies.py(20): device_direct", the line
     # of its `def`) with Python stacks, else the ATen op and phase ("aten::to in dspark:...").
     "sync_site",
+    # Syncs per step outside the readback as torch's sync debug mode counts them (CUDA only), a
+    # second count independent of the trace's; run on every strategy.
+    "debug_syncs_per_step",
+    # True where debug_syncs_per_step != syncs_per_step (a sync one of them missed); null where not
+    # compared (no CUDA, or a run recorded before this column existed).
+    "sync_count_mismatch",
+    # Why the sync counts read as they do: "not measurable without CUDA" (sync columns are NaN on
+    # CPU, never 0), the two counts where they disagree, else "".
+    "sync_note",
 )
 FINGERPRINT_COLUMNS = ("gpu", "driver", "cuda", "torch", "run_id", "recorded_at")
 

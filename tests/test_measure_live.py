@@ -1,15 +1,17 @@
-"""The measurement path run for real: on CPU here (zero syncs by construction, no crash), and on
-CUDA where a device exists (marked `cuda`)."""
+"""The measurement path run for real: on CPU here (sync counts NaN with a note: nothing can block
+the host on a GPU, so a zero would be unmeasured), and on CUDA where a device exists (marked `cuda`)."""
+import math
+
 import pytest
 import torch
 
 from dspark_lab.config import LabConfig
-from dspark_lab.measure import measure_step, probe
+from dspark_lab.measure import measure_step, probe, syncs
 from dspark_lab.runner import measure_point, point_id
 from dspark_lab.schema import HOST_PARTS, ROW_COLUMNS
 
 
-def test_any_callable_on_cpu_measures_zero_syncs_without_crashing():
+def test_any_callable_on_cpu_reports_syncs_as_not_measurable():
     x = torch.randn(64, 64)
 
     def my_step():
@@ -20,8 +22,12 @@ def test_any_callable_on_cpu_measures_zero_syncs_without_crashing():
     assert len(r.timing) == 2 and all(t.step_ms > 0 for t in r.timing)
     assert len(r.breakdown) == 4
     if not torch.cuda.is_available():
-        assert r.counts["syncs_per_step"] == 0
-        assert "no CUDA device" in r.summary()
+        for c in syncs.SYNC_COUNT_COLUMNS:
+            assert math.isnan(r.counts[c]), c
+        assert r.counts["sync_note"] == "not measurable without CUDA"
+        assert r.counts["sync_count_mismatch"] is None and r.debug_sites == {}
+        text = r.summary()
+        assert "syncs/step: not measurable without CUDA" in text and "nan" not in text
 
 
 def test_measure_point_on_cpu_gives_tidy_rows_for_every_strategy():
@@ -32,7 +38,10 @@ def test_measure_point_on_cpu_gives_tidy_rows_for_every_strategy():
     for r in res.rows:
         assert set(ROW_COLUMNS) <= set(r)
         assert r["status"] == "ok" and r["point_id"] == point_id(cfg)
-        assert r["syncs_per_step"] == 0 and r["h2d_pageable_per_step"] == 0
+        for c in syncs.SYNC_COUNT_COLUMNS:  # NaN, never a zero nobody measured
+            assert math.isnan(r[c]), (r["strategy"], c)
+        assert r["sync_note"] == "not measurable without CUDA" and r["sync_count_mismatch"] is None
+        assert r["h2d_pageable_per_step"] == 0
         assert r["predicate"] is True and r["num_tokens"] == 20 and r["bucket_batch_size"] == 8
         assert abs(sum(r[p] for p in HOST_PARTS) - r["profiled_step_ms"]) <= 0.05 * r["profiled_step_ms"]
     assert {t["strategy"] for t in res.timelines} == {r["strategy"] for r in res.rows}
@@ -70,3 +79,29 @@ def test_cuda_item_in_a_users_step_is_found_at_its_line():
     api = e[e.cat.isin(["cuda_runtime", "cuda_driver"])].name.value_counts().to_dict()
     assert r.counts["syncs_per_step"] >= 1, f"runtime calls in the trace: {api}"
     assert any("test_measure_live.py" in site for site in r.debug_sites), r.debug_sites
+
+
+@pytest.mark.cuda
+def test_cuda_debug_mode_counts_every_strategy_and_agrees_with_the_trace():
+    cfg = LabConfig(ep_size=1, batch_size=8, gamma=4, workload="sglang_profile", steps=10, warmup=3, trials=2)
+    res = measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=6)
+    by = {r["strategy"]: r for r in res.rows}
+    dd, nb = by["device_direct"], by["non_blocking"]
+    assert dd["syncs_per_step"] == 1 and dd["debug_syncs_per_step"] == 1, dd
+    assert nb["syncs_per_step"] == 0 and nb["debug_syncs_per_step"] == 0, nb
+    for r in (dd, nb):
+        assert r["sync_count_mismatch"] is False and r["sync_note"] == "", r
+    assert dd["sync_site"].startswith("dspark_lab/strategies.py:") and dd["sync_site"].endswith(" device_direct")
+
+
+@pytest.mark.cuda
+def test_cuda_measure_step_cross_checks_the_two_counts():
+    x = torch.randn(256, 256, device="cuda")
+
+    def my_step():
+        return (x @ x).sum().item()
+
+    r = measure_step(my_step, steps=5, trials=2, warmup=1, profile_steps=4)
+    # One .item() per step: one stream sync in the trace, one synchronizing op in debug mode.
+    assert r.counts["syncs_per_step"] == r.counts["debug_syncs_per_step"] == 1, r.counts
+    assert r.counts["sync_count_mismatch"] is False and "WARNING" not in r.summary()

@@ -18,7 +18,7 @@ from . import breakdown, syncs, timing, trace
 
 @dataclass
 class StepReport:
-    counts: dict  # syncs/copies/allocations per step, first sync's site
+    counts: dict  # syncs/copies/allocations per step, first sync's site, debug count + mismatch + sync_note
     breakdown: pd.DataFrame  # one row per profiled step
     timing: list  # TrialTiming per trial (profiler-free)
     debug_sites: dict  # sync debug mode: "file:line function" -> syncs per step
@@ -27,13 +27,19 @@ class StepReport:
 
     def summary(self) -> str:
         med, lo, hi = timing.median_ci([t.step_ms for t in self.timing])
+        c = self.counts
+        syncs_text = (f"syncs/step: {c['sync_note']}" if c.get("sync_note") == syncs.NO_CUDA_NOTE
+                      else f"syncs/step {c['syncs_per_step']:.2f} (sync debug mode: {c['debug_syncs_per_step']:.2f})")
         lines = [f"device {self.device}: step {med:.3f} ms (95% CI {lo:.3f}-{hi:.3f}) over {len(self.timing)} trials",
-                 f"syncs/step {self.counts['syncs_per_step']:.2f}  H2D pageable/step {self.counts['h2d_pageable_per_step']:.2f}"
-                 f"  pinned/step {self.counts['h2d_pinned_per_step']:.2f}  allocations/step {self.counts['allocs_per_step']:.2f}"]
+                 f"{syncs_text}  H2D pageable/step {c['h2d_pageable_per_step']:.2f}"
+                 f"  pinned/step {c['h2d_pinned_per_step']:.2f}  allocations/step {c['allocs_per_step']:.2f}"]
         for site, n in sorted(self.debug_sites.items(), key=lambda kv: -kv[1]):
             lines.append(f"  sync at {site}: {n:.2f} per step")
-        if not torch.cuda.is_available():
-            lines.append("no CUDA device: nothing can synchronize here, so the counts are zero by construction")
+        if c.get("sync_count_mismatch"):
+            lines.append(f"WARNING: the two sync counts disagree ({c['sync_note']}): one of them missed a sync")
+        if c.get("sync_note") == syncs.NO_CUDA_NOTE:
+            lines.append("no CUDA device: nothing can block the host on a GPU here, so sync counts are NaN "
+                         "(not measurable), not zero")
         return "\n".join(lines)
 
 
@@ -53,7 +59,10 @@ def measure_step(fn: Callable[[], object], *, steps: int = 20, trials: int = 3, 
     timings = [timing.time_trial(step, steps, warmup, sync, trial=t) for t in range(trials)]
     tr = trace.capture(step, profile_steps, warmup=1, sync=sync)
     ev = trace.events(tr)
+    counts = syncs.counts_per_step(ev)
+    debug_sites = syncs.debug_sites_per_step(step, steps=3) if cuda else {}
+    counts = {**counts, **syncs.cross_check(counts, debug_sites)} if cuda else syncs.without_cuda(counts)
     return StepReport(
-        counts=syncs.counts_per_step(ev), breakdown=breakdown.per_step(ev), timing=timings,
-        debug_sites=syncs.debug_sites_per_step(step, steps=3), trace=tr, device="cuda" if cuda else "cpu",
+        counts=counts, breakdown=breakdown.per_step(ev), timing=timings,
+        debug_sites=debug_sites, trace=tr, device="cuda" if cuda else "cpu",
     )

@@ -30,6 +30,10 @@ SYNC_KINDS = {
 }
 SYNC_KIND_COLUMNS = {"stream": "stream_syncs_per_step", "device": "device_syncs_per_step",
                      "event": "event_syncs_per_step", "memcpy": "sync_memcpy_per_step"}
+# Columns that count host-blocking calls: with no CUDA device there is no call to block on, so a
+# CPU run records them as NaN with NO_CUDA_NOTE in `sync_note`, never as a measured zero.
+SYNC_COUNT_COLUMNS = (*SYNC_KIND_COLUMNS.values(), "syncs_per_step", "readback_syncs_per_step", "debug_syncs_per_step")
+NO_CUDA_NOTE = "not measurable without CUDA"
 ASYNC_COPY_APIS = ("cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2", "cuMemcpyAsync")
 _TORCH_PATH_PARTS = ("/torch/", "\\torch\\", "<built-in", "contextlib.py", "/dspark_lab/measure/")
 
@@ -125,6 +129,9 @@ def counts_per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> d
 
 
 # --- attribution at run time: torch's sync debug mode with a captured stack ------------------
+UNATTRIBUTED_SITE = "(no frame outside torch)"
+
+
 @contextlib.contextmanager
 def sync_debug_sites() -> Iterator[Counter]:
     """Count synchronizing CUDA operations by the "file:line function" of the innermost frame
@@ -143,6 +150,8 @@ def sync_debug_sites() -> Iterator[Counter]:
             if not any(p in fr.filename for p in _TORCH_PATH_PARTS) and not fr.filename.endswith("warnings.py"):
                 sites[f"{'/'.join(Path(fr.filename).parts[-2:])}:{fr.lineno} {fr.name}"] += 1
                 break
+        else:  # counted even without a frame to name, so the total stays a true count
+            sites[UNATTRIBUTED_SITE] += 1
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")
@@ -161,3 +170,27 @@ def debug_sites_per_step(step: Callable[[], None], steps: int = 5) -> dict[str, 
         for _ in range(steps):
             step()
     return {k: v / steps for k, v in sites.items()}
+
+
+# --- two independent counts of the same syncs, compared ---------------------------------------
+def cross_check(counts: dict, debug_sites: dict[str, float]) -> dict:
+    """Compare the trace's count of syncs outside the readback with sync debug mode's count.
+
+    The trace counts blocking CUDA API calls; sync debug mode counts the operations torch itself
+    flags as synchronizing. They see syncs through different doors, so a sync that one of them
+    misses shows as a disagreement instead of a silent zero. Any difference is flagged (both are
+    per-step means of whole counts; a sync in only some steps is worth a look too).
+    Returns debug_syncs_per_step, sync_count_mismatch and sync_note (the two counts when they differ)."""
+    debug = float(sum(debug_sites.values()))
+    traced = float(counts["syncs_per_step"])
+    mismatch = abs(debug - traced) > 1e-9
+    note = (f"trace counts {traced:.2f} syncs per step, sync debug mode {debug:.2f}" if mismatch else "")
+    return {"debug_syncs_per_step": debug, "sync_count_mismatch": mismatch, "sync_note": note}
+
+
+def without_cuda(counts: dict) -> dict:
+    """The counts of a run without CUDA: sync counts NaN, no comparison, and the note saying why."""
+    out = dict(counts)
+    out.update({c: float("nan") for c in SYNC_COUNT_COLUMNS})
+    out.update(sync_count_mismatch=None, sync_note=NO_CUDA_NOTE)
+    return out
