@@ -464,9 +464,10 @@ def summary_table(rows) -> str:
 
 def _fmt_num(v) -> str:
     try:
-        return f"{float(v):.1f}"
+        f = float(v)
     except (TypeError, ValueError):
         return "?"
+    return "n/a" if f != f else f"{f:.1f}"  # NaN: not measured (sync counts on CPU)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -181,7 +181,8 @@ def run_stage_check() -> str:
             r0 = rows[0]
             cmp = timing.compare([r["step_ms"] for r in rows], dd, name, "device_direct")
             out.append(f"{name:17s} {med:6.3f} ms [{lo:.3f},{hi:.3f}] prof {r0['profiled_step_ms']:6.3f} "
-                       f"syncs {r0['syncs_per_step']:.2f} h2d {r0['h2d_pageable_per_step']:.1f}/{r0['h2d_pinned_per_step']:.1f} "
+                       f"syncs {r0['syncs_per_step']:.2f} (debug {r0['debug_syncs_per_step']:.2f}"
+                       f"{', COUNTS DISAGREE' if r0['sync_count_mismatch'] else ''}) h2d {r0['h2d_pageable_per_step']:.1f}/{r0['h2d_pinned_per_step']:.1f} "
                        f"alloc {r0['allocs_per_step']:.1f} blocked {r0['host_blocked_ms']:.2f} "
                        f"idle-after-sync {r0['gpu_idle_after_sync_ms']:.2f} | {cmp['pct']:+.1f}% vs dd  site {r0['sync_site']}")
         for name, st in res["with_stack"].items():

@@ -184,3 +184,9 @@ def test_an_old_run_file_without_the_new_columns_loads_as_nan_and_unflagged(tmp_
     assert len(_marker(fig).x) == 0 and "syncs of" not in _text(fig)
     total = next(t for t in fig.data if t.name == "total (syncs_per_step)")
     assert list(total.text) == ["1.00", "1.00"]
+
+
+def test_cli_summary_shows_an_unmeasured_count_as_n_a():
+    from dspark_lab.cli import _fmt_num
+
+    assert (_fmt_num(float("nan")), _fmt_num(1.0), _fmt_num(None)) == ("n/a", "1.0", "?")
