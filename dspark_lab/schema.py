@@ -36,6 +36,10 @@ TRACE_COLUMNS = (
     # function as the profiler names it ("dspark_lab/strategies.py(20): device_direct", the line
     # of its `def`) with Python stacks, else the ATen op and phase ("aten::to in dspark:...").
     "sync_site",
+    # GPU idle caused by the step's syncs (breakdown.SYNC_COST_RULE): every gap where the GPU waits
+    # for the host from a draining sync until the host is ahead again, capped at the time blocked.
+    # Recorded runs from before it have only gpu_idle_after_sync_ms (the first such gap).
+    "gpu_idle_sync_caused_ms",
 )
 FINGERPRINT_COLUMNS = ("gpu", "driver", "cuda", "torch", "run_id", "recorded_at")
 
