@@ -277,3 +277,19 @@ def test_figures_show_the_charged_idle_beside_the_loss():
     old = figures.step_breakdown(full.drop(columns=[sc.CHARGED_COLUMN]))
     assert figures.PART_NAMES["gpu_idle_after_sync_ms"] in {d.name for d in old.data}
     assert "older run" in old.layout.annotations[0].text
+
+
+def test_gpu_stage_table_reports_each_point_type():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_sync_cost", ROOT / "scripts" / "gpu_sync_cost.py")
+    stage = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(stage)
+    rows, extra, _ = synthetic_rows()
+    both = pd.concat([rows.assign(workload="sglang_profile", device="cuda"),
+                      rows[rows.strategy != "sync_one"].assign(workload="gpu_bound", point_id="q", device="cpu")])
+    lines = stage.table(both)
+    sgl = next(line for line in lines if line.startswith("sglang_profile"))
+    assert "sync_one" in sgl and "free_fast" in sgl and f"{np.median(extra):+.2f} ms" in sgl and "1.90 ms" in sgl
+    assert "no strategy synchronizes here" in next(line for line in lines if line.startswith("gpu_bound"))
+    assert "not measured" in next(line for line in lines if line.startswith("host_bound"))
