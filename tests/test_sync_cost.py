@@ -293,3 +293,39 @@ def test_gpu_stage_table_reports_each_point_type():
     assert "sync_one" in sgl and "free_fast" in sgl and f"{np.median(extra):+.2f} ms" in sgl and "1.90 ms" in sgl
     assert "no strategy synchronizes here" in next(line for line in lines if line.startswith("gpu_bound"))
     assert "not measured" in next(line for line in lines if line.startswith("host_bound"))
+
+
+@pytest.mark.cuda
+def test_cuda_a_users_item_is_charged_the_idle_of_the_host_work_after_it():
+    import time
+
+    import torch
+
+    from dspark_lab.measure import measure_step
+
+    x = torch.randn(2048, 2048, device="cuda")
+
+    def host_work():
+        end = time.perf_counter() + 0.5e-3
+        while time.perf_counter() < end:
+            pass
+
+    def with_item():
+        y = x
+        for _ in range(8):
+            y = y @ x
+        y.sum().item()  # drains the queue, then the host works with the GPU idle
+        host_work()
+
+    def without_item():
+        y = x
+        for _ in range(8):
+            y = y @ x
+        host_work()
+
+    r = measure_step(with_item, steps=5, trials=2, warmup=2, profile_steps=6).breakdown.iloc[1:]
+    assert (r.gpu_idle_sync_caused_ms > 0).all()
+    assert (r.gpu_idle_sync_caused_ms <= r.gpu_idle_ms + 1e-9).all()
+    assert (r.gpu_idle_sync_caused_ms <= r.host_blocked_ms + 1e-9).all()
+    free = measure_step(without_item, steps=5, trials=2, warmup=2, profile_steps=6).breakdown
+    assert (free.gpu_idle_sync_caused_ms == 0).all()
