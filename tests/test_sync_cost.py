@@ -330,3 +330,14 @@ def test_cuda_a_users_item_is_charged_the_idle_of_the_host_work_after_it():
     assert r.gpu_idle_sync_caused_ms.sum() <= r.host_blocked_ms.sum() + 0.05
     free = measure_step(without_item, steps=5, trials=2, warmup=2, profile_steps=6).breakdown
     assert (free.gpu_idle_sync_caused_ms == 0).all()
+
+
+def test_a_drain_after_the_last_step_does_not_take_the_last_steps_charge():
+    t = Trace()
+    t.step(0, 1000)
+    t.launch(0, 10, 12, 500)
+    t.sync(20, 505)
+    t.launch(600, 610, 612, 700)       # GPU idle from 700 to the end of the step: still the sync's
+    t.launch(1100, 1110, 1112, 1200)   # after the step (e.g. the strategy's drain work)
+    t.sync(1120, 1205, "cudaDeviceSynchronize")
+    assert charged(t) == [(500, 612, "cudaStreamSynchronize"), (700, 1000, "cudaStreamSynchronize")]

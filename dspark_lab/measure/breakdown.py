@@ -107,9 +107,11 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> 
     # blocking call at its return.
     timeline_ = [(r.ts, 0, "launch", r) for r in lau.itertuples()] + \
                 [(r.end, 1, "sync", r) for r in blocking.itertuples()]
+    lo, hi = wins[0][0], wins[-1][1]
     cause: Optional[int] = None
+    end_cause: Optional[int] = None  # in charge when the last step ends (a drain after it does not count)
     cause_of_launch: dict = {}
-    for _, _, kind, r in sorted(timeline_, key=lambda x: (x[0], x[1])):
+    for t, _, kind, r in sorted(timeline_, key=lambda x: (x[0], x[1])):
         if kind == "launch":
             if r.waited:
                 cause = None
@@ -118,11 +120,11 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> 
             p = pending_at(r.end)
             if r.ts + HOST_AHEAD_US < p <= r.end + HOST_AHEAD_US:  # it waited for work and left none
                 cause = causes.get((r.ts, r.end))
-    end_cause = cause
+        if t <= hi:
+            end_cause = cause
     # Each idle gap: did the GPU wait for the host (the op after it started right after its launch
     # returned), and which sync was in charge of that launch?
     g = ev[ev.cat.isin(GPU_CATS)]
-    lo, hi = wins[0][0], wins[-1][1]
     gpu = gpu_intervals(ev)
     starts = g.sort_values("ts", kind="stable")
     op_ts, op_corr = starts.ts.to_numpy(), starts.correlation.to_numpy()
