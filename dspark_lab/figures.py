@@ -38,11 +38,14 @@ PART_NAMES = {
     "host_launch_ms": "host: launch / CUDA API", "host_other_ms": "host: other Python",
     "gpu_busy_ms": "GPU: busy", "gpu_idle_after_sync_ms": "GPU: idle after a sync (starved)",
     "gpu_idle_other_ms": "GPU: idle, other",
+    "gpu_idle_sync_caused_ms": "GPU: idle a sync caused (waiting for the host from the sync until the host "
+                               "is ahead again, at most the time blocked)",
 }
 PART_COLORS = {
     "host_prep_ms": "#9ecae1", "host_blocked_ms": "#d62728", "host_readback_ms": "#bdbdbd",
     "host_copy_ms": "#ff7f0e", "host_launch_ms": "#2ca02c", "host_other_ms": "#dadaeb",
     "gpu_busy_ms": "#3f3f8f", "gpu_idle_after_sync_ms": "#f4a582", "gpu_idle_other_ms": "#eeeeee",
+    "gpu_idle_sync_caused_ms": "#f4a582",
 }
 # The GPU side as drawn: gpu_idle_ms split into its after-sync part and the rest (they sum to it).
 GPU_DRAWN_PARTS = ("gpu_busy_ms", "gpu_idle_after_sync_ms", "gpu_idle_other_ms")
@@ -62,12 +65,14 @@ TIMELINE_COLORS = {
     "launch": PART_COLORS["host_launch_ms"], "other": PART_COLORS["host_other_ms"],
     "sync": "#8c1c13", "readback_sync": "#969696",
     "kernel": PART_COLORS["gpu_busy_ms"], "h2d_copy": "#ff7f0e", "memcpy": "#e377c2",
+    "idle_sync_caused": PART_COLORS["gpu_idle_sync_caused_ms"],
 }
 TIMELINE_NAMES = {
     "prep": "host: batch prep", "blocked": "host: blocked in a sync", "readback": "host: result readback",
     "copy": "host: async copy call", "launch": "host: launch / CUDA API", "other": "host: other Python",
     "sync": "sync call (blocking)", "readback_sync": "readback sync (by design)",
     "kernel": "GPU: busy (kernels)", "h2d_copy": "GPU: host-to-device copy", "memcpy": "GPU: other copy",
+    "idle_sync_caused": "GPU: idle a sync caused",
 }
 TIMELINE_COLUMNS = ("point_id", "strategy", "lane", "part", "start_ms", "end_ms", "label")
 _MERGE_GAP_MS = 0.002  # GPU kernels closer than this are drawn as one span (labels kept in hover)
@@ -306,19 +311,21 @@ def step_breakdown(rows: pd.DataFrame) -> go.Figure:
     stacked; the profiled step's wall time (which each side sums to) and the profiler-free median
     step time of the trials are marked."""
     _check_one_point(ok_rows(rows), "step_breakdown")
-    cols = list(schema.HOST_PARTS) + list(schema.GPU_PARTS) + ["gpu_idle_after_sync_ms", "profiled_step_ms", "step_ms"]
+    cols = list(schema.HOST_PARTS) + list(schema.GPU_PARTS) + ["gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms",
+                                                                 "profiled_step_ms", "step_ms"]
     agg = per_strategy(rows, cols)
-    agg["gpu_idle_after_sync_ms"] = np.minimum(agg["gpu_idle_after_sync_ms"], agg["gpu_idle_ms"])
-    agg["gpu_idle_other_ms"] = agg["gpu_idle_ms"] - agg["gpu_idle_after_sync_ms"]
+    caused, fallback_note = _sync_idle_column(agg)
+    agg[caused] = np.minimum(agg[caused], agg["gpu_idle_ms"])
+    agg["gpu_idle_other_ms"] = agg["gpu_idle_ms"] - agg[caused]
     x = _x(agg, rows)
     fig = go.Figure()
-    for group, parts in (("host", schema.HOST_PARTS), ("gpu", GPU_DRAWN_PARTS)):
+    for group, parts in (("host", schema.HOST_PARTS), ("gpu", ("gpu_busy_ms", caused, "gpu_idle_other_ms"))):
         base = np.zeros(len(agg))
         for col in parts:
             vals = agg[col].to_numpy(dtype=float)
             fig.add_bar(x=x, y=vals.tolist(), base=base.tolist(), name=PART_NAMES[col], offsetgroup=group,
                         legendgroup=group,
-                        marker=dict(color=PART_COLORS[col], pattern_shape="x" if col == "gpu_idle_after_sync_ms" else ""),
+                        marker=dict(color=PART_COLORS[col], pattern_shape="x" if col == caused else ""),
                         customdata=[group] * len(agg),
                         hovertemplate=f"{PART_NAMES[col]}: %{{y:.3f}} ms<extra>%{{customdata}}</extra>")
             base = base + vals
@@ -331,8 +338,61 @@ def step_breakdown(rows: pd.DataFrame) -> go.Figure:
     fig.update_layout(barmode="group", yaxis_title="ms per step (left bar: host thread, right bar: GPU stream)",
                       bargap=0.25, bargroupgap=0.05)
     pt = point_label(ok_rows(rows).iloc[0]) if not ok_rows(rows).empty else ""
-    _note(fig, _failed_note(rows))
+    _note(fig, "; ".join(t for t in (_failed_note(rows), fallback_note) if t))
     return _title(fig, "Step-time breakdown: host thread vs GPU stream", rows, pt)
+
+
+def _sync_idle_column(agg: pd.DataFrame) -> tuple[str, str]:
+    """The GPU idle drawn as the sync's: gpu_idle_sync_caused_ms where the run has it; runs recorded
+    before it fall back to gpu_idle_after_sync_ms (the first gap after each sync only), with a note.
+    Mixed runs: the old column fills in where the new one is missing, and the note says so."""
+    new, old = "gpu_idle_sync_caused_ms", "gpu_idle_after_sync_ms"
+    missing = agg[new].isna()
+    if not missing.any():
+        return new, ""
+    note = "GPU idle after a sync: older run, only the first idle gap after each sync (not every gap it caused)"
+    if missing.all():
+        return old, note
+    agg[new] = agg[new].where(~missing, agg[old])
+    return new, note + f" for {int(missing.sum())} of {len(agg)} bars"
+
+
+def sync_cost(rows: pd.DataFrame, level: float = 0.95) -> go.Figure:
+    """What each sync costs at one point: the measured step-time loss against the best sync-free
+    strategy (profiler-free, paired per trial round, with its CI) beside the GPU idle the trace
+    charges to the syncs and the GPU idle difference (both from the profiled steps)."""
+    from .results.sync_cost import CHARGED_COLUMN, for_points
+
+    _check_one_point(ok_rows(rows), "sync_cost")
+    ok = ok_rows(rows).assign(run_id=_run_key(ok_rows(rows)))
+    t = for_points(ok, keys=["run_id"], level=level)
+    x = list(t["strategy"])
+    if t["run_id"].nunique() > 1:
+        labels = run_labels(ok)
+        x = [[labels.get(r, r) for r in t["run_id"]], x]
+    fig = go.Figure()
+    fig.add_bar(x=x, y=t["loss_ms"].tolist(), name=f"step-time loss vs the best sync-free strategy (no profiler, {level:.0%} CI)",
+                marker_color="#d62728",
+                error_y=dict(type="data", symmetric=False, array=(t["loss_ci_high_ms"] - t["loss_ms"]).tolist(),
+                             arrayminus=(t["loss_ms"] - t["loss_ci_low_ms"]).tolist()),
+                customdata=t["baseline"].tolist(), hovertemplate="loss vs %{customdata}: %{y:.3f} ms<extra></extra>")
+    old = bool(len(t)) and (t["charged_column"] != CHARGED_COLUMN).any()
+    fig.add_bar(x=x, y=t["charged_idle_ms"].tolist(),
+                name=PART_NAMES["gpu_idle_after_sync_ms" if old else "gpu_idle_sync_caused_ms"] + " (profiled)",
+                marker=dict(color=PART_COLORS["gpu_idle_sync_caused_ms"], pattern_shape="x"),
+                hovertemplate="charged GPU idle: %{y:.3f} ms<extra></extra>")
+    fig.add_bar(x=x, y=t["idle_diff_ms"].tolist(), name="GPU idle minus the sync-free strategy's (profiled)",
+                marker_color="#bdbdbd", customdata=t["baseline"].tolist(),
+                hovertemplate="GPU idle minus %{customdata}'s: %{y:.3f} ms<extra></extra>")
+    fig.update_layout(barmode="group", yaxis_title="ms per step")
+    notes = [_failed_note(rows)]
+    if old:
+        notes.append("older run: the charged idle is only the first idle gap after each sync")
+    if t.empty:
+        notes.append("no strategy syncs at this point: nothing to cost")
+    _note(fig, "; ".join(n for n in notes if n))
+    pt = point_label(ok_rows(rows).iloc[0]) if not ok_rows(rows).empty else ""
+    return _title(fig, "What a sync costs: measured loss vs the GPU idle it caused", rows, pt)
 
 
 def strategy_comparison(rows: pd.DataFrame, baseline: str = "device_direct") -> go.Figure:

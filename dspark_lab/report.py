@@ -134,7 +134,9 @@ def comparison_items(rows: pd.DataFrame, point_ids: Optional[Iterable[str]] = No
                     f"{baseline} takes {pd.Series(base).median():.2f} ms per step (median of {len(base)} trials) with "
                     f"{_num(b['syncs_per_step'])} host-blocking syncs per step; the host sits blocked "
                     f"{_num(b['host_blocked_ms'])} ms of each profiled step and the GPU starves "
-                    f"{_num(b['gpu_idle_after_sync_ms'])} ms after the sync")
+                    + (f"{_num(b['gpu_idle_sync_caused_ms'])} ms because of the sync (every gap until the host is ahead again)"
+                       if _num(b.get('gpu_idle_sync_caused_ms')) != "n/a" else
+                       f"{_num(b['gpu_idle_after_sync_ms'])} ms right after the sync (older run: first gap only)"))
             if b.get("sync_site"):
                 head += f" (sync at {b['sync_site']})"
             lines = []

@@ -45,6 +45,10 @@ TRACE_COLUMNS = (
     # Why the sync counts read as they do: "not measurable without CUDA" (sync columns are NaN on
     # CPU, never 0), the two counts where they disagree, else "".
     "sync_note",
+    # GPU idle caused by the step's syncs (breakdown.SYNC_COST_RULE): every gap where the GPU waits
+    # for the host from a draining sync until the host is ahead again, capped at the time blocked.
+    # Recorded runs from before it have only gpu_idle_after_sync_ms (the first such gap).
+    "gpu_idle_sync_caused_ms",
 )
 FINGERPRINT_COLUMNS = ("gpu", "driver", "cuda", "torch", "run_id", "recorded_at")
 

@@ -33,6 +33,10 @@ class StepReport:
         lines = [f"device {self.device}: step {med:.3f} ms (95% CI {lo:.3f}-{hi:.3f}) over {len(self.timing)} trials",
                  f"{syncs_text}  H2D pageable/step {c['h2d_pageable_per_step']:.2f}"
                  f"  pinned/step {c['h2d_pinned_per_step']:.2f}  allocations/step {c['allocs_per_step']:.2f}"]
+        if c["syncs_per_step"] > 0 and len(self.breakdown) > 1:
+            b = self.breakdown.iloc[1:]  # the first profiled step pays the profiler's start
+            lines.append(f"host blocked {b.host_blocked_ms.mean():.3f} ms/step; GPU idle the syncs caused "
+                         f"{b.gpu_idle_sync_caused_ms.mean():.3f} ms/step (every gap until the host is ahead again)")
         for site, n in sorted(self.debug_sites.items(), key=lambda kv: -kv[1]):
             lines.append(f"  sync at {site}: {n:.2f} per step")
         if c.get("sync_count_mismatch"):

@@ -4,22 +4,34 @@ Host side, each instant of a step is given to one part, by precedence:
   blocked (syncs outside the readback) > readback (the by-design result wait) > copy (async
   memcpy calls) > launch (other CUDA API calls) > prep (the step's `*prep*` phases) > other.
 GPU side: busy (kernels, copies, memsets) and idle; of the idle time, the part in gaps that
-contain the end of a step sync is "idle after sync": the GPU starving while the host does work it
-could have done before the sync. Blocked time is not lost time; idle-after-sync is.
+contain the end of a step sync is "idle after sync" (the first gap only, kept for old recorded
+runs). Blocked time is not lost time; idle the sync caused is:
+
+The rule (SYNC_COST_RULE, details in `sync_caused_gaps`): a GPU idle gap is charged to the latest
+step sync that drained the GPU's queue while the GPU waits there for a host launch and every launch
+since that sync found the GPU idle (the host has not got ahead again), up to as much idle as the
+host was blocked in that sync.
 """
 from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
 from ..workload import PHASE_PREFIX
 from . import intervals as iv
-from .syncs import ASYNC_COPY_APIS, host_events, step_windows, sync_calls
+from .syncs import ASYNC_COPY_APIS, SYNC_KINDS, host_events, step_windows, sync_calls
 from .trace import GPU_CATS, HOST_API_CATS, HOST_RANGE_CAT
 
 GPU_MERGE_GAP_US = 2.0  # GPU ops closer than this are drawn as one busy span
 PARTS_PRECEDENCE = ("blocked", "readback", "copy", "launch", "prep")
+# A launched GPU op that starts more than this after its launch call returned waited behind queued
+# work: the host was ahead. On the recorded H200 traces an op launched into an idle GPU starts at
+# most a few µs after the call returns, a queued one hundreds of µs later (tests check both).
+HOST_AHEAD_US = 20.0
+SYNC_COST_RULE = ("GPU idle caused by a sync: each gap where the GPU waits for the host, from the sync that "
+                  "drained its queue until the host is ahead again, up to the time the host was blocked in it")
 
 
 def _host_sets(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> dict[str, list]:
@@ -42,6 +54,105 @@ def gpu_intervals(ev: pd.DataFrame) -> list[tuple[float, float]]:
     return iv.union(zip(g.ts, g.end))
 
 
+def launches(ev: pd.DataFrame) -> pd.DataFrame:
+    """Host API calls on the step thread that queued GPU work (kernel, graph, copy or memset
+    launches, matched by correlation), with their GPU work's first start and last end, and
+    `waited`: the first op started more than HOST_AHEAD_US after the call returned, so it was
+    queued behind earlier work (the host was ahead of the GPU)."""
+    host = host_events(ev)
+    api = host[host.cat.isin(HOST_API_CATS) & host.correlation.notna()]
+    g = ev[ev.cat.isin(GPU_CATS) & ev.correlation.notna()]
+    work = g.groupby("correlation").agg(gpu_start=("ts", "min"), gpu_end=("end", "max"))
+    out = api[["name", "ts", "end", "correlation"]].join(work, on="correlation", how="inner")
+    out = out.sort_values("ts", kind="stable").reset_index(drop=True)
+    out["waited"] = (out.gpu_start - out.end) > HOST_AHEAD_US
+    return out
+
+
+def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+    """GPU idle caused by step syncs, one row per charged gap: start, end (µs; the charged part),
+    gap_end (the whole gap's end), and the sync that caused it (`sync`: its row in `calls`,
+    `sync_name`, `sync_site`, `sync_step`).
+
+    The rule: a blocking call drains the queue when the GPU had work pending when it began and none
+    left when it returned. From then on, while every launch finds the GPU idle or about to be (its
+    first op starts within HOST_AHEAD_US of the call's return), the host is not ahead, and each gap
+    the GPU spends waiting for the host's next launch is charged to that sync, in time order, up to
+    the time the host was blocked in it; this spans the rest of the step and the next step's host
+    work before its first queued-up launch. The first launch that waits behind queued work ends the
+    charge; a later draining sync takes over. Why the cap: without the sync each later launch comes
+    exactly as much earlier as the host was blocked, so the sync cannot have caused more idle than
+    that; the rest is the host's own (a host-bound loop idles there with no sync at all).
+    Readback syncs (by design) and blocking calls outside the steps drain too but are charged
+    nothing: the gaps after them stay "idle, other". Gaps between the ops of a running CUDA graph or
+    between queued kernels are not the host's and are not charged."""
+    calls = sync_calls(ev) if calls is None else calls
+    cols = ["start", "end", "gap_end", "sync", "sync_name", "sync_site", "sync_step"]
+    wins = step_windows(ev)
+    if not wins:
+        return pd.DataFrame(columns=cols)
+    host = host_events(ev)
+    lau = launches(ev)
+    blocking = host[host.cat.isin(HOST_API_CATS) & host.name.isin(list(SYNC_KINDS))]
+    causes = {(r.ts, r.end): i for i, r in enumerate(calls.itertuples()) if not r.readback}
+    # GPU work pending when a blocking call begins / returns: the last end of work launched before.
+    launch_ts = lau.ts.to_numpy()
+    pending = lau.gpu_end.cummax().to_numpy()
+
+    def pending_at(t: float) -> float:
+        k = int(np.searchsorted(launch_ts, t, side="left"))
+        return float(pending[k - 1]) if k else float("-inf")
+
+    # Walk the host's launches and blocking calls in host time; a launch counts at its start, a
+    # blocking call at its return.
+    timeline_ = [(r.ts, 0, "launch", r) for r in lau.itertuples()] + \
+                [(r.end, 1, "sync", r) for r in blocking.itertuples()]
+    lo, hi = wins[0][0], wins[-1][1]
+    cause: Optional[int] = None
+    end_cause: Optional[int] = None  # in charge when the last step ends (a drain after it does not count)
+    cause_of_launch: dict = {}
+    for t, _, kind, r in sorted(timeline_, key=lambda x: (x[0], x[1])):
+        if kind == "launch":
+            if r.waited:
+                cause = None
+            cause_of_launch[r.correlation] = cause
+        else:
+            p = pending_at(r.end)
+            if r.ts + HOST_AHEAD_US < p <= r.end + HOST_AHEAD_US:  # it waited for work and left none
+                cause = causes.get((r.ts, r.end))
+        if t <= hi:
+            end_cause = cause
+    # Each idle gap: did the GPU wait for the host (the op after it started right after its launch
+    # returned), and which sync was in charge of that launch?
+    g = ev[ev.cat.isin(GPU_CATS)]
+    gpu = gpu_intervals(ev)
+    starts = g.sort_values("ts", kind="stable")
+    op_ts, op_corr = starts.ts.to_numpy(), starts.correlation.to_numpy()
+    first_op = {r.correlation: (r.gpu_start, r.waited) for r in lau.itertuples()}
+    budget: dict = {}  # per sync: how much more idle it can be charged
+    rows = []
+    for a, b in iv.complement(gpu, lo, hi):
+        k = int(np.searchsorted(op_ts, b, side="left"))
+        if k == len(op_ts):  # nothing ran after it in the trace: the GPU was left waiting
+            who = end_cause
+        else:
+            # The GPU waited for the host when the gap ends with a launch's first op, started right
+            # after its call (gaps between the ops of one graph or one queue are not the host's).
+            corr = op_corr[k]
+            start, waited = first_op.get(corr, (None, True))
+            who = cause_of_launch.get(corr) if start == op_ts[k] and not waited else None
+        if who is None:
+            continue
+        # The cap (see the docstring): no more idle than the host was blocked in the sync.
+        c = calls.iloc[who]
+        budget.setdefault(who, float(c["end"] - c["ts"]))
+        charged = min(b - a, budget[who])
+        budget[who] -= charged
+        if charged > 0:
+            rows.append([a, a + charged, b, who, c["name"], c["site"], int(c["step"])])
+    return pd.DataFrame(rows, columns=cols)
+
+
 def resolve_host(sets: dict[str, list], lo: float, hi: float) -> dict[str, list]:
     """Disjoint host intervals per part inside [lo, hi), by precedence."""
     taken: list = []
@@ -56,9 +167,12 @@ def resolve_host(sets: dict[str, list], lo: float, hi: float) -> dict[str, list]
 
 def per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> pd.DataFrame:
     """One row per step: wall_ms, the host parts, the GPU parts (all in ms)."""
+    calls = sync_calls(ev) if calls is None else calls
     sets = _host_sets(ev, calls)
     gpu = gpu_intervals(ev)
     step_sync_ends = sorted(e for _, e in sets["blocked"])
+    caused = sync_caused_gaps(ev, calls)
+    caused_spans = list(zip(caused.start, caused.end))
     rows = []
     for i, (lo, hi) in enumerate(step_windows(ev)):
         host = resolve_host(sets, lo, hi)
@@ -68,7 +182,8 @@ def per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> pd.DataF
         row = {"step": i, "wall_ms": (hi - lo) / 1e3}
         row.update({f"host_{p}_ms": iv.length(v) / 1e3 for p, v in host.items()})
         row.update(gpu_busy_ms=iv.length(busy) / 1e3, gpu_idle_ms=iv.length(gaps) / 1e3,
-                   gpu_idle_after_sync_ms=iv.length(after_sync) / 1e3)
+                   gpu_idle_after_sync_ms=iv.length(after_sync) / 1e3,
+                   gpu_idle_sync_caused_ms=iv.length(iv.clip(caused_spans, lo, hi)) / 1e3)
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -87,7 +202,8 @@ def summary(ev: pd.DataFrame, skip_first: int = 1, calls: Optional[pd.DataFrame]
 
 def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Optional[pd.DataFrame] = None) -> list[list]:
     """Segments [lane, part, start_ms, end_ms, label] for a few steps, times relative to the first
-    shown step's start: host parts by precedence, GPU busy spans, and each step sync's span."""
+    shown step's start: host parts by precedence, GPU busy spans, each step sync's span, and the
+    GPU idle each sync caused ("idle_sync_caused", labelled with the sync and its site)."""
     wins = step_windows(ev)
     if not wins:
         return []
@@ -107,6 +223,10 @@ def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Opt
     for s, e in iv.union((max(a, lo), min(b, hi)) for a, b in zip(g.ts, g.end + GPU_MERGE_GAP_US)):
         n = int(((g.ts >= s) & (g.ts < e)).sum())
         segs.append(["gpu", "busy", (s - lo) / 1e3, (e - GPU_MERGE_GAP_US - lo) / 1e3, f"{n} GPU ops"])
+    caused = sync_caused_gaps(ev, calls)
+    for r in caused[(caused.end > lo) & (caused.start < hi)].itertuples():
+        segs.append(["gpu", "idle_sync_caused", (max(r.start, lo) - lo) / 1e3, (min(r.end, hi) - lo) / 1e3,
+                     f"GPU idle caused by {r.sync_name} at {r.sync_site}"])
     for r in calls[(calls.ts >= lo) & (calls.ts < hi)].itertuples():
         segs.append(["host", "sync" if not r.readback else "readback_sync", (r.ts - lo) / 1e3, (r.end - lo) / 1e3, f"{r.name} at {r.site}"])
     for k, (s, e) in enumerate(shown):
