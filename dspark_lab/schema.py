@@ -36,6 +36,8 @@ TRACE_COLUMNS = (
     # function as the profiler names it ("dspark_lab/strategies.py(20): device_direct", the line
     # of its `def`) with Python stacks, else the ATen op and phase ("aten::to in dspark:...").
     "sync_site",
+    # Device-to-host copies issued in the step (GPU-side "Memcpy DtoH"), and those into pageable memory.
+    "d2h_per_step", "d2h_pageable_per_step",
 )
 FINGERPRINT_COLUMNS = ("gpu", "driver", "cuda", "torch", "run_id", "recorded_at")
 
