@@ -166,12 +166,20 @@ def from_trace(tr: dict, allow: Iterable[str] = ()) -> list:
         return []
     block = _in_block(ev)
     api = block[block.cat.isin(_trace.HOST_API_CATS)]
+    lo, hi = (block.ts.min(), block.end.max()) if len(block) else (0.0, 0.0)
+    host = block.iloc[0] if len(block) else None
     found = []  # (ts, kind, witness, call row)
     for s in ev[ev.cat == "cuda_sync"].itertuples():
         kind = next((k for n, k in CUPTI_KINDS.items() if n in s.name), None)
         call = api[api.correlation == s.correlation]
-        if kind and not call.empty:
+        if not kind:
+            continue
+        if not call.empty:
             found.append((call.ts.iloc[0], kind, CUPTI, call.iloc[0]))
+        elif host is not None and lo <= s.ts <= hi:
+            # No runtime/driver record of the call (some driver calls are not traced): attribute by
+            # the time the sync began, on the block's thread.
+            found.append((s.ts, kind, CUPTI, pd.Series({"ts": s.ts, "end": s.ts, "pid": host.pid, "tid": host.tid, "name": s.name})))
     for _, c in api[api.name.map(_syncs.SYNC_KINDS) == "memcpy"].iterrows():
         found.append((c.ts, "memcpy", TRACE, c))
     for _, c in unsynced_pageable_d2h(block).iterrows():
