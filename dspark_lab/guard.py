@@ -72,7 +72,7 @@ class HostSync:
     allowed: bool = False
 
     def describe(self) -> str:
-        what = "blocking pageable copy" if self.kind == "pageable_copy" else f"{self.kind} sync"
+        what = {"pageable_copy": "blocking pageable copy", "sync": "sync"}.get(self.kind, f"{self.kind} sync")
         return f"{self.site} ({what}, seen by {self.seen_by}{', allowed' if self.allowed else ''})"
 
 
@@ -182,7 +182,8 @@ def from_trace(tr: dict, allow: Iterable[str] = ()) -> list:
             found.append((s.ts, kind, CUPTI, pd.Series({"ts": s.ts, "end": s.ts, "pid": host.pid, "tid": host.tid, "name": s.name})))
     for _, c in api[api.name.map(_syncs.SYNC_KINDS) == "memcpy"].iterrows():
         found.append((c.ts, "memcpy", TRACE, c))
-    for _, c in unsynced_pageable_d2h(block).iterrows():
+    pageable = unsynced_pageable_d2h(ev)
+    for _, c in pageable[pageable.correlation.isin(set(api.correlation.dropna()))].iterrows():
         found.append((c.ts, "pageable_copy", TRACE, c))
     out = []
     for _, kind, witness, call in sorted(found, key=lambda f: f[0]):

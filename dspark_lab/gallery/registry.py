@@ -99,7 +99,7 @@ _CASES = (
         C.draft_lens_from_list, C.draft_lens_full,
         "SGLang #29415 as cited in issue 13 (not re-checked here); #34782's scalar is the one-element form",
         "`torch.tensor(python_list, device='cuda')` builds the tensor in pageable host memory and "
-        "copies it with a blocking copy: the host waits for the stream to drain first. When the "
+        "copies it with a blocking copy: the host waits for the stream to drain first. The fix: when the "
         "values are uniform, `torch.full(..., device='cuda')` writes them with a fill kernel; when they "
         "vary, fill a persistent pinned buffer and copy it with `non_blocking=True` into a persistent "
         "device buffer.",
