@@ -247,6 +247,9 @@ class GalleryBackend:
         return case_text(self.ensure(name), name)
 
     def table(self) -> pd.DataFrame:
+        """All cases; in live mode the ones not yet measured are measured first."""
+        for name in self.names():
+            self.ensure(name)
         return table(self.rec)
 
     def widget(self):
