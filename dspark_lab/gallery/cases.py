@@ -12,7 +12,7 @@ Re-implemented from the PRs' descriptions (cited per case in `registry.py`); no 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -62,7 +62,6 @@ class State:
     expert_ids: torch.Tensor  # [rows] routed expert per token
     d2h_pageable: torch.Tensor  # host buffer in pageable memory (the pitfall)
     d2h_pinned: torch.Tensor  # host buffer in pinned memory on CUDA (the fix)
-    extra: dict = field(default_factory=dict)
 
 
 def make_state(device=None, scale_name: str = "smoke", seed: int = 0) -> State:

@@ -14,7 +14,7 @@ import datetime as _dt
 import json
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Union
 
 import pandas as pd
 import torch
