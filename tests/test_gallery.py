@@ -84,6 +84,31 @@ def test_d2h_copies_are_counted_per_step_by_destination():
     assert c["d2h_pageable_per_step"] == 1.0
 
 
+def test_a_blocking_pageable_copy_counts_as_a_host_sync_and_its_wait_as_blocked_time():
+    """Two steps; each copies into pageable memory with no sync call (20 us in cudaMemcpyAsync) and
+    the GPU then idles until the next kernel; the second step also has a `.item()`-like copy+sync."""
+    ev = []
+    for k, t0 in enumerate((0, 100)):
+        ev += [_x(STEP_RANGE, "user_annotation", t0, 100),
+               _x("kernel", "kernel", t0 + 0, 30, pid=0, tid=7, correlation=100 + k),
+               _x("aten::copy_", "cpu_op", t0 + 10, 30),
+               _x("cudaMemcpyAsync", "cuda_runtime", t0 + 15, 20, correlation=10 + k),
+               _x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", t0 + 31, 2, pid=0, tid=7, correlation=10 + k),
+               _x("kernel", "kernel", t0 + 60, 30, pid=0, tid=7, correlation=200 + k)]
+    ev += [_x("aten::_local_scalar_dense", "cpu_op", 145, 12),
+           _x("cudaMemcpyAsync", "cuda_runtime", 146, 2, correlation=50),
+           _x("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy", 147, 1, pid=0, tid=7, correlation=50),
+           _x("cudaStreamSynchronize", "cuda_runtime", 149, 6, correlation=51)]
+    r = report.analyse({"traceEvents": ev})
+    assert r["blocking_copies_per_step"] == 1.0 and r["syncs_per_step"] == 0.5
+    assert r["host_syncs_per_step"] == 1.5 and r["d2h_per_step"] == 1.5 and r["d2h_pageable_per_step"] == 1.0
+    # The second step (the first is skipped as the profiler's start): 20 us in the pageable copy +
+    # 6 us in the stream sync blocked; GPU gaps 133..147 and 148..160 hold the ends of the two waits
+    # (135 and 155): 14 + 12 us starved.
+    assert r["host_blocked_ms"] == pytest.approx(0.026)
+    assert r["gpu_idle_after_sync_ms"] == pytest.approx(0.026)
+
+
 def test_d2h_columns_are_in_the_schema():
     from dspark_lab import schema
 

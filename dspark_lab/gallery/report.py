@@ -61,6 +61,7 @@ def analyse(tr: dict) -> dict:
     copies = blocking_copy_calls(ev)
     n = counts["steps_in_trace"]
     blocking = pd.concat([calls, copies[calls.columns.intersection(copies.columns)]], ignore_index=True) if len(copies) else calls
+    blocking["readback"] = blocking.readback.astype(bool)
     parts = breakdown.summary(ev, calls=blocking)
     out = {k: counts[k] for k in ("syncs_per_step", "readback_syncs_per_step", "d2h_per_step",
                                   "d2h_pageable_per_step", "h2d_pageable_per_step")}
