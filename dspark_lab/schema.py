@@ -49,6 +49,8 @@ TRACE_COLUMNS = (
     # for the host from a draining sync until the host is ahead again, capped at the time blocked.
     # Recorded runs from before it have only gpu_idle_after_sync_ms (the first such gap).
     "gpu_idle_sync_caused_ms",
+    # Device-to-host copies issued in the step (GPU-side "Memcpy DtoH"), and those into pageable memory.
+    "d2h_per_step", "d2h_pageable_per_step",
 )
 FINGERPRINT_COLUMNS = ("gpu", "driver", "cuda", "torch", "run_id", "recorded_at")
 

@@ -100,6 +100,14 @@ def h2d_copies(ev: pd.DataFrame) -> pd.DataFrame:
     return c
 
 
+def d2h_copies(ev: pd.DataFrame) -> pd.DataFrame:
+    """GPU-side device-to-host copies with their destination memory (pageable or pinned). A copy
+    into pageable memory returns only when it has run, whatever `non_blocking` said."""
+    c = ev[(ev.cat == "gpu_memcpy") & ev.name.str.contains("DtoH")].copy()
+    c["dest"] = ["pinned" if "Pinned" in n else "pageable" for n in c.name]
+    return c
+
+
 def counts_per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> dict:
     """Syncs by kind, H2D copies by source, and device allocations, averaged over the trace's steps.
     `calls` is `sync_calls(ev)` where the caller already has it."""
@@ -119,6 +127,10 @@ def counts_per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> d
     copies = copies[in_steps] if len(copies) else copies
     out["h2d_pageable_per_step"] = int((copies.source == "pageable").sum()) / n
     out["h2d_pinned_per_step"] = int((copies.source == "pinned").sum()) / n
+    d2h = d2h_copies(ev)
+    d2h = d2h[[any(s <= issued.get(c, -1) < e for s, e in wins) for c in d2h.correlation]] if len(d2h) else d2h
+    out["d2h_per_step"] = len(d2h) / n
+    out["d2h_pageable_per_step"] = int((d2h.dest == "pageable").sum()) / n
     # Device allocations from the caching allocator: [memory] events on CUDA with positive bytes.
     mem = ev[(ev.name == "[memory]") & (ev.device_type == 1) & (pd.to_numeric(ev.bytes, errors="coerce") > 0)]
     out["allocs_per_step"] = sum(any(s <= t < e for s, e in wins) for t in mem.ts) / n

@@ -1,0 +1,277 @@
+"""Measure the gallery (each case and its fix), write or read a recorded gallery, and show it.
+
+A recorded gallery is one JSON file (data/gallery/*.json, or $DSPARK_GALLERY_DATA):
+    {"kind": "dspark_gallery", "schema": 1, "fingerprint": {...}, "recorded_at", "scale", "device",
+     "cases": [{"name", "shape", "pr", "why", "documented_sites": [...],
+                "variants": {"case": VARIANT, "fix": VARIANT}}]}
+VARIANT holds the function, the documented counts, the measured counts per step, the sites each
+witness named, the step-time parts and the profiler-free step time with its CI (see `VARIANT_KEYS`).
+Nothing here imports plotly or ipywidgets at module level: the GPU machines have neither.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+from typing import Union
+
+import pandas as pd
+import torch
+
+from .. import guard
+from ..measure import breakdown, measure_step, probe, syncs, timing, trace
+from . import cases as C
+from .registry import CASES, Case, get
+
+KIND, SCHEMA = "dspark_gallery", 1
+DATA_ENV = "DSPARK_GALLERY_DATA"
+MODE_ENV = "DSPARK_LAB_MODE"  # as panel.MODE_ENV: "recorded" forces recorded mode
+DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "gallery"
+VARIANTS = ("case", "fix")
+VARIANT_KEYS = (
+    "function", "status", "error", "expected_syncs", "expected_d2h",
+    "host_syncs_per_step",  # syncs_per_step + blocking_copies_per_step: what the gallery documents
+    "syncs_per_step", "blocking_copies_per_step", "readback_syncs_per_step",
+    "d2h_per_step", "d2h_pageable_per_step", "h2d_pageable_per_step",
+    "debug_sites",  # sync debug mode: "file:line function" -> per step
+    "guard_sites",  # the guard in counting mode over one step: [[site, kind, witness, allowed], ...]
+    "host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms",
+    "step_ms", "step_ms_lo", "step_ms_hi",  # profiler-free median over trials and its 95% CI
+    "matches",  # measured == documented (host syncs and D2H copies); None where nothing can sync
+)
+
+
+def blocking_copy_calls(ev: pd.DataFrame) -> pd.DataFrame:
+    """Blocking pageable D2H copies issued inside step windows, shaped like `syncs.sync_calls` rows."""
+    wins = syncs.step_windows(ev)
+    c = guard.unsynced_pageable_d2h(ev).copy()
+    c["step"] = [next((i for i, (s, e) in enumerate(wins) if s <= t < e), -1) for t in c.ts]
+    c = c[c.step >= 0]
+    c["kind"], c["readback"], c["site"] = "pageable_copy", False, ""
+    return c
+
+
+def analyse(tr: dict) -> dict:
+    """Counts and step-time parts of a `measure_step` trace. Blocking pageable copies count as host
+    syncs, and their time as blocked time (the GPU idling after one is starved just the same)."""
+    ev = trace.events(tr)
+    calls = syncs.sync_calls(ev)
+    counts = syncs.counts_per_step(ev, calls)
+    copies = blocking_copy_calls(ev)
+    n = counts["steps_in_trace"]
+    blocking = pd.concat([calls, copies[calls.columns.intersection(copies.columns)]], ignore_index=True) if len(copies) else calls
+    blocking["readback"] = blocking.readback.astype(bool)
+    parts = breakdown.summary(ev, calls=blocking)
+    out = {k: counts[k] for k in ("syncs_per_step", "readback_syncs_per_step", "d2h_per_step",
+                                  "d2h_pageable_per_step", "h2d_pageable_per_step")}
+    out["blocking_copies_per_step"] = len(copies) / n
+    out["host_syncs_per_step"] = out["syncs_per_step"] + out["blocking_copies_per_step"]
+    out.update({k: parts[k] for k in ("host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms")})
+    return out
+
+
+def measure_variant(case: Case, variant: str, state: C.State, *, steps: int, trials: int) -> dict:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
+    fn = case.step if variant == "case" else case.fix
+    rec = {k: None for k in VARIANT_KEYS}
+    rec.update(function=fn.__name__, status="ok", error="",
+               expected_syncs=case.expected_syncs if variant == "case" else case.fix_expected_syncs,
+               expected_d2h=case.expected_d2h if variant == "case" else case.fix_expected_d2h)
+    try:
+        r = measure_step(lambda: fn(state), steps=steps, trials=trials, warmup=3, profile_steps=10)
+        rec.update(analyse(r.trace))
+        rec["debug_sites"] = r.debug_sites
+        rec["guard_sites"] = []
+        if state.device.type == "cuda":  # without CUDA the guard can only say it checked nothing
+            with guard.no_host_syncs(count=True, allow=case.allow) as g:
+                fn(state)
+            rec["guard_sites"] = [[s.site, s.kind, s.seen_by, s.allowed] for s in g.syncs]
+        med, lo, hi = timing.median_ci([t.step_ms for t in r.timing])
+        rec.update(step_ms=med, step_ms_lo=lo, step_ms_hi=hi)
+        if state.device.type == "cuda":
+            rec["matches"] = bool(rec["host_syncs_per_step"] == rec["expected_syncs"]
+                                  and rec["d2h_per_step"] == rec["expected_d2h"])
+    except Exception as e:  # noqa: BLE001 -- one failing case must not lose the others' records
+        rec.update(status="failed", error=f"{type(e).__name__}: {e}")
+    return rec
+
+
+def record(names=None, *, device=None, scale: str = "smoke", steps: int = 20, trials: int = 3) -> dict:
+    """Measure each case and its fix; the dict written to a recorded gallery file."""
+    names = list(names or CASES)
+    out = {"kind": KIND, "schema": SCHEMA, "fingerprint": probe.fingerprint(),
+           "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "scale": scale, "cases": []}
+    state = None
+    for name in names:
+        case = get(name)
+        state = C.make_state(device, scale)
+        out["device"] = state.device.type
+        out["cases"].append({
+            "name": case.name, "shape": case.shape, "pr": case.pr, "why": case.why,
+            "documented_sites": case.sites(), "allow": list(case.allow),
+            "variants": {v: measure_variant(case, v, state, steps=steps, trials=trials) for v in VARIANTS},
+        })
+    out.setdefault("device", "cuda" if torch.cuda.is_available() else "cpu")
+    return out
+
+
+def save(rec: dict, path: Union[str, Path]) -> Path:
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(rec, indent=1, default=float))
+    return p
+
+
+def find_recorded(path: Union[str, Path, None] = None) -> Path:
+    """`path`, else $DSPARK_GALLERY_DATA, else the newest data/gallery/*.json (a file or a folder)."""
+    src = Path(path or os.environ.get(DATA_ENV) or DATA_DIR)
+    if src.is_dir():
+        files = sorted(src.glob("*.json"))
+        if not files:
+            raise ValueError(f"no recorded gallery (*.json) in {src}: record one with scripts/gpu_gallery.py "
+                             f"or point {DATA_ENV} at one")
+        return files[-1]
+    if not src.is_file():
+        raise ValueError(f"{DATA_ENV} / path: {src} is neither a gallery JSON file nor a folder of them")
+    return src
+
+
+def load(path: Union[str, Path, None] = None) -> dict:
+    p = find_recorded(path)
+    rec = json.loads(p.read_text())
+    if rec.get("kind") != KIND:
+        raise ValueError(f"{p}: kind must be {KIND!r}; got {rec.get('kind')!r}")
+    rec["source"] = str(p)
+    return rec
+
+
+def check(rec: dict) -> list[str]:
+    """Mismatches between measured and documented counts (empty when all match or nothing could sync)."""
+    bad = []
+    for c in rec["cases"]:
+        for v, r in c["variants"].items():
+            if r["status"] != "ok":
+                bad.append(f"{c['name']}/{v}: {r['error']}")
+            elif r["matches"] is False:
+                bad.append(f"{c['name']}/{v}: host syncs {r['host_syncs_per_step']:g} (documented {r['expected_syncs']}), "
+                           f"D2H {r['d2h_per_step']:g} (documented {r['expected_d2h']})")
+    return bad
+
+
+def table(rec: dict) -> pd.DataFrame:
+    """One row per case: documented and measured host syncs, host blocked, GPU starved, step time."""
+    rows = []
+    for c in rec["cases"]:
+        a, b = c["variants"]["case"], c["variants"]["fix"]
+        row = {"case": c["name"], "from": c["pr"].split(" (")[0]}
+        for tag, r in (("case", a), ("fix", b)):
+            row[f"syncs {tag} (doc)"] = r["expected_syncs"]
+            row[f"syncs {tag}"] = r["host_syncs_per_step"]
+        row.update({"blocked ms case": a["host_blocked_ms"], "blocked ms fix": b["host_blocked_ms"],
+                    "GPU starved ms case": a["gpu_idle_after_sync_ms"], "GPU starved ms fix": b["gpu_idle_after_sync_ms"],
+                    "step ms case": a["step_ms"], "step ms fix": b["step_ms"],
+                    "speed-up": (a["step_ms"] / b["step_ms"]) if a["step_ms"] and b["step_ms"] else None,
+                    "matches": None if a["matches"] is None else bool(a["matches"] and b["matches"])})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _fmt(x, unit="") -> str:
+    return "n/a" if x is None else f"{x:.3f}{unit}" if isinstance(x, float) else f"{x}{unit}"
+
+
+def case_text(rec: dict, name: str) -> str:
+    """Plain-text view of one case: why, sync lines, costs, and the fix's effect."""
+    c = next((c for c in rec["cases"] if c["name"] == name), None)
+    if c is None:
+        raise ValueError(f"case must be one of {', '.join(x['name'] for x in rec['cases'])}; got {name!r}")
+    lines = [f"{c['name']}: {c['shape']}", f"from: {c['pr']}", "", c["why"], "",
+             "documented sync lines: " + ", ".join(c["documented_sites"])]
+    for tag in VARIANTS:
+        r = c["variants"][tag]
+        lines.append(f"\n[{tag}] {r['function']}" + ("" if r["status"] == "ok" else f"  FAILED: {r['error']}"))
+        if r["status"] != "ok":
+            continue
+        lines.append(f"  host syncs/step {_fmt(r['host_syncs_per_step'])} (documented {r['expected_syncs']}; "
+                     f"sync calls {_fmt(r['syncs_per_step'])}, blocking pageable copies {_fmt(r['blocking_copies_per_step'])}, "
+                     f"by-design readback {_fmt(r['readback_syncs_per_step'])})")
+        lines.append(f"  D2H copies/step {_fmt(r['d2h_per_step'])} (documented {r['expected_d2h']}), of them pageable {_fmt(r['d2h_pageable_per_step'])}")
+        for site, n in (r["debug_sites"] or {}).items():
+            lines.append(f"  sync debug mode: {site}  ({n:g} per step)")
+        for site, kind, witness, allowed in r["guard_sites"] or []:
+            lines.append(f"  guard: {site}  [{kind}, {witness}{', allowed' if allowed else ''}]")
+        lines.append(f"  host blocked {_fmt(r['host_blocked_ms'], ' ms')}, GPU starved after a sync {_fmt(r['gpu_idle_after_sync_ms'], ' ms')}, "
+                     f"GPU idle {_fmt(r['gpu_idle_ms'], ' ms')} per profiled step")
+        lines.append(f"  step {_fmt(r['step_ms'], ' ms')} (95% CI {_fmt(r['step_ms_lo'])}-{_fmt(r['step_ms_hi'])}, no profiler)")
+    a, b = c["variants"]["case"], c["variants"]["fix"]
+    if a["step_ms"] and b["step_ms"]:
+        lines.append(f"\nfix: {a['step_ms'] / b['step_ms']:.2f}x step time, host syncs {_fmt(a['host_syncs_per_step'])} -> {_fmt(b['host_syncs_per_step'])}")
+    if rec.get("device") != "cuda":
+        lines.append("recorded without CUDA: nothing can synchronize, so every count is zero by construction")
+    return "\n".join(lines)
+
+
+class GalleryBackend:
+    """Recorded (a gallery file) or live (measure a case on this machine's GPU when asked)."""
+
+    def __init__(self, mode: str = "recorded", path=None, scale: str = "gpu"):
+        if mode not in ("recorded", "live"):
+            raise ValueError(f"mode must be one of recorded, live; got {mode!r}")
+        self.mode, self.scale = mode, scale
+        if mode == "recorded":
+            self.rec = load(path)
+        else:
+            self.rec = {"kind": KIND, "schema": SCHEMA, "fingerprint": probe.fingerprint(), "scale": scale,
+                        "device": "cuda" if torch.cuda.is_available() else "cpu", "cases": [], "source": "live"}
+
+    def names(self) -> list[str]:
+        return [c["name"] for c in self.rec["cases"]] if self.mode == "recorded" else list(CASES)
+
+    def ensure(self, name: str) -> dict:
+        """The record (one case); measured now in live mode, once."""
+        have = {c["name"] for c in self.rec["cases"]}
+        if name not in have:
+            if self.mode == "recorded":
+                raise ValueError(f"case must be one of {', '.join(sorted(have))}; got {name!r}")
+            self.rec["cases"] += record([name], scale=self.scale)["cases"]
+        return self.rec
+
+    def describe(self) -> str:
+        fp = self.rec["fingerprint"]
+        where = f"recorded {self.rec.get('recorded_at', '')} from {self.rec['source']}" if self.mode == "recorded" else "live"
+        return f"{self.mode} gallery ({where}); GPU {fp.get('gpu')}, torch {fp.get('torch')}, CUDA {fp.get('cuda')}; scale {self.rec['scale']}"
+
+    def text(self, name: str) -> str:
+        return case_text(self.ensure(name), name)
+
+    def table(self) -> pd.DataFrame:
+        """All cases; in live mode the ones not yet measured are measured first."""
+        for name in self.names():
+            self.ensure(name)
+        return table(self.rec)
+
+    def widget(self):
+        """A dropdown to pick the case and its view (needs ipywidgets)."""
+        import ipywidgets as w
+
+        pick = w.Dropdown(options=self.names(), description="case")
+        out = w.Output()
+
+        def show(_=None):
+            out.clear_output()
+            with out:
+                print(self.text(pick.value))
+
+        pick.observe(show, names="value")
+        show()
+        return w.VBox([pick, out])
+
+
+def backend(path=None) -> GalleryBackend:
+    """Live on a CUDA machine unless DSPARK_LAB_MODE=recorded; else recorded."""
+    # panel.choose_mode's rule, without importing panel (plotly is absent on the GPU machines).
+    recorded = os.environ.get(MODE_ENV, "").lower() == "recorded" or not torch.cuda.is_available()
+    return GalleryBackend("recorded" if recorded else "live", path)

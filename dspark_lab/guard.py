@@ -1,0 +1,251 @@
+"""Keep a hot path sync-free: `with dspark_lab.no_host_syncs(): step()` fails with the file:line of
+the first host sync in the block.
+
+Three witnesses, because none sees everything:
+
+- PyTorch's sync debug mode (`torch.cuda.set_sync_debug_mode`, via measure.syncs.sync_debug_sites)
+  sees the syncs PyTorch makes through its own CUDA wrappers (`.item()`, `bool(tensor)`, blocking
+  copies, `nonzero`, `torch.cuda.synchronize`) and names the exact line. It cannot see syncs made
+  by other libraries (a custom kernel's launcher, FlashInfer, NCCL's host side, cupy) or by raw
+  runtime calls, nor a non-blocking copy into pageable memory, nor (on some torch versions) event
+  waits.
+- The profiler's CUDA sync events (CUPTI, `_ExperimentalConfig(enable_cuda_sync_events=True)`,
+  cat "cuda_sync") see every stream, event and context synchronization the runtime or driver makes,
+  from any library; each is attributed to the innermost Python function around its runtime call
+  (the line of that function's `def`, as the profiler names frames). They do not see a blocking
+  copy that makes no sync call.
+- The same trace's copies: a synchronous memcpy API call (`cudaMemcpy`, `cuMemcpyDtoH`), and a
+  device-to-host copy into pageable memory whose ATen op made no sync call, which blocks the host
+  although it was asked to be non-blocking.
+
+Without CUDA nothing can synchronize and nothing can be checked: the guard warns (or, with
+`strict=True`, raises). `count=True` reports instead of failing. `allow` lists by-design syncs:
+fnmatch patterns on "path/file.py:LINE" (the last two path parts) or on the whole site
+"path/file.py:LINE function", or a bare function name.
+"""
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import os
+import re
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Optional, Sequence
+
+import pandas as pd
+import torch
+
+from .measure import syncs as _syncs
+from .measure import trace as _trace
+
+GUARD_RANGE = "dspark_lab.guard.block"
+DEBUG_MODE, CUPTI, TRACE = "sync debug mode", "CUDA sync events", "trace copies"
+# CUPTI synchronization records that block the host ("Stream Wait Event" is a device-side wait).
+CUPTI_KINDS = {"Stream Sync": "stream", "Event Sync": "event", "Context Sync": "device"}
+_PROFILER_SITE = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
+
+
+class HostSyncError(AssertionError):
+    """A host sync inside a `no_host_syncs` block that is not on the allow-list."""
+
+
+class NoCudaWarning(UserWarning):
+    """The guard ran without a CUDA device, so it checked nothing."""
+
+
+class NoCudaError(RuntimeError):
+    """strict=True and no CUDA device: nothing could be checked."""
+
+
+NO_CUDA_MESSAGE = ("no_host_syncs: no CUDA device, so no host sync can happen or be detected here; "
+                   "nothing was checked (run this on a GPU machine to check it)")
+
+
+@dataclass(frozen=True)
+class HostSync:
+    site: str  # "path/file.py:LINE function" (debug mode: the line; trace: the function's def line)
+    kind: str  # stream | event | device | memcpy | pageable_copy | sync (debug mode does not say)
+    seen_by: str  # DEBUG_MODE | CUPTI | TRACE
+    allowed: bool = False
+
+    def describe(self) -> str:
+        what = {"pageable_copy": "blocking pageable copy", "sync": "sync"}.get(self.kind, f"{self.kind} sync")
+        return f"{self.site} ({what}, seen by {self.seen_by}{', allowed' if self.allowed else ''})"
+
+
+@dataclass
+class SyncReport:
+    syncs: list = field(default_factory=list)  # HostSync, each witness's in its own order
+    checked: tuple = ()  # the witnesses that ran; empty without CUDA
+
+    @property
+    def violations(self) -> list:
+        return [s for s in self.syncs if not s.allowed]
+
+    def count(self, seen_by: Optional[str] = None, allowed: Optional[bool] = None) -> int:
+        return sum(1 for s in self.syncs if (seen_by is None or s.seen_by == seen_by)
+                   and (allowed is None or s.allowed == allowed))
+
+    def first(self) -> Optional[HostSync]:
+        """The first violation, preferring sync debug mode's (it names the exact line)."""
+        v = self.violations
+        return next((s for s in v if s.seen_by == DEBUG_MODE), v[0] if v else None)
+
+    def summary(self) -> str:
+        if not self.checked:
+            return NO_CUDA_MESSAGE
+        per = ", ".join(f"{self.count(w, allowed=False)} by {w}" for w in self.checked)
+        lines = [f"{len(self.violations)} host syncs not allowed ({per}); {self.count(allowed=True)} allowed"]
+        lines += [f"  {s.describe()}" for s in self.syncs]
+        return "\n".join(lines)
+
+    def error_message(self) -> str:
+        first = self.first()
+        return f"host sync at {first.site} ({first.kind}, seen by {first.seen_by})\n{self.summary()}" if first else ""
+
+
+# --- allow-list -----------------------------------------------------------------------------------
+def is_allowed(site: str, allow: Iterable[str]) -> bool:
+    where, _, func = site.partition(" ")
+    for pat in allow:
+        if pat == func or fnmatch.fnmatch(where, pat) or fnmatch.fnmatch(site, pat):
+            return True
+    return False
+
+
+# --- evidence -> records (pure functions: testable with synthetic input) ---------------------------
+def from_debug_sites(sites: Sequence[str], allow: Iterable[str] = ()) -> list:
+    """Records from sync debug mode's sites, in the order they first fired (counts expanded)."""
+    allow = tuple(allow)
+    return [HostSync(s, "sync", DEBUG_MODE, is_allowed(s, allow)) for s in sites]
+
+
+def _site_from_attribution(a: str) -> str:
+    m = _PROFILER_SITE.match(a)
+    return f"{m['file']}:{m['line']} {m['func']}" if m else a
+
+
+def _in_block(ev: pd.DataFrame) -> pd.DataFrame:
+    """Events of the thread that ran the block, inside the block's range (all, if there is none)."""
+    r = ev[(ev.name == GUARD_RANGE) & (ev.cat == _trace.HOST_RANGE_CAT) & (ev.ph == "X")]
+    if r.empty:
+        return ev
+    r = r.iloc[0]
+    return ev[(ev.pid == r.pid) & (ev.tid == r.tid) & (ev.ts >= r.ts) & (ev.end <= r.end)]
+
+
+def unsynced_pageable_d2h(ev: pd.DataFrame) -> pd.DataFrame:
+    """Host API calls of device-to-host copies into pageable memory whose innermost ATen op made no
+    sync call: the copy itself blocked the host (`non_blocking=True` into pageable memory). A copy
+    followed by its own sync (`.item()`, `.cpu()`) is counted as that sync instead."""
+    api = ev[ev.cat.isin(_trace.HOST_API_CATS)]
+    copies = ev[(ev.cat == "gpu_memcpy") & ev.name.str.contains("DtoH") & ev.name.str.contains("Pageable")]
+    calls = api[api.correlation.isin(set(copies.correlation.dropna()))]
+    ops = ev[ev.cat == "cpu_op"]
+    syncs = api[api.name.isin(list(_syncs.SYNC_KINDS))]
+    keep = []
+    for i, c in calls.iterrows():
+        around = ops[(ops.pid == c.pid) & (ops.tid == c.tid) & (ops.ts <= c.ts) & (ops.end >= c.end)]
+        if not around.empty:
+            op = around.sort_values("ts").iloc[-1]
+            if ((syncs.pid == c.pid) & (syncs.tid == c.tid) & (syncs.ts >= op.ts) & (syncs.end <= op.end)).any():
+                continue
+        keep.append(i)
+    return calls.loc[keep]
+
+
+def from_trace(tr: dict, allow: Iterable[str] = ()) -> list:
+    """Records from a Chrome trace: CUPTI sync events, synchronous memcpy calls and blocking
+    pageable copies, in time order, each attributed to its innermost Python function."""
+    allow = tuple(allow)
+    ev = _trace.events(tr)
+    if ev.empty:
+        return []
+    block = _in_block(ev)
+    api = block[block.cat.isin(_trace.HOST_API_CATS)]
+    lo, hi = (block.ts.min(), block.end.max()) if len(block) else (0.0, 0.0)
+    host = block.iloc[0] if len(block) else None
+    found = []  # (ts, kind, witness, call row)
+    for s in ev[ev.cat == "cuda_sync"].itertuples():
+        kind = next((k for n, k in CUPTI_KINDS.items() if n in s.name), None)
+        call = api[api.correlation == s.correlation]
+        if not kind:
+            continue
+        if not call.empty:
+            found.append((call.ts.iloc[0], kind, CUPTI, call.iloc[0]))
+        elif host is not None and lo <= s.ts <= hi:
+            # No runtime/driver record of the call (some driver calls are not traced): attribute by
+            # the time the sync began, on the block's thread.
+            found.append((s.ts, kind, CUPTI, pd.Series({"ts": s.ts, "end": s.ts, "pid": host.pid, "tid": host.tid, "name": s.name})))
+    for _, c in api[api.name.map(_syncs.SYNC_KINDS) == "memcpy"].iterrows():
+        found.append((c.ts, "memcpy", TRACE, c))
+    pageable = unsynced_pageable_d2h(ev)
+    for _, c in pageable[pageable.correlation.isin(set(api.correlation.dropna()))].iterrows():
+        found.append((c.ts, "pageable_copy", TRACE, c))
+    out = []
+    for _, kind, witness, call in sorted(found, key=lambda f: f[0]):
+        thread = ev[(ev.pid == call.pid) & (ev.tid == call.tid)]
+        site = _site_from_attribution(_syncs.attribute(thread, call))
+        out.append(HostSync(site, kind, witness, is_allowed(site, allow)))
+    return out
+
+
+# --- the guard ------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _profiled() -> Iterator[dict]:
+    """Profile CPU + CUDA with Python stacks and CUDA sync events; yields a dict that holds the
+    Chrome trace under "trace" after exit."""
+    from torch.profiler import ProfilerActivity, profile
+
+    kwargs = dict(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True)
+    cfg = _trace._experimental_config()
+    if cfg is not None:
+        kwargs["experimental_config"] = cfg
+    out: dict = {}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
+        with profile(**kwargs) as prof:
+            yield out
+            torch.cuda.synchronize()  # outside the block's range: the copies' GPU records must be complete
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            out["trace"] = json.load(f)
+    finally:
+        os.unlink(path)
+
+
+@contextlib.contextmanager
+def no_host_syncs(*, allow: Iterable[str] = (), count: bool = False, strict: bool = False,
+                  debug_mode: bool = True, cupti: bool = True) -> Iterator[SyncReport]:
+    """Fail (HostSyncError) if the block makes a host sync that `allow` does not list.
+
+    Yields a SyncReport, filled on exit. count=True: never fail, just fill the report.
+    strict=True: raise NoCudaError without CUDA instead of warning. debug_mode / cupti: turn a
+    witness off (cupti=False where another profiler is already running; it also drops the trace
+    copies)."""
+    allow = tuple(allow)
+    report = SyncReport()
+    if not torch.cuda.is_available():
+        if strict:
+            raise NoCudaError(NO_CUDA_MESSAGE)
+        warnings.warn(NO_CUDA_MESSAGE, NoCudaWarning, stacklevel=3)
+        yield report
+        return
+    report.checked = tuple(w for w, on in ((DEBUG_MODE, debug_mode), (CUPTI, cupti), (TRACE, cupti)) if on)
+    with contextlib.ExitStack() as stack:
+        prof = stack.enter_context(_profiled()) if cupti else None
+        sites = stack.enter_context(_syncs.sync_debug_sites()) if debug_mode else None
+        with torch.profiler.record_function(GUARD_RANGE):
+            yield report
+    if sites is not None:
+        report.syncs += from_debug_sites([s for s, n in sites.items() for _ in range(n)], allow)
+    if prof is not None:
+        report.syncs += from_trace(prof["trace"], allow)
+    if report.violations and not count:
+        raise HostSyncError(report.error_message())

@@ -1,0 +1,192 @@
+"""The gallery: every case beside its fix computes the same values, the registry documents each,
+device-to-host copies are counted, a recording round-trips; on CUDA, measured counts match the
+documented ones and name the gallery's lines."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from dspark_lab import gallery
+from dspark_lab.gallery import cases as C
+from dspark_lab.gallery import report
+from dspark_lab.measure import syncs, trace
+from dspark_lab.workload import STEP_RANGE
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _same(a, b) -> bool:
+    if torch.is_tensor(a):
+        return a.shape == b.shape and torch.allclose(a.float().cpu(), b.float().cpu(), rtol=1e-4, atol=1e-5)
+    return a == b
+
+
+@pytest.mark.parametrize("name", gallery.names())
+@pytest.mark.parametrize("seed", [0, 1])
+def test_case_and_fix_compute_the_same_values(name, seed):
+    case = gallery.get(name)
+    s = C.make_state("cpu", "smoke", seed=seed)
+    a = case.step(s)
+    b = case.fix(s)
+    assert _same(a, b), f"{name}: {a} != {b}"
+
+
+def test_the_gallery_covers_the_six_shapes_and_more():
+    shapes = {c.shape for c in gallery.CASES.values()}
+    assert len(gallery.CASES) >= 6 and len(shapes) == len(gallery.CASES)
+    for needle in (".item()", "bool()", "boolean-mask", "planning", "Python list", "split sizes", "pageable"):
+        assert any(needle in s for s in shapes), needle
+
+
+@pytest.mark.parametrize("name", gallery.names())
+def test_each_case_is_documented(name):
+    c = gallery.get(name)
+    assert c.pr and "#" in c.pr or "DeepEP" in c.pr or "no single PR" in c.pr
+    assert len(c.why) > 200 and "fix" in c.why  # a paragraph that says why and what fixes it
+    assert c.expected_syncs >= 1 and c.fix_expected_syncs == 0
+    assert c.expected_d2h >= 0 and c.fix_expected_d2h >= 0
+    # one `# sync:` line per documented sync, in the gallery's own file
+    sites = c.sites()
+    assert len(sites) == c.expected_syncs
+    assert all(s.startswith("gallery/cases.py:") for s in sites)
+    assert {s.split(" ")[1] for s in sites} <= {f.__name__ for f in (c.step,) + c.helpers}
+    assert c.step is not c.fix and c.step.__module__ == c.fix.__module__ == C.__name__
+
+
+def test_bad_names_are_refused_naming_the_allowed_values():
+    with pytest.raises(ValueError, match=r"case must be one of scalar_item, .*; got 'nope'"):
+        gallery.get("nope")
+    with pytest.raises(ValueError, match=r"scale must be one of gpu, smoke; got 'huge'"):
+        C.make_state("cpu", "huge")
+    with pytest.raises(ValueError, match="variant must be one of case, fix"):
+        report.measure_variant(gallery.get("scalar_item"), "both", C.make_state("cpu"), steps=1, trials=1)
+
+
+# --- device-to-host copies as their own counted kind ----------------------------------------------
+def _x(name, cat, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
+
+
+def test_d2h_copies_are_counted_per_step_by_destination():
+    ev = [_x(STEP_RANGE, "user_annotation", 0, 100), _x(STEP_RANGE, "user_annotation", 100, 100)]
+    for k, (ts, dest) in enumerate([(10, "Pageable"), (20, "Pinned"), (110, "Pageable"), (250, "Pageable")], start=1):
+        ev.append(_x("cudaMemcpyAsync", "cuda_runtime", ts, 2, correlation=k))
+        ev.append(_x(f"Memcpy DtoH (Device -> {dest})", "gpu_memcpy", ts + 5, 1, pid=0, tid=7, correlation=k))
+    ev.append(_x("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 30, 1, pid=0, tid=7, correlation=99))
+    c = syncs.counts_per_step(trace.events({"traceEvents": ev}))
+    assert c["d2h_per_step"] == 1.5  # the copy issued after the last step is not the steps'
+    assert c["d2h_pageable_per_step"] == 1.0
+
+
+def test_a_blocking_pageable_copy_counts_as_a_host_sync_and_its_wait_as_blocked_time():
+    """Two steps; each copies into pageable memory with no sync call (20 us in cudaMemcpyAsync) and
+    the GPU then idles until the next kernel; the second step also has a `.item()`-like copy+sync."""
+    ev = []
+    for k, t0 in enumerate((0, 100)):
+        ev += [_x(STEP_RANGE, "user_annotation", t0, 100),
+               _x("kernel", "kernel", t0 + 0, 30, pid=0, tid=7, correlation=100 + k),
+               _x("aten::copy_", "cpu_op", t0 + 10, 30),
+               _x("cudaMemcpyAsync", "cuda_runtime", t0 + 15, 20, correlation=10 + k),
+               _x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", t0 + 31, 2, pid=0, tid=7, correlation=10 + k),
+               _x("kernel", "kernel", t0 + 60, 30, pid=0, tid=7, correlation=200 + k)]
+    ev += [_x("aten::_local_scalar_dense", "cpu_op", 145, 12),
+           _x("cudaMemcpyAsync", "cuda_runtime", 146, 2, correlation=50),
+           _x("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy", 147, 1, pid=0, tid=7, correlation=50),
+           _x("cudaStreamSynchronize", "cuda_runtime", 149, 6, correlation=51)]
+    r = report.analyse({"traceEvents": ev})
+    assert r["blocking_copies_per_step"] == 1.0 and r["syncs_per_step"] == 0.5
+    assert r["host_syncs_per_step"] == 1.5 and r["d2h_per_step"] == 1.5 and r["d2h_pageable_per_step"] == 1.0
+    # The second step (the first is skipped as the profiler's start): 20 us in the pageable copy +
+    # 6 us in the stream sync blocked; GPU gaps 133..147 and 148..160 hold the ends of the two waits
+    # (135 and 155): 14 + 12 us starved.
+    assert r["host_blocked_ms"] == pytest.approx(0.026)
+    assert r["gpu_idle_after_sync_ms"] == pytest.approx(0.026)
+
+
+def test_d2h_columns_are_in_the_schema():
+    from dspark_lab import schema
+
+    assert {"d2h_per_step", "d2h_pageable_per_step"} <= set(schema.TRACE_COLUMNS)
+
+
+# --- recording, loading, showing ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cpu_recording(tmp_path_factory):
+    rec = report.record(["scalar_item", "pageable_copy"], device="cpu", steps=3, trials=2)
+    return rec, report.save(rec, tmp_path_factory.mktemp("gallery") / "cpu.json")
+
+
+def test_a_recording_round_trips_and_is_shown(cpu_recording, monkeypatch):
+    rec, path = cpu_recording
+    assert set(rec) >= {"kind", "schema", "fingerprint", "recorded_at", "scale", "device", "cases"}
+    for c in rec["cases"]:
+        for v in report.VARIANTS:
+            r = c["variants"][v]
+            assert set(r) == set(report.VARIANT_KEYS) and r["status"] == "ok", r["error"]
+            assert r["matches"] is None  # nothing can sync without CUDA, so nothing was checked
+    monkeypatch.setenv(report.DATA_ENV, str(path))
+    b = report.backend()
+    assert b.mode == "recorded" and b.names() == ["scalar_item", "pageable_copy"]
+    t = b.table()
+    assert t["case"].tolist() == ["scalar_item", "pageable_copy"]
+    assert t["syncs case (doc)"].tolist() == [1, 1]
+    text = b.text("scalar_item")
+    assert "SGLang #20266" in text and "gallery/cases.py:" in text and "zero by construction" in text
+    assert report.check(rec) == []
+    with pytest.raises(ValueError, match="case must be one of"):
+        b.text("list_to_device")
+
+
+def test_check_reports_mismatches(cpu_recording):
+    rec = json.loads(json.dumps(cpu_recording[0]))
+    r = rec["cases"][0]["variants"]["case"]
+    r.update(matches=False, host_syncs_per_step=2.0)
+    assert report.check(rec) == ["scalar_item/case: host syncs 2 (documented 1), D2H 0 (documented 1)"]
+
+
+def test_load_refuses_what_is_not_a_gallery(tmp_path):
+    (tmp_path / "x.json").write_text(json.dumps({"kind": "other"}))
+    with pytest.raises(ValueError, match="kind must be 'dspark_gallery'"):
+        report.load(tmp_path / "x.json")
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(ValueError, match="no recorded gallery"):
+        report.load(tmp_path / "sub")
+    with pytest.raises(ValueError, match="neither a gallery JSON file"):
+        report.load(tmp_path / "missing.json")
+
+
+def test_gpu_stage_runs_on_cpu_and_writes_the_format_the_notebook_reads(tmp_path):
+    env = dict(os.environ, OUT=str(tmp_path), PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_gallery.py"), "--steps", "2", "--trials", "1",
+                        "--cases", "list_to_device,host_plan"], env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rec = report.load(tmp_path / "gallery.json")
+    assert [c["name"] for c in rec["cases"]] == ["list_to_device", "host_plan"]
+    assert rec["fingerprint"]["torch"] == torch.__version__
+    assert p.stdout.strip().splitlines()[-1].split()[0] == "host_plan"  # the table is printed last
+
+
+# --- on a GPU: measured counts equal the documented ones, with the gallery's lines ------------------
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", gallery.names())
+def test_measured_counts_match_the_documented_ones_and_name_the_lines(name):
+    case = gallery.get(name)
+    s = C.make_state("cuda", "smoke")
+    a = report.measure_variant(case, "case", s, steps=5, trials=2)
+    b = report.measure_variant(case, "fix", s, steps=5, trials=2)
+    assert a["status"] == b["status"] == "ok", (a["error"], b["error"])
+    assert a["host_syncs_per_step"] == case.expected_syncs and a["d2h_per_step"] == case.expected_d2h
+    assert b["host_syncs_per_step"] == 0 and b["d2h_per_step"] == case.fix_expected_d2h
+    if name == "pageable_copy":  # no sync call: only the trace's copy kind sees it
+        assert not a["debug_sites"]
+        assert [g[:3] for g in a["guard_sites"]] == [[g[0], "pageable_copy", "trace copies"] for g in a["guard_sites"]]
+        assert a["guard_sites"][0][0].startswith("gallery/cases.py:") and a["guard_sites"][0][0].endswith(case.step.__name__)
+    else:
+        assert set(a["debug_sites"]) == set(case.sites())
+        assert sum(a["debug_sites"].values()) == case.expected_syncs

@@ -1,0 +1,225 @@
+"""The guard `dspark_lab.no_host_syncs`: its API on CPU (witnesses fed synthetic evidence), and on
+CUDA that each witness sees what it should and that it catches every gallery case and passes every fix."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from collections import Counter
+
+import pytest
+import torch
+
+import dspark_lab
+from dspark_lab import guard
+from dspark_lab.gallery import get, make_state, names
+from dspark_lab.pytest_plugin import no_host_syncs  # noqa: F401  (the plugin's fixture, without installing)
+
+SITE = "gallery/cases.py:116 seq_lens_sum_item"
+
+
+# --- synthetic evidence ------------------------------------------------------------------------
+def _x(name, cat, ts, dur, pid=1, tid=1, **args):
+    return {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": pid, "tid": tid, "args": args}
+
+
+def synthetic_trace(with_block=True):
+    """A block running one function that makes a stream sync (with its CUPTI record), a blocking
+    pageable copy (no sync in its op), a `.item()`-like copy with its own sync, and an event wait
+    that is a device-side wait (ignored). A sync after the block must not count."""
+    ev = [
+        _x("/u/pkg/hot.py(10): step", "python_function", 0, 100),
+        _x("/u/pkg/hot.py(40): helper", "python_function", 50, 40),
+        _x("/venv/torch/tensor.py(1): item", "python_function", 12, 8),
+        # a stream sync from a library, with CUPTI's record on the GPU lane
+        _x("cudaStreamSynchronize", "cuda_runtime", 14, 4, correlation=1),
+        _x("Stream Sync", "cuda_sync", 14, 4, pid=0, tid=7, correlation=1),
+        # a non-blocking copy into pageable memory: its op made no sync call
+        _x("aten::copy_", "cpu_op", 55, 10),
+        _x("cudaMemcpyAsync", "cuda_runtime", 56, 8, correlation=2),
+        _x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 60, 1, pid=0, tid=7, correlation=2),
+        # .item(): copy and sync inside one op, counted as the sync, not as a pageable copy
+        _x("aten::_local_scalar_dense", "cpu_op", 70, 10),
+        _x("cudaMemcpyAsync", "cuda_runtime", 71, 2, correlation=3),
+        _x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 72, 1, pid=0, tid=7, correlation=3),
+        _x("cudaStreamSynchronize", "cuda_runtime", 74, 4, correlation=4),
+        _x("Stream Sync", "cuda_sync", 74, 4, pid=0, tid=7, correlation=4),
+        _x("Stream Wait Event", "cuda_sync", 80, 1, pid=0, tid=7, correlation=5),
+        _x("cudaStreamWaitEvent", "cuda_runtime", 80, 1, correlation=5),
+        # after the block: the guard's own synchronize
+        _x("cudaDeviceSynchronize", "cuda_runtime", 300, 5, correlation=9),
+        _x("Context Sync", "cuda_sync", 300, 5, pid=0, tid=7, correlation=9),
+    ]
+    if with_block:
+        ev.append(_x(guard.GUARD_RANGE, "user_annotation", 0, 200))
+    return {"traceEvents": ev}
+
+
+def test_from_trace_sees_cupti_syncs_and_blocking_pageable_copies_in_the_block_only():
+    found = guard.from_trace(synthetic_trace())
+    assert [(s.kind, s.seen_by) for s in found] == [("stream", guard.CUPTI), ("pageable_copy", guard.TRACE), ("stream", guard.CUPTI)]
+    # attributed to the innermost Python frame outside torch, in "file:line function" form
+    assert [s.site for s in found] == ["pkg/hot.py:10 step", "pkg/hot.py:40 helper", "pkg/hot.py:40 helper"]
+
+
+def test_unsynced_pageable_d2h_skips_copies_whose_op_syncs():
+    from dspark_lab.measure import trace
+
+    calls = guard.unsynced_pageable_d2h(trace.events(synthetic_trace()))
+    assert calls.correlation.tolist() == [2]
+
+
+def test_cupti_sync_without_a_recorded_call_is_attributed_by_time():
+    tr = synthetic_trace()
+    tr["traceEvents"] = [e for e in tr["traceEvents"] if e["args"].get("correlation") != 1 or e["cat"] == "cuda_sync"]
+    found = guard.from_trace(tr)
+    assert found[0].kind == "stream" and found[0].site == "pkg/hot.py:10 step"
+
+
+@pytest.mark.parametrize("pattern, allowed", [
+    ("helper", True), ("step", False), ("pkg/hot.py:40", True), ("*/hot.py:*", True), ("pkg/hot.py:40 helper", True),
+    ("pkg/other.py:*", False), ("help*", False)])
+def test_allow_list_by_function_name_or_file_line_pattern(pattern, allowed):
+    assert guard.is_allowed("pkg/hot.py:40 helper", [pattern]) is allowed
+
+
+def test_allow_list_applies_to_every_witness():
+    rep = guard.SyncReport(guard.from_debug_sites([SITE, "pkg/hot.py:40 helper"], allow=["helper"])
+                           + guard.from_trace(synthetic_trace(), allow=["helper"]), (guard.DEBUG_MODE, guard.CUPTI, guard.TRACE))
+    assert [s.site for s in rep.violations] == [SITE, "pkg/hot.py:10 step"]
+    assert rep.count(allowed=True) == 3
+
+
+def test_error_message_names_the_first_sync_preferring_the_exact_line():
+    rep = guard.SyncReport(guard.from_trace(synthetic_trace()) + guard.from_debug_sites([SITE, SITE]),
+                           (guard.DEBUG_MODE, guard.CUPTI, guard.TRACE))
+    msg = rep.error_message()
+    assert msg.splitlines()[0] == f"host sync at {SITE} (sync, seen by {guard.DEBUG_MODE})"
+    assert f"5 host syncs not allowed (2 by {guard.DEBUG_MODE}, 2 by {guard.CUPTI}, 1 by {guard.TRACE})" in msg
+    assert "pkg/hot.py:40 helper (blocking pageable copy, seen by trace copies)" in msg
+    assert guard.SyncReport([], ()).error_message() == ""
+
+
+# --- the context manager's control flow, with a simulated CUDA and a simulated witness -------------
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """CUDA 'available' and sync debug mode replaced by a witness that reports `fired` sites."""
+    fired: list = []
+
+    @contextlib.contextmanager
+    def fake_sites():
+        c = Counter()
+        yield c
+        c.update(fired)
+
+    monkeypatch.setattr(guard.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(guard._syncs, "sync_debug_sites", fake_sites)
+    return fired
+
+
+def test_guard_fails_with_the_first_site(fake_cuda):
+    fake_cuda += [SITE, "pkg/hot.py:40 helper"]
+    with pytest.raises(guard.HostSyncError, match=r"^host sync at gallery/cases.py:116 seq_lens_sum_item "):
+        with dspark_lab.no_host_syncs(cupti=False):
+            pass
+
+
+def test_guard_counting_mode_reports_instead_of_failing(fake_cuda):
+    fake_cuda += [SITE, SITE]
+    with guard.no_host_syncs(count=True, cupti=False) as rep:
+        pass
+    assert len(rep.violations) == 2 and rep.checked == (guard.DEBUG_MODE,)
+    assert "2 host syncs not allowed" in rep.summary()
+
+
+def test_guard_passes_allowed_syncs_and_clean_blocks(fake_cuda):
+    fake_cuda.append("gallery/cases.py:290 read_back")
+    with guard.no_host_syncs(allow=["read_back"], cupti=False) as rep:
+        pass
+    assert rep.count(allowed=True) == 1 and not rep.violations
+
+
+def test_guard_lets_the_blocks_own_exceptions_through(fake_cuda):
+    fake_cuda.append(SITE)
+    with pytest.raises(KeyError):
+        with guard.no_host_syncs(cupti=False):
+            raise KeyError("mine")
+
+
+def test_without_cuda_the_guard_warns_that_nothing_was_checked(monkeypatch):
+    monkeypatch.setattr(guard.torch.cuda, "is_available", lambda: False)
+    ran = []
+    with pytest.warns(guard.NoCudaWarning, match="nothing was checked"):
+        with guard.no_host_syncs() as rep:
+            ran.append(1)
+    assert ran == [1] and rep.checked == () and rep.summary() == guard.NO_CUDA_MESSAGE
+
+
+def test_without_cuda_strict_fails(monkeypatch):
+    monkeypatch.setattr(guard.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(guard.NoCudaError, match="no CUDA device"):
+        with guard.no_host_syncs(strict=True):
+            pass
+
+
+def test_the_pytest_fixture_is_the_guard(no_host_syncs, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(guard.torch.cuda, "is_available", lambda: False)
+    with pytest.warns(guard.NoCudaWarning):
+        with no_host_syncs():
+            pass
+    with pytest.raises(guard.NoCudaError):
+        with no_host_syncs(strict=True):
+            pass
+
+
+def test_the_entry_point_is_declared():
+    import tomllib
+    from pathlib import Path
+
+    pp = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert pp["project"]["entry-points"]["pytest11"]["dspark_lab"] == "dspark_lab.pytest_plugin"
+
+
+# --- on a GPU ----------------------------------------------------------------------------------------
+@pytest.mark.cuda
+def test_sync_debug_mode_names_the_exact_line_of_an_item():
+    x = torch.ones(4, device="cuda")
+    with guard.no_host_syncs(count=True, cupti=False) as rep:
+        x.sum().item(); line = _line()  # noqa: E702
+    assert [s.site for s in rep.syncs] == [f"tests/test_guard.py:{line} test_sync_debug_mode_names_the_exact_line_of_an_item"]
+
+
+def _line() -> int:
+    import inspect
+
+    return inspect.currentframe().f_back.f_lineno
+
+
+@pytest.mark.cuda
+def test_cupti_sees_a_driver_sync_that_sync_debug_mode_cannot():
+    torch.cuda.init()
+    torch.ones(1, device="cuda")
+    libcuda = ctypes.CDLL("libcuda.so.1")
+    with guard.no_host_syncs(count=True, cupti=False) as blind:
+        assert libcuda.cuCtxSynchronize() == 0
+    with guard.no_host_syncs(count=True, debug_mode=False) as seen:
+        assert libcuda.cuCtxSynchronize() == 0
+    assert blind.syncs == []
+    assert [(s.kind, s.seen_by) for s in seen.syncs] == [("device", guard.CUPTI)]
+    assert seen.syncs[0].site.endswith("test_cupti_sees_a_driver_sync_that_sync_debug_mode_cannot")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", names())
+def test_guard_catches_each_gallery_case_and_passes_its_fix(name):
+    case = get(name)
+    s = make_state("cuda", "smoke")
+    case.step(s), case.fix(s)  # warm up outside the guard
+    with pytest.raises(guard.HostSyncError) as err:
+        with guard.no_host_syncs(allow=case.allow):
+            case.step(s)
+    assert "gallery/cases.py:" in str(err.value).splitlines()[0]
+    with guard.no_host_syncs(allow=case.allow):
+        case.fix(s)
+    with guard.no_host_syncs(count=True) as rep:  # without the allow-list: only the by-design sites
+        case.fix(s)
+    assert all(x.site.split(" ")[-1] in case.allow for x in rep.syncs)
