@@ -110,7 +110,8 @@ def mark_disturbed(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _disturbed(rows: pd.DataFrame) -> pd.Series:
+def disturbed_flags(rows: pd.DataFrame) -> pd.Series:
+    """The recorded `disturbed` column where every row has one, else the rule recomputed."""
     if "disturbed" in rows.columns and rows["disturbed"].notna().all():
         return rows["disturbed"].astype(bool)
     return mark_disturbed(rows)["disturbed"]
@@ -120,7 +121,7 @@ def disturbed_counts(rows: pd.DataFrame) -> pd.DataFrame:
     """Per run, point and strategy: trials, disturbed trials (recomputed if not recorded)."""
     ok = rows[_ok(rows)]
     keys = _group_keys(ok)
-    df = ok.assign(disturbed=_disturbed(ok))
+    df = ok.assign(disturbed=disturbed_flags(ok))
     return (df.groupby(keys, sort=False)["disturbed"].agg(trials="size", disturbed="sum")
             .reset_index().astype({"disturbed": int}))
 
@@ -168,7 +169,7 @@ def headline(rows: pd.DataFrame, pair: Optional[tuple[str, str]] = None, level: 
     for col in ("run_id", "point_id"):
         if col in ok.columns and ok[col].nunique() > 1:
             raise ValueError(f"headline takes one point of one run; got {ok[col].nunique()} values of {col}")
-    ok = ok.assign(disturbed=_disturbed(ok))
+    ok = ok.assign(disturbed=disturbed_flags(ok))
     quiet_med = ok[~ok["disturbed"]].groupby("strategy")["step_ms"].median().to_dict()
     a, b = pair or headline_pair(ok["strategy"].unique(), quiet_med)
     side = {s: ok[ok["strategy"] == s].set_index("trial") for s in (a, b)}
@@ -221,7 +222,7 @@ def profiler_inflation(rows: pd.DataFrame) -> pd.DataFrame:
     """Per run, point and strategy: the profiled step (one profiler pass) against the
     profiler-free median step of the quiet trials, and the inflation in %."""
     ok = rows[_ok(rows)]
-    ok = ok.assign(disturbed=_disturbed(ok))
+    ok = ok.assign(disturbed=disturbed_flags(ok))
     keys = _group_keys(ok)
     quiet = ok[~ok["disturbed"]]
     agg = quiet.groupby(keys, sort=False).agg(step_ms=("step_ms", "median"), profiled_step_ms=("profiled_step_ms", "first"))
