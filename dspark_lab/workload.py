@@ -132,6 +132,7 @@ class TargetVerify:
         cuda = device.type == "cuda"
         dtype = torch.bfloat16 if cuda else torch.float32
         hidden, rows = (self.HIDDEN, self.ROWS) if cuda else (64, 16)
+        rows = max(rows, batch)  # the bonus tokens come from the first `batch` rows
         g = torch.Generator(device=device).manual_seed(1)
         self.w = (torch.randn(hidden, hidden, generator=g, device=device) / hidden**0.5).to(dtype)
         self.x = torch.randn(rows, hidden, generator=g, device=device).to(dtype)

@@ -116,7 +116,8 @@ def adaptive_trials(
 ) -> AdaptiveResult:
     """Interleaved rounds until the headline CI half-width (`half_width(timings)`, in %) is at most
     `target_ci_pct`, or `time_cap_s` (measured with `clock` from the first trial) has passed.
-    At least max(min_trials, MIN_ADAPTIVE_ROUNDS) rounds run before the CI may stop the point."""
+    At least `min_trials` rounds always run, and max(min_trials, MIN_ADAPTIVE_ROUNDS) before the
+    CI may stop the point."""
     if not (target_ci_pct > 0):
         raise ValueError(f"target_ci_pct must be a positive percentage; got {target_ci_pct!r}")
     if not (time_cap_s > 0):
@@ -132,7 +133,7 @@ def adaptive_trials(
             hw = half_width(out)
         if t >= floor and hw is not None and hw <= target_ci_pct:
             return AdaptiveResult(out, "ci_target", hw, t)
-        if clock() - start >= time_cap_s:
+        if t >= min_trials and clock() - start >= time_cap_s:
             return AdaptiveResult(out, "time_cap", hw, t)
 
 
