@@ -487,7 +487,23 @@ def summary_table(rows) -> str:
             body = table.fillna("-").to_string()
         blocks.append(f"{head}\nbatch {ref[0]}, gamma {ref[1]}: median step time over trials, median "
                       f"unintended syncs per step\n{body}")
+        blocks[-1] += _headline_lines(sel)
     return "\n\n".join(blocks)
+
+
+def _headline_lines(sel) -> str:
+    """Per run and EP size at the summary's point: the paired headline ratio, disturbed trials left out."""
+    from .results import noise
+
+    lines = []
+    for (run, ep), g in sel.groupby(["run_id", "ep_size"], sort=True):
+        try:
+            h = noise.headline(g)
+        except ValueError:
+            continue
+        lines.append(f"  run {run}, EP {ep}: {h['text']}")
+    return ("\nheadline (paired per-round ratio; rule for disturbed trials in dspark_lab/results/noise.py):\n"
+            + "\n".join(lines)) if lines else ""
 
 
 def _fmt_num(v) -> str:
