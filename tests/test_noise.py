@@ -371,3 +371,34 @@ def test_live_warm_up_measures_the_default_setting_once():
     b.get({**d, "gamma": 8})
     b.get(d)  # used once: asked again, measured again
     assert calls == [key, (key[0], key[1], 8), key]
+
+
+def test_nvml_fields_through_a_stand_in_pynvml(monkeypatch):
+    """The NVML path without a GPU: a stand-in module with the calls diagnostics makes."""
+    clocks = iter([1980, 1500])
+    reasons = iter([0x1, 0x1 | 0x40])  # idle (not a slowdown), then idle + HW thermal
+    fake = SimpleNamespace(
+        NVML_CLOCK_SM=1, nvmlInit=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
+        nvmlDeviceGetHandleByUUID=lambda u: (_ for _ in ()).throw(RuntimeError("no such uuid")),
+        nvmlDeviceGetClockInfo=lambda h, kind: next(clocks),
+        nvmlDeviceGetCurrentClocksEventReasons=lambda h: next(reasons),
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    nv = diagnostics.Nvml(0)
+    assert nv.available, nv.error
+    d = diagnostics.TrialDiagnostics(None, cuda=False, nvml=nv)
+    out = d.end(d.begin(), 4)
+    assert out["sm_clock_mhz"] == 1500 and out["throttle_reasons"] == 0x40
+    assert diagnostics.describe_reasons(out["throttle_reasons"]) == "hw_thermal"
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # not installed
+    assert not diagnostics.Nvml(0).available and diagnostics.Nvml(0).sm_clock_mhz() is None
+
+
+@pytest.mark.cuda
+def test_diagnostics_on_cuda_time_the_gpu_work():
+    from dspark_lab.runner import measure_point
+
+    cfg = LabConfig(workload="sglang_profile", steps=6, warmup=2, trials=3, device="cuda")
+    df = pd.DataFrame(measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=3, keep_traces=False).rows)
+    assert df.gpu_ms.notna().all() and (df.gpu_ms > 0).all()
+    assert (df.host_work_ms + df.host_wait_ms - df.step_ms).abs().max() < 1e-6

@@ -110,8 +110,8 @@ class Nvml:
         if self.handle is None:
             return None
         nv = self._nv
-        get = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
-        try:
+        try:  # the newer name first (nvidia-ml-py 12.535+), then the older one
+            get = getattr(nv, "nvmlDeviceGetCurrentClocksEventReasons", None) or nv.nvmlDeviceGetCurrentClocksThrottleReasons
             return int(get(self.handle)) & SLOWDOWN_MASK
         except Exception:  # noqa: BLE001
             return None
