@@ -80,6 +80,7 @@ class LiveBackend:
         self._fingerprint = fingerprint
         self.run_id = "live-" + datetime.now().strftime("%Y%m%d-%H%M%S")
         self.warm_s: Optional[float] = None  # how long the warm-up took
+        self.warm_parts: dict = {}  # its parts, seconds (for the live benchmark)
         self.warm_error: Optional[BaseException] = None  # a failed warm-up is kept here, get() goes on
         self._prefetched: Optional[tuple[LabConfig, PointData]] = None  # the warm-up's measurement
         self._warm: Optional[threading.Thread] = None
@@ -94,7 +95,18 @@ class LiveBackend:
             self.fingerprint  # noqa: B018 - reads the driver once, off the user's path
             settings = self.defaults()
             cfg = self.config(settings)
+            self.warm_parts["fingerprint_s"] = time.perf_counter() - t0
+            if cfg.resolved_device() == "cuda":  # CUDA context and cuBLAS, timed apart
+                import torch
+
+                t1 = time.perf_counter()
+                torch.cuda.init()
+                x = torch.ones(64, 64, device="cuda")
+                (x @ x).sum().item()
+                self.warm_parts["cuda_init_s"] = time.perf_counter() - t1
+            t1 = time.perf_counter()
             self._prefetched = (cfg, self._point(cfg, settings, None))
+            self.warm_parts["first_measurement_s"] = time.perf_counter() - t1
         except Exception as e:  # noqa: BLE001 - the user's own request will measure and report
             self.warm_error = e
         self.warm_s = time.perf_counter() - t0

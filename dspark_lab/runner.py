@@ -136,7 +136,7 @@ def measure_point(
         done[0] += 1
         progress(msg, min(done[0] / total, 1.0))
 
-    nvml = diagnostics.Nvml(first.device.index or 0) if diagnose and first.device.type == "cuda" else None
+    nvml = diagnostics.nvml_for(first.device.index or 0) if diagnose and first.device.type == "cuda" else None
     diag = {n: diagnostics.TrialDiagnostics(s, nvml=nvml) for n, s in steps.items()} if diagnose else None
     # Trials first (profiler-free), interleaved so drift is shared.
     fns = {n: s.step for n, s in steps.items()}

@@ -7,12 +7,13 @@
         reason, and whether the three ratios are within ±5% of their mean
   python scripts/gpu_noise.py [--smoke] live        live updates through LiveBackend.get (no plotly,
         no ipywidgets): a fresh process with an empty calibration cache, then one with the cache
-        warm; in each the first update, the default setting again, and four other settings
+        warm (first update asked at once; then the default setting again and four others), then
+        one asking its first update only after the background warm-up has finished
   python scripts/gpu_noise.py [--smoke] overhead    the per-trial diagnostics' cost: the same trials
         with and without them, interleaved
 
 Results go under $OUT (default out/gpu) as JSON; a short table is printed last.
-Expected on an H200: reference ~2.5 min (3 x (<=40 s of trials + start-up)), live ~1 min, overhead ~20 s.
+Expected on an H200: reference ~2.5 min (3 x (<=40 s of trials + start-up)), live ~1.5 min, overhead ~20 s.
 """
 from __future__ import annotations
 
@@ -115,8 +116,10 @@ def stage_reference(smoke: bool) -> str:
 
 # -- live ------------------------------------------------------------------------------------------
 
-def live_one(smoke: bool) -> dict:
-    """In a fresh process: backend created, first update asked at once (as the panel does)."""
+def live_one(smoke: bool, after_warm: bool = False) -> dict:
+    """In a fresh process: backend created, first update asked at once (as a panel shown with its
+    backend does: the default setting), or — `after_warm` — once the warm-up is done, at another
+    setting (as when the user moves a slider after the notebook has opened)."""
     t_import = time.perf_counter()
     from dspark_lab.config import LabConfig
     from dspark_lab.live import LiveBackend
@@ -127,11 +130,18 @@ def live_one(smoke: bool) -> dict:
     t_create = time.perf_counter()
     b = LiveBackend(base)
     d = b.defaults()
-    b.get(d)
-    first = time.perf_counter() - t_create
+    if after_warm:
+        b.wait_warm()
+    t_ask = time.perf_counter()
+    b.get({**d, "gamma": 2} if after_warm else d)
+    first = time.perf_counter() - t_ask
     out = {"first_update_s": first, "first_update_from_process_start_s": time.perf_counter() - T_PROCESS,
-           "imports_s": t_create - t_import, "warm_up_s": b.warm_s,
+           "imports_s": t_create - t_import, "warm_up_s": b.warm_s, "warm_parts": b.warm_parts,
            "warm_error": repr(b.warm_error) if b.warm_error else None, "updates": []}
+    if after_warm:
+        out["plotly_imported"] = "plotly" in sys.modules
+        out["ipywidgets_imported"] = "ipywidgets" in sys.modules
+        return out
     settings = [d, {**d, "batch_size": 32}, {**d, "gamma": 8}, {**d, "ep_size": 1}, {**d, "batch_size": 1}]
     for s in settings:
         t0 = time.perf_counter()
@@ -151,13 +161,17 @@ def stage_live(smoke: bool) -> str:
     if cache.exists():
         for f in cache.iterdir():
             f.unlink()
-    res = {"cold": child(["--smoke"] * smoke + ["live-one"], {"DSPARK_CACHE": str(cache)}),
-           "cache_warm": child(["--smoke"] * smoke + ["live-one"], {"DSPARK_CACHE": str(cache)})}
+    env = {"DSPARK_CACHE": str(cache)}
+    res = {"cold": child(["--smoke"] * smoke + ["live-one"], env),
+           "cache_warm": child(["--smoke"] * smoke + ["live-one"], env),
+           "after_warm_up": child(["--smoke"] * smoke + ["live-one", "after-warm"], env)}
     (OUT / "live.json").write_text(json.dumps(res, indent=1, default=str))
-    lines = ["process       first update (from backend / from process start)  warm-up  plotly/ipywidgets imported"]
+    lines = ["process        first update (asked / from process start)   warm-up (parts)                            plotly/ipywidgets",
+             "  cold, cache_warm: asked at backend creation (default setting); after_warm_up: asked after the warm-up (gamma 2)"]
     for k, r in res.items():
-        lines.append(f"{k:<12}  {r['first_update_s']:.2f} s / {r['first_update_from_process_start_s']:.2f} s"
-                     f"{'':<26}{r['warm_up_s'] or float('nan'):.2f} s  {r['plotly_imported']}/{r['ipywidgets_imported']}")
+        parts = ", ".join(f"{p.replace('_s', '')} {v:.2f}" for p, v in r["warm_parts"].items())
+        lines.append(f"{k:<13}  {r['first_update_s']:5.2f} s / {r['first_update_from_process_start_s']:5.2f} s"
+                     f"{'':<22}{r['warm_up_s'] or float('nan'):5.2f} s ({parts})   {r['plotly_imported']}/{r['ipywidgets_imported']}")
     lines.append("following updates (cache_warm process): " + "; ".join(
         f"{u['settings'].get('ep_size')}/{u['settings'].get('batch_size')}/{u['settings'].get('gamma')}: {u['seconds']:.2f} s"
         for u in res["cache_warm"]["updates"]) + "   (EP/batch/gamma; the first is the default setting again)")
@@ -197,14 +211,14 @@ def stage_overhead(smoke: bool) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny CPU sizes (proves the stages run)")
-    ap.add_argument("stages", nargs="+", choices=["reference", "live", "overhead", "reference-one", "live-one", "0", "1", "2"])
+    ap.add_argument("stages", nargs="+", choices=["reference", "live", "overhead", "reference-one", "live-one", "after-warm", "0", "1", "2"])
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     if a.stages[0] == "reference-one":
         print(json.dumps(reference_one(a.smoke, int(a.stages[1])), default=str))
         return
     if a.stages[0] == "live-one":
-        print(json.dumps(live_one(a.smoke), default=str))
+        print(json.dumps(live_one(a.smoke, after_warm=a.stages[1:] == ["after-warm"]), default=str))
         return
     tables = []
     for st in a.stages:

@@ -117,6 +117,16 @@ class Nvml:
             return None
 
 
+_NVML: dict[int, Nvml] = {}
+
+
+def nvml_for(device_index: int = 0) -> Nvml:
+    """One Nvml per device for the process (nvmlInit and the handle lookup are not free)."""
+    if device_index not in _NVML:
+        _NVML[device_index] = Nvml(device_index)
+    return _NVML[device_index]
+
+
 # -- GPU time of the step's GPU work -----------------------------------------------------------------
 
 class GpuWorkClock:
