@@ -147,17 +147,24 @@ def measure_point(
         )
         stop_reason, half_width = "fixed_trials", headline_half_width(cfg, timings)
     else:
+        clk = clock or timing.time.monotonic
+        t_start, trial_part, n_trials = clk(), total - len(names), [0]
+
         def on_adaptive(n: str, t: int) -> None:
-            # Progress: the fixed part, then time against the cap (the bar never runs backwards).
-            done[0] = min(done[0] + 1, total - len(names) - 1)
-            progress(f"round {t + 1} (to ±{target_ci_pct:g}% or {time_cap_s:g} s): {n}", done[0] / total)
+            # The trials' share of the bar: the larger of the minimum trials done and the time cap
+            # used (both only grow, so the bar never runs backwards; the CI may end it early).
+            n_trials[0] += 1
+            f = max(n_trials[0] / trial_part, (clk() - t_start) / time_cap_s)
+            progress(f"round {t + 1} (to ±{target_ci_pct:g}% or {time_cap_s:g} s): {n}",
+                     min(f, 0.99) * trial_part / total)
 
         res = timing.adaptive_trials(
             fns, min_trials=cfg.trials, steps=cfg.steps, warmup=cfg.warmup, sync=sync,
             half_width=lambda tm: headline_half_width(cfg, tm), target_ci_pct=target_ci_pct,
-            time_cap_s=time_cap_s, clock=clock or timing.time.monotonic, on_trial=on_adaptive, diag=diag,
+            time_cap_s=time_cap_s, clock=clk, on_trial=on_adaptive, diag=diag,
         )
         timings, stop_reason, half_width = res.timings, res.stop_reason, res.half_width_pct
+        done[0] = trial_part
     sync()
     outs = [s.last_output for s in steps.values()]
     identical = all(torch.equal(outs[0], o) for o in outs[1:])

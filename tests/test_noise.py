@@ -402,3 +402,19 @@ def test_diagnostics_on_cuda_time_the_gpu_work():
     df = pd.DataFrame(measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=3, keep_traces=False).rows)
     assert df.gpu_ms.notna().all() and (df.gpu_ms > 0).all()
     assert (df.host_work_ms + df.host_wait_ms - df.step_ms).abs().max() < 1e-6
+
+
+def test_adaptive_point_through_the_runner_on_a_fake_clock():
+    """measure_point with a CI target: a fake clock that jumps past the cap after the minimum
+    rounds stops it at the cap; rows say so, and progress never runs backwards."""
+    from dspark_lab.runner import measure_point
+
+    ticks = iter(range(10**6))
+    clock = lambda: float(next(ticks)) * 100.0  # noqa: E731 - every reading is 100 s later
+    seen = []
+    cfg = LabConfig(model="tiny", workload="tiny", steps=3, warmup=1, trials=2, device="cpu")
+    r = measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=2, keep_traces=False,
+                      target_ci_pct=0.001, time_cap_s=150.0, clock=clock, on_progress=lambda m, f: seen.append(f))
+    df = pd.DataFrame(r.rows)
+    assert df.stop_reason.eq("time_cap").all() and df.groupby("strategy").size().eq(cfg.trials).all()
+    assert seen == sorted(seen) and seen[-1] == 1.0
