@@ -18,6 +18,8 @@ from .sweep import (
 )
 
 DEFAULT_REPORT = Path("out") / "report.html"
+# Per point with --target-ci alone: 24 default points x 8 s of trials stays within a few minutes.
+DEFAULT_TIME_CAP_S = 8.0
 EXIT_INTERRUPTED = 130
 
 # Grid / config field -> the option that sets it (for error messages).
@@ -153,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "failed, 2 bad arguments, 130 interrupted.",
     )
     _add_grid_options(p)
+    a = p.add_argument_group("adaptive trials (each point until its headline ratio is steady)")
+    a.add_argument("--target-ci", type=_float_in(0.1, 100), default=None, metavar="PCT",
+                   help="measure each point in interleaved rounds until the 95%% CI half-width of its headline "
+                        "ratio (device_direct / non_blocking, else the baseline over the best fix; disturbed "
+                        "trials left out) is at most PCT %% of it, or --time-cap is reached; --trials is then "
+                        "the minimum. Rows record which (stop_reason)")
+    a.add_argument("--time-cap", type=_float_in(1, 3600), default=None, metavar="S",
+                   help=f"with --target-ci: seconds of trials per point at most (default: {DEFAULT_TIME_CAP_S:g})")
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=None, metavar="PATH",
                    help="run file (*.jsonl) or folder for a new run file named <run_id>.jsonl "
@@ -269,10 +279,27 @@ def _run(spec: SweepSpec, writer: store.RunWriter, *, progress: bool, retry_fail
 # ---------------------------------------------------------------------------------------------
 # Commands
 # ---------------------------------------------------------------------------------------------
+def adaptive_measure(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=None):
+    """`measure` (default runner.measure_point) with --target-ci / --time-cap bound, and the header
+    record of them; (measure, {}) when not adaptive."""
+    target, cap = getattr(args, "target_ci", None), getattr(args, "time_cap", None)
+    if target is None:
+        if cap is not None:
+            parser.error("argument --time-cap: only with --target-ci")
+        return measure, {}
+    from functools import partial
+
+    if measure is None:
+        from .runner import measure_point as measure
+    cap = DEFAULT_TIME_CAP_S if cap is None else cap
+    return partial(measure, target_ci_pct=target, time_cap_s=cap), {"adaptive": {"target_ci_pct": target, "time_cap_s": cap}}
+
+
 def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=None) -> int:
     spec, explicit = spec_from_args(args, parser)
     if args.retry_failed and not args.resume:
         parser.error("argument --retry-failed: only with --resume")
+    measure, adaptive = adaptive_measure(args, parser, measure)
     fp = fingerprint()
     if args.resume:
         out = args.out if args.out is not None else store.runs_dir()
@@ -294,6 +321,7 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
         return _run(spec, writer, progress=args.progress, retry_failed=args.retry_failed,
                     save_traces=args.save_traces, measure=measure)
     extra = {"probe": run_probe()} if args.probe else {}
+    extra.update(adaptive)
     try:
         writer = store.RunWriter.create(args.out, fingerprint=fp, sweep=spec.to_dict(), **extra)
     except FileExistsError as e:
@@ -459,7 +487,23 @@ def summary_table(rows) -> str:
             body = table.fillna("-").to_string()
         blocks.append(f"{head}\nbatch {ref[0]}, gamma {ref[1]}: median step time over trials, median "
                       f"unintended syncs per step\n{body}")
+        blocks[-1] += _headline_lines(sel)
     return "\n\n".join(blocks)
+
+
+def _headline_lines(sel) -> str:
+    """Per run and EP size at the summary's point: the paired headline ratio, disturbed trials left out."""
+    from .results import noise
+
+    lines = []
+    for (run, ep), g in sel.groupby(["run_id", "ep_size"], sort=True):
+        try:
+            h = noise.headline(g)
+        except ValueError:
+            continue
+        lines.append(f"  run {run}, EP {ep}: {h['text']}")
+    return ("\nheadline (paired per-round ratio; rule for disturbed trials in dspark_lab/results/noise.py):\n"
+            + "\n".join(lines)) if lines else ""
 
 
 def _fmt_num(v) -> str:

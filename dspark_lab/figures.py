@@ -397,16 +397,25 @@ def sync_cost(rows: pd.DataFrame, level: float = 0.95) -> go.Figure:
 
 def strategy_comparison(rows: pd.DataFrame, baseline: str = "device_direct") -> go.Figure:
     """Median step time across trials per strategy with a 95% bootstrap CI of the median
-    (measure.timing.median_ci); several runs of the point are set side by side (e.g. two GPUs)."""
+    (measure.timing.median_ci); several runs of the point are set side by side (e.g. two GPUs).
+    Disturbed trials (results.noise) are left out of the bars and drawn as red crosses beside them."""
     from .measure.timing import median_ci
+    from .results import noise
 
     _check_one_point(ok_rows(rows), "strategy_comparison")
     df = ok_rows(rows)
     df = df.assign(run_id=_run_key(df))
+    if not df.empty:
+        df = df.assign(disturbed=noise.disturbed_flags(df))
     labels = run_labels(df)
     fig = go.Figure()
-    for i, (rid, g) in enumerate(df.groupby("run_id", sort=False)):
-        order = strategy_order(g["strategy"])
+    n_disturbed = 0
+    for i, (rid, g_all) in enumerate(df.groupby("run_id", sort=False)):
+        order = strategy_order(g_all["strategy"])
+        bad = g_all[g_all["disturbed"]]
+        # A strategy whose trials are all disturbed keeps them (a bar of something beats none).
+        g = pd.concat([sub if sub["disturbed"].all() else sub[~sub["disturbed"]]
+                       for _, sub in g_all.groupby("strategy", sort=False)])
         stats = [median_ci(g.loc[g["strategy"] == s, "step_ms"].astype(float).tolist()) for s in order]
         n = [int((g["strategy"] == s).sum()) for s in order]
         med = [m for m, _, _ in stats]
@@ -418,11 +427,25 @@ def strategy_comparison(rows: pd.DataFrame, baseline: str = "device_direct") -> 
             text=[f"{m:.2f}" for m in med], textposition="inside",
             hovertemplate="%{x}: median %{y:.3f} ms, 95% CI %{customdata[0]:.3f}–%{customdata[1]:.3f} "
                           "(%{customdata[2]} trials)<extra>%{fullData.name}</extra>",
+            offsetgroup=str(i),
         )
-    fig.update_layout(barmode="group", yaxis_title="step time, ms (median of trials, 95% CI)",
+        if len(bad):
+            n_disturbed += len(bad)
+            fig.add_scatter(
+                x=bad["strategy"].tolist(), y=bad["step_ms"].astype(float).tolist(), mode="markers",
+                name=f"disturbed trials, left out ({labels.get(rid, rid or 'run')})", offsetgroup=str(i),
+                marker=dict(symbol="x", size=9, color="#d62728"),
+                customdata=[[r] for r in bad.get("disturbed_reason", pd.Series("", index=bad.index)).fillna("")],
+                hovertemplate="%{x}: disturbed trial %{y:.3f} ms<br>%{customdata[0]}<extra></extra>",
+            )
+    fig.update_layout(barmode="group", scattermode="group", yaxis_title="step time, ms (median of quiet trials, 95% CI)",
                       showlegend=True, legend_title="run")
     pt = point_label(df.iloc[0]) if not df.empty else ""
-    _note(fig, _failed_note(rows))
+    note = _failed_note(rows)
+    if n_disturbed:
+        note = (note + " " if note else "") + (f"{n_disturbed} disturbed trial(s) left out of the bars "
+                                                f"(red crosses; rule in dspark_lab/results/noise.py).")
+    _note(fig, note)
     return _title(fig, "Step time by strategy", rows, pt)
 
 

@@ -15,31 +15,21 @@ import os
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any, Callable, Optional
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from . import figures, schema, strategies
-from .config import CAPTURE_BUCKETS, MODEL_PRESETS, WORKLOAD_PRESETS, LabConfig
+from .config import WORKLOAD_PRESETS
+# The live backend lives in live.py (no plotly/ipywidgets, so it runs on a bare GPU box).
+from .live import LIVE_PROFILE_STEPS, LIVE_STEPS, LIVE_TRIALS, LIVE_WARMUP, LiveBackend, PointData  # noqa: F401
 
 CONTROLS = ("ep_size", "batch_size", "gamma", "strategy", "workload")
 FIGURES = ("comparison", "syncs", "breakdown", "timeline")
 BASELINE = "device_direct"
 ALL_RUNS = "*"  # the run control's value for "every recorded run, side by side"
 MODE_ENV = "DSPARK_LAB_MODE"  # "recorded" forces recorded mode (e.g. headless notebook runs)
-
-
-@dataclass
-class PointData:
-    """What a backend returns for one setting: rows of every strategy (one point per run)."""
-
-    rows: pd.DataFrame
-    timelines: pd.DataFrame
-    note: str = ""  # e.g. "nearest recorded point: ... (asked batch 10)"
-    settings: dict = field(default_factory=dict)
 
 
 def _default_strategy(present) -> str:
@@ -151,78 +141,6 @@ class RecordedBackend:
         if diff:
             note += f" (nearest recorded; you asked {', '.join(diff)})"
         return PointData(rows, tl, note, dict(settings))
-
-
-# Live measurement size: 3 interleaved trials of 8 steps per strategy and 4 profiled steps, so an
-# update of all five strategies fits in about 3 s on an H200 (sglang_profile steps are 6-9 ms;
-# 12 steps and 5 profiled steps took 2.9-3.7 s there).
-LIVE_STEPS, LIVE_WARMUP, LIVE_TRIALS, LIVE_PROFILE_STEPS = 8, 2, 3, 4
-
-
-class LiveBackend:
-    """Measures on this machine's CUDA device: runner.measure_point with all strategies."""
-
-    mode = "live"
-
-    def __init__(self, base: Optional[LabConfig] = None, measure: Optional[Callable] = None,
-                 fingerprint: Optional[dict] = None):
-        # Sized for a live update of all strategies within ~3 s on an H200 (see LIVE_* below).
-        self.base = base or LabConfig(steps=LIVE_STEPS, warmup=LIVE_WARMUP, trials=LIVE_TRIALS)
-        if measure is None:
-            from functools import partial
-
-            from .runner import measure_point
-
-            measure = partial(measure_point, profile_steps=LIVE_PROFILE_STEPS, keep_traces=False)
-        self._measure = measure
-        self._fingerprint = fingerprint
-        self.run_id = "live-" + datetime.now().strftime("%Y%m%d-%H%M%S")
-
-    @property
-    def fingerprint(self) -> dict:
-        if self._fingerprint is None:
-            from .measure.probe import fingerprint
-
-            self._fingerprint = fingerprint()
-        return self._fingerprint
-
-    def options(self) -> dict:
-        experts = MODEL_PRESETS[self.base.model].experts
-        return {
-            "ep_size": [d for d in range(1, experts + 1) if experts % d == 0],
-            "batch_size": [b for b in CAPTURE_BUCKETS if b in (1, 2, 4, 8, 16, 32, 64, 128, 256)],
-            "gamma": [1, 2, 3, 4, 6, 8, 12, 16],
-            "strategy": list(strategies.names()),
-            "workload": list(WORKLOAD_PRESETS),
-        }
-
-    def defaults(self) -> dict:
-        return {"ep_size": max(self.options()["ep_size"]), "batch_size": self.base.batch_size,
-                "gamma": self.base.gamma, "strategy": _default_strategy(strategies.names()),
-                "workload": self.base.workload}
-
-    def describe(self) -> str:
-        fp = self.fingerprint
-        return (f"LIVE on {figures.gpu_name(fp.get('gpu'))} · driver {fp.get('driver')} · torch {fp.get('torch')}: each setting is "
-                f"measured now with all strategies ({self.base.trials} trials × {self.base.steps} steps).")
-
-    def config(self, settings: dict) -> LabConfig:
-        return self.base.with_(**{k: settings[k] for k in ("ep_size", "batch_size", "gamma", "workload") if k in settings})
-
-    def get(self, settings: dict, on_progress: Optional[Callable] = None) -> PointData:
-        cfg = self.config(settings)
-        result = self._measure(cfg, list(strategies.names()), on_progress=on_progress)
-        rows = pd.DataFrame(result.rows)
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-        fp = self.fingerprint
-        for k in ("gpu", "driver", "cuda", "torch"):
-            rows[k] = fp.get(k, "unknown")
-        rows["run_id"], rows["recorded_at"] = self.run_id, now
-        tl = figures.flatten_timelines(getattr(result, "timelines", None) or [])
-        failed = figures.failed_rows(rows)
-        if len(failed) and failed["strategy"].nunique() == rows["strategy"].nunique():
-            raise RuntimeError(str(failed["error"].iloc[0]))
-        return PointData(rows, tl, f"measured now: {figures.point_label(rows.iloc[0])}", dict(settings))
 
 
 # -- coalescing worker ----------------------------------------------------------------------------
@@ -437,6 +355,8 @@ class Panel:
         chosen = self.controls["strategy"].value
         comp = figures.strategy_comparison(rows)
         for tr in comp.data:
+            if tr.type != "bar":  # disturbed-trial markers keep their own look
+                continue
             tr.marker.line = dict(width=[3 if x == chosen else 0 for x in tr.x], color="black")
         shown = list(dict.fromkeys([BASELINE, chosen]))
         pid = ok["point_id"].iloc[0] if ok["point_id"].nunique() == 1 else None

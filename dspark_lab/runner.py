@@ -6,12 +6,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
+import pandas as pd
 import torch
 
 from . import strategies as strategy_registry
 from .config import LabConfig
-from .measure import breakdown, syncs, timing, trace
+from .measure import breakdown, diagnostics, syncs, timing, trace
 from .predicate import enable_num_token_non_padded
+from .results import noise
 from .schema import ROW_COLUMNS
 from .workload import LabStep
 
@@ -78,6 +80,23 @@ def analyse(tr: dict) -> tuple[dict, list]:
     return out, breakdown.timeline(ev, calls=calls)
 
 
+def _trial_row(cfg: LabConfig, name: str, t: timing.TrialTiming) -> dict:
+    r = {c: None for c in ROW_COLUMNS}
+    r.update(_config_columns(cfg, name), status="ok", error="")
+    r.update(trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50, step_ms_p90=t.p90)
+    r.update(t.diag)
+    return r
+
+
+def headline_half_width(cfg: LabConfig, timings: dict) -> Optional[float]:
+    """The point's headline CI half-width (%) over its quiet rounds so far (results.noise)."""
+    rows = pd.DataFrame([_trial_row(cfg, n, t) for n, ts in timings.items() for t in ts])
+    try:
+        return noise.headline(noise.mark_disturbed(rows))["half_width_pct"]
+    except ValueError:  # fewer than two strategies, or no baseline: no headline to aim at
+        return None
+
+
 def measure_point(
     cfg: LabConfig,
     strategies: Optional[Sequence[str]] = None,
@@ -86,13 +105,24 @@ def measure_point(
     profile_steps: int = PROFILE_STEPS,
     keep_traces: bool = True,
     with_stack: bool = False,
+    diagnose: bool = True,
+    target_ci_pct: Optional[float] = None,
+    time_cap_s: Optional[float] = None,
+    clock: Optional[Callable[[], float]] = None,
 ) -> PointResult:
     """Measure every strategy at one config point.
 
     Timing trials run first, without the profiler, interleaved across strategies. Then one
     profiler session over the strategies in turn gives counts, the breakdown and a timeline for
     each. Python stacks are off by default because the Python tracer inflates host time, and the
-    sync's exact source line comes from torch's sync debug mode instead."""
+    sync's exact source line comes from torch's sync debug mode instead.
+
+    Every trial carries measure.diagnostics fields (`diagnose=False` leaves them None) and the
+    noise verdict of results.noise (`disturbed`, `disturbed_reason`). With `target_ci_pct` and
+    `time_cap_s`, rounds go on past `cfg.trials` until the headline ratio's CI half-width is at
+    most `target_ci_pct` % or `time_cap_s` seconds have passed; rows say which (`stop_reason`)."""
+    if (target_ci_pct is None) != (time_cap_s is None):
+        raise ValueError("target_ci_pct and time_cap_s go together: give both (adaptive) or neither (fixed trials)")
     names = list(strategies or strategy_registry.BUILTIN)
     for n in names:
         strategy_registry.get(n)
@@ -107,11 +137,35 @@ def measure_point(
         done[0] += 1
         progress(msg, min(done[0] / total, 1.0))
 
+    nvml = diagnostics.nvml_for(first.device.index or 0) if diagnose and first.device.type == "cuda" else None
+    diag = {n: diagnostics.TrialDiagnostics(s, nvml=nvml) for n, s in steps.items()} if diagnose else None
     # Trials first (profiler-free), interleaved so drift is shared.
-    timings = timing.interleaved_trials(
-        {n: s.step for n, s in steps.items()}, trials=cfg.trials, steps=cfg.steps, warmup=cfg.warmup,
-        sync=sync, on_trial=lambda n, t: tick(f"trial {t + 1}/{cfg.trials}: {n}"),
-    )
+    fns = {n: s.step for n, s in steps.items()}
+    if target_ci_pct is None:
+        timings = timing.interleaved_trials(
+            fns, trials=cfg.trials, steps=cfg.steps, warmup=cfg.warmup,
+            sync=sync, on_trial=lambda n, t: tick(f"trial {t + 1}/{cfg.trials}: {n}"), diag=diag,
+        )
+        stop_reason, half_width = "fixed_trials", headline_half_width(cfg, timings)
+    else:
+        clk = clock or timing.time.monotonic
+        t_start, trial_part, n_trials = clk(), total - len(names), [0]
+
+        def on_adaptive(n: str, t: int) -> None:
+            # The trials' share of the bar: the larger of the minimum trials done and the time cap
+            # used (both only grow, so the bar never runs backwards; the CI may end it early).
+            n_trials[0] += 1
+            f = max(n_trials[0] / trial_part, (clk() - t_start) / time_cap_s)
+            progress(f"round {t + 1} (to ±{target_ci_pct:g}% or {time_cap_s:g} s): {n}",
+                     min(f, 0.99) * trial_part / total)
+
+        res = timing.adaptive_trials(
+            fns, min_trials=cfg.trials, steps=cfg.steps, warmup=cfg.warmup, sync=sync,
+            half_width=lambda tm: headline_half_width(cfg, tm), target_ci_pct=target_ci_pct,
+            time_cap_s=time_cap_s, clock=clk, on_trial=on_adaptive, diag=diag,
+        )
+        timings, stop_reason, half_width = res.timings, res.stop_reason, res.half_width_pct
+        done[0] = trial_part
     sync()
     outs = [s.last_output for s in steps.values()]
     identical = all(torch.equal(outs[0], o) for o in outs[1:])
@@ -137,9 +191,12 @@ def measure_point(
             traces[n] = tr
         timelines.append({"kind": "timeline", "point_id": point_id(cfg), "strategy": n, "segments": tl})
         for t in timings[n]:
-            r = {c: None for c in ROW_COLUMNS}
-            r.update(_config_columns(cfg, n), status="ok", error="")
-            r.update(trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50, step_ms_p90=t.p90)
+            r = _trial_row(cfg, n, t)
             r.update({k: v for k, v in stats.items() if k in r})
+            r.update(stop_reason=stop_reason, ci_half_width_pct=half_width)
             rows.append(r)
+    # The noise verdict at record time (results.noise re-computes the same from the rows).
+    marked = noise.mark_disturbed(pd.DataFrame(rows))
+    for r, d, why in zip(rows, marked["disturbed"], marked["disturbed_reason"]):
+        r.update(disturbed=bool(d), disturbed_reason=why)
     return PointResult(rows, timelines, traces, identical)

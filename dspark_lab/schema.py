@@ -52,9 +52,25 @@ TRACE_COLUMNS = (
     # Device-to-host copies issued in the step (GPU-side "Memcpy DtoH"), and those into pageable memory.
     "d2h_per_step", "d2h_pageable_per_step",
 )
+# Per-trial diagnostics (measure/diagnostics.py), the noise verdict (results/noise.py) and how the
+# point's trials were stopped (measure/timing.adaptive_trials). Per-step values are trial means.
+DIAG_COLUMNS = (
+    "gpu_ms",  # GPU time per step of the step's GPU work (CUDA events around it; None on CPU)
+    "host_work_ms",  # host time per step in real work: wall time outside deliberate waits
+    "host_wait_ms",  # host time per step in deliberate waits (emulated host cost, by-design syncs)
+    "offcpu_ms",  # time per step the measuring thread was not on a CPU (descheduled or sleeping)
+    "ctx_switches_invol", "ctx_switches_vol",  # context switches of the thread during the trial
+    "cpu_steal_ms",  # CPU steal during the trial, all CPUs (/proc/stat); None where not reported
+    "sm_clock_mhz",  # GPU SM clock (NVML, lower of trial start/end); None without NVML
+    "throttle_reasons",  # NVML clock-event reasons that slow the GPU, as a bitmask; None without NVML
+    "disturbed",  # bool: the trial is disturbed by the rule in results/noise.py
+    "disturbed_reason",  # why, "" when quiet
+    "stop_reason",  # "ci_target" | "time_cap" | "fixed_trials": why the point stopped measuring
+    "ci_half_width_pct",  # the point's headline ratio CI half-width when it stopped, % (None if none)
+)
 FINGERPRINT_COLUMNS = ("gpu", "driver", "cuda", "torch", "run_id", "recorded_at")
 
-ROW_COLUMNS = CONFIG_COLUMNS + STATUS_COLUMNS + TIMING_COLUMNS + TRACE_COLUMNS
+ROW_COLUMNS = CONFIG_COLUMNS + STATUS_COLUMNS + TIMING_COLUMNS + TRACE_COLUMNS + DIAG_COLUMNS
 
 # Parts of a step on each side; each side sums to the step's wall time.
 HOST_PARTS = ("host_prep_ms", "host_blocked_ms", "host_readback_ms", "host_copy_ms", "host_launch_ms", "host_other_ms")

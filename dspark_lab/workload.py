@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from . import strategies
+from . import calibration, strategies
 from .config import LabConfig
 from .draft import CAPTURE_HIDDEN_NULL, DSPARK, TARGET_VERIFY, DraftForwardBatch, DraftRunner
 from .predicate import enable_num_token_non_padded
@@ -40,13 +40,42 @@ def phase(name: str):
 
 
 _ITERS_PER_US: list[float] = []
+# Host seconds spent in deliberate waits since the process started: spin_until's emulated host
+# cost, plus the step's by-design blocking calls (LabStep). Diagnostics read its delta per trial;
+# what is left of a trial's wall time is the host's real work, where host-side interference shows.
+_WAIT_S = [0.0]
+
+
+def deliberate_wait_s() -> float:
+    return _WAIT_S[0]
+
+
+def _cpu_name() -> str:
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def _iters_per_us() -> float:
     if not _ITERS_PER_US:
-        n = 200_000
-        best = min(_timed_sum(n) for _ in range(5))
-        _ITERS_PER_US.append(n / (best * 1e6))
+        import platform
+
+        key = calibration.host_key(_cpu_name(), platform.python_version())
+        cached = (calibration.load(key) or {}).get("spin_iters_per_us")
+        if isinstance(cached, (int, float)) and cached > 0:
+            _ITERS_PER_US.append(float(cached))
+        else:
+            n = 200_000
+            best = min(_timed_sum(n) for _ in range(5))
+            _ITERS_PER_US.append(n / (best * 1e6))
+            calibration.store(key, {"spin_iters_per_us": _ITERS_PER_US[0]})
     return _ITERS_PER_US[0]
 
 
@@ -62,11 +91,31 @@ def spin_until(deadline: float) -> None:
     The work is one C-level call sized from a calibration (`sum(range(n))`), not a Python loop, so
     the profiler's Python tracer sees one event rather than thousands."""
     rate = _iters_per_us()
-    while True:
-        left_us = (deadline - time.perf_counter()) * 1e6
-        if left_us <= 2:
-            return
-        sum(range(int(left_us * rate)))
+    t0 = time.perf_counter()
+    try:
+        while True:
+            left_us = (deadline - time.perf_counter()) * 1e6
+            if left_us <= 2:
+                return
+            sum(range(int(left_us * rate)))
+    finally:
+        # Deliberate wait up to the deadline; an overshoot (the thread was descheduled) is not.
+        _WAIT_S[0] += max(0.0, min(time.perf_counter(), deadline) - t0)
+
+
+def _driver_version() -> str:
+    """The GPU driver for calibration keys, without a subprocess: NVML if present, else CUDA's."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:  # noqa: BLE001 - pynvml is optional
+        try:
+            return f"cuda-driver-api {torch._C._cuda_getDriverVersion()}"
+        except Exception:  # noqa: BLE001
+            return "unknown"
 
 
 class TargetVerify:
@@ -101,6 +150,11 @@ class TargetVerify:
 
     def _layers_for(self, duration_ms: float) -> int:
         key = torch.cuda.get_device_name(self.device)
+        disk_key = calibration.gpu_key(key, _driver_version(), torch.__version__)
+        if key not in self._layers_per_ms:
+            cached = (calibration.load(disk_key) or {}).get("target_layers_per_ms")
+            if isinstance(cached, (int, float)) and cached > 0:
+                self._layers_per_ms[key] = float(cached)
         if key not in self._layers_per_ms:
             # Time a 64-layer graph with CUDA events (median of 5 replays after warm-up).
             self.layers = 64
@@ -116,6 +170,7 @@ class TargetVerify:
                 b.synchronize()
                 times.append(a.elapsed_time(b))
             self._layers_per_ms[key] = 64 / sorted(times)[2]
+            calibration.store(disk_key, {"target_layers_per_ms": self._layers_per_ms[key]})
         return max(1, round(duration_ms * self._layers_per_ms[key]))
 
     def _capture(self) -> torch.cuda.CUDAGraph:
@@ -171,6 +226,8 @@ class LabStep:
         # The host twins SGLang keeps for attention backends that need CPU seq_lens.
         self.seq_lens_host = [(i % (m.prefix_len - 1)) + 1 for i in range(bs)]
         self._pending: Optional[torch.cuda.Event] = None
+        # Set by measure.diagnostics during a timed trial: CUDA events around the step's GPU work.
+        self.gpu_clock = None
         self.last_output: Optional[torch.Tensor] = None
         self.last_expert_ids: Optional[torch.Tensor] = None
 
@@ -190,8 +247,13 @@ class LabStep:
         with torch.profiler.record_function(STEP_RANGE):
             with phase("host_prep"):
                 self._host_prep(costs.prep_before_target_us)
+            clock = self.gpu_clock
             with phase("target_verify"):
+                if clock is not None:
+                    clock.start()
                 bonus = self.target.launch()
+                if clock is not None:
+                    clock.stop()
             with phase("draft_prep"):
                 deadline = time.perf_counter() + costs.draft_prep_us * 1e-6
                 self.block_ids[:bs, 0].copy_(bonus[:bs])
@@ -204,9 +266,12 @@ class LabStep:
                 seq_lens_cpu = torch.tensor(self.seq_lens_host, dtype=torch.int64)
                 spin_until(deadline)
             with phase("num_token_non_padded"):
+                # The strategy's call is counted as wait: under device_direct it is the sync.
+                t_wait = time.perf_counter()
                 n_dev = self.strategy.fn(
                     cfg.num_tokens, self.device, self.parallel, buffer=self.runner.static_num_token_non_padded
                 )
+                _WAIT_S[0] += time.perf_counter() - t_wait
             with phase("draft_post_prep"):
                 deadline = time.perf_counter() + costs.post_scalar_us * 1e-6
                 batch = DraftForwardBatch(
@@ -228,7 +293,11 @@ class LabStep:
                 )
                 spin_until(deadline)
             with phase("draft_forward"):
+                if clock is not None:
+                    clock.start()
                 tokens, ids = self.runner.run(batch)
+                if clock is not None:
+                    clock.stop()
             self.last_output, self.last_expert_ids = tokens, ids
             if cfg.readback == "lagged" and self.device.type == "cuda":
                 with torch.profiler.record_function(READBACK_RANGE):
@@ -237,7 +306,9 @@ class LabStep:
                         mode = torch.cuda.get_sync_debug_mode()
                         if mode:
                             torch.cuda.set_sync_debug_mode(0)
+                        t_wait = time.perf_counter()
                         self._pending.synchronize()
+                        _WAIT_S[0] += time.perf_counter() - t_wait
                         if mode:
                             torch.cuda.set_sync_debug_mode(mode)
                     self._pending = torch.cuda.Event()

@@ -100,9 +100,9 @@ def run_stage_cuda_tests() -> str:
 def run_stage_live() -> str:
     """How long a live panel update takes: all strategies at one setting, measured (the panel's
     redraw is timed on CPU by the tests)."""
-    from dspark_lab import panel
+    from dspark_lab import live  # the panel's backend without plotly (absent on the GPU box)
 
-    b = panel.LiveBackend()
+    b = live.LiveBackend()
     d = b.defaults()
     settings = [d, {**d, "batch_size": 32}, {**d, "gamma": 8}, {**d, "ep_size": 1}, {**d, "batch_size": 1}]
     out, times = [], []

@@ -1,0 +1,230 @@
+"""Disturbed trials and the headline ratio, from rows alone (numpy + pandas; no torch, no plotly).
+
+THE RULE (also the README's): a trial is disturbed when its host real-work time per step exceeds
+the median of its strategy's trials at that point (same run) by more than the larger of 3 MADs
+and a tenth of their median step time — or its GPU time per step does by the same bound, or its
+SM clock fell more than 10% below their median, or NVML reported a slowdown reason during it. A
+run recorded without host diagnostics is judged on its step time instead of its host work.
+
+Why this rule: on a shared machine the measured disturbances were host-side (trials 2.2-2.6 ms per
+step slower, i.e. about 30% of an sglang_profile step, while the SM clock and the target verify's
+GPU time stayed put), so host work outside the deliberate waits is where they show, and the GPU
+time and clock checks catch the other side. The bound is relative to the step because what matters
+is whether a trial's step time is inflated; a tenth of a step is far above the quiet jitter of host
+work and well below the disturbances seen. Three MADs keep a uniformly noisy group (nothing to
+single out) from flagging half its trials. The median of all the group's trials serves as the
+quiet reference: it is robust while fewer than half the trials are disturbed (8.7% were).
+Groups of fewer than MIN_TRIALS trials are not judged on statistics (only on NVML reasons).
+
+The headline of a point is the paired per-round ratio of one strategy's step time over another's
+(trial t of each ran in the same interleaved round): device_direct / non_blocking where both were
+measured, else the baseline over the fastest other strategy. Rounds where either trial is
+disturbed are left out of it, and the count is reported beside it.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+
+RULE = ("A trial is disturbed when its host real-work time per step exceeds the median of its strategy's "
+        "trials at that point by more than max(3 MADs, 10% of their median step time), or its GPU time per "
+        "step does by the same bound, or its SM clock fell more than 10% below their median, or NVML "
+        "reported a slowdown reason during it.")
+MAD_K = 3.0
+STEP_FRACTION = 0.10  # of the group's median step time
+CLOCK_DROP = 0.10  # SM clock below (1 - CLOCK_DROP) x the group's median
+MIN_TRIALS = 3
+BASELINE = "device_direct"
+HEADLINE_PAIR = ("device_direct", "non_blocking")
+LEVEL = 0.95
+_RNG_SEED = 20261130  # as measure.timing: the same samples always give the same interval
+BOOTSTRAP_RESAMPLES = 4000
+_SLOWDOWN_NAMES = {0x4: "sw_power_cap", 0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal",
+                   0x80: "hw_power_brake"}
+
+
+def _group_keys(rows: pd.DataFrame) -> list[str]:
+    return [c for c in ("run_id", "point_id", "strategy") if c in rows.columns]
+
+
+def _ok(rows: pd.DataFrame) -> pd.Series:
+    return rows["status"].eq("ok") if "status" in rows.columns else pd.Series(True, index=rows.index)
+
+
+def _num(rows: pd.DataFrame, col: str) -> pd.Series:
+    if col not in rows.columns:
+        return pd.Series(np.nan, index=rows.index, dtype=float)
+    return pd.to_numeric(rows[col], errors="coerce").astype(float)
+
+
+def _mad(x: np.ndarray) -> float:
+    return float(1.4826 * np.median(np.abs(x - np.median(x))))
+
+
+def _judge_group(g: pd.DataFrame) -> list[str]:
+    """Reasons per row of one (run, point, strategy) group ("" = quiet)."""
+    reasons: list[list[str]] = [[] for _ in range(len(g))]
+    step = _num(g, "step_ms").to_numpy()
+    if len(g) >= MIN_TRIALS and np.isfinite(step).sum() >= MIN_TRIALS:
+        step_med = float(np.nanmedian(step))
+        host = _num(g, "host_work_ms").to_numpy()
+        checks = [("host work", host) if np.isfinite(host).sum() >= MIN_TRIALS else ("step time", step),
+                  ("GPU time", _num(g, "gpu_ms").to_numpy())]
+        for label, x in checks:
+            ok = np.isfinite(x)
+            if ok.sum() < MIN_TRIALS:
+                continue
+            med = float(np.median(x[ok]))
+            bound = max(MAD_K * _mad(x[ok]), STEP_FRACTION * step_med)
+            for i in np.flatnonzero(ok & (x - med > bound)):
+                reasons[i].append(f"{label} +{x[i] - med:.2f} ms/step over its median (bound {bound:.2f})")
+        sm = _num(g, "sm_clock_mhz").to_numpy()
+        ok = np.isfinite(sm)
+        if ok.sum() >= MIN_TRIALS:
+            med = float(np.median(sm[ok]))
+            for i in np.flatnonzero(ok & (sm < (1 - CLOCK_DROP) * med)):
+                reasons[i].append(f"SM clock {sm[i]:.0f} MHz (median {med:.0f})")
+    thr = _num(g, "throttle_reasons").to_numpy()
+    for i in np.flatnonzero(np.isfinite(thr) & (np.nan_to_num(thr) > 0)):
+        names = [n for bit, n in _SLOWDOWN_NAMES.items() if int(thr[i]) & bit] or [f"0x{int(thr[i]):x}"]
+        reasons[i].append("NVML slowdown: " + ",".join(names))
+    return ["; ".join(r) for r in reasons]
+
+
+def mark_disturbed(rows: pd.DataFrame) -> pd.DataFrame:
+    """A copy of `rows` with `disturbed` (bool) and `disturbed_reason` set by the rule (RULE).
+    Failed rows are never disturbed. Re-computes what the runner recorded, from the rows alone."""
+    out = rows.copy()
+    out["disturbed"] = False
+    out["disturbed_reason"] = ""
+    ok = out[_ok(out)]
+    if ok.empty:
+        return out
+    for _, g in ok.groupby(_group_keys(ok), sort=False, dropna=False):
+        why = _judge_group(g)
+        out.loc[g.index, "disturbed_reason"] = why
+        out.loc[g.index, "disturbed"] = [bool(w) for w in why]
+    out["disturbed"] = out["disturbed"].astype(bool)
+    return out
+
+
+def disturbed_flags(rows: pd.DataFrame) -> pd.Series:
+    """The recorded `disturbed` column where every row has one, else the rule recomputed."""
+    if "disturbed" in rows.columns and rows["disturbed"].notna().all():
+        return rows["disturbed"].astype(bool)
+    return mark_disturbed(rows)["disturbed"]
+
+
+def disturbed_counts(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per run, point and strategy: trials, disturbed trials (recomputed if not recorded)."""
+    ok = rows[_ok(rows)]
+    keys = _group_keys(ok)
+    df = ok.assign(disturbed=disturbed_flags(ok))
+    return (df.groupby(keys, sort=False)["disturbed"].agg(trials="size", disturbed="sum")
+            .reset_index().astype({"disturbed": int}))
+
+
+# -- the headline ------------------------------------------------------------------------------------
+
+def paired_ratio(a_ms: Sequence[float], b_ms: Sequence[float], level: float = LEVEL) -> dict:
+    """Median of per-round ratios a/b with a percentile-bootstrap CI; half-width in % of the ratio."""
+    a, b = np.asarray(a_ms, float), np.asarray(b_ms, float)
+    if a.size != b.size:
+        raise ValueError(f"paired_ratio needs one sample per round on both sides; got {a.size} and {b.size}")
+    if a.size == 0:
+        raise ValueError("paired_ratio needs at least one round")
+    r = a / b
+    med = float(np.median(r))
+    if r.size == 1:
+        lo = hi = med
+    else:
+        rng = np.random.default_rng(_RNG_SEED)
+        boots = np.median(rng.choice(r, size=(BOOTSTRAP_RESAMPLES, r.size)), axis=1)
+        lo, hi = (float(v) for v in np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2]))
+    hw = (hi - lo) / 2 / med * 100 if r.size > 1 else None
+    return {"ratio": med, "ci_low": lo, "ci_high": hi, "half_width_pct": hw, "rounds": int(r.size)}
+
+
+def headline_pair(strategies: Iterable[str], step_ms: Optional[dict] = None) -> tuple[str, str]:
+    """device_direct vs non_blocking when both exist, else the baseline vs the fastest other
+    (`step_ms`: strategy -> median step time) — the point's baseline vs its best fix."""
+    present = list(dict.fromkeys(strategies))
+    if all(s in present for s in HEADLINE_PAIR):
+        return HEADLINE_PAIR
+    others = [s for s in present if s != BASELINE]
+    if BASELINE not in present or not others:
+        raise ValueError(f"a headline needs {BASELINE} and another strategy; got {present}")
+    best = min(others, key=lambda s: (step_ms or {}).get(s, np.inf)) if step_ms else others[0]
+    return BASELINE, best
+
+
+def headline(rows: pd.DataFrame, pair: Optional[tuple[str, str]] = None, level: float = LEVEL) -> dict:
+    """The headline of ONE point of ONE run: the paired per-round step-time ratio a/b over rounds
+    where neither trial is disturbed, with its CI, and the disturbed-trial counts beside it."""
+    ok = rows[_ok(rows)]
+    if ok.empty:
+        raise ValueError("headline needs rows with status ok")
+    for col in ("run_id", "point_id"):
+        if col in ok.columns and ok[col].nunique() > 1:
+            raise ValueError(f"headline takes one point of one run; got {ok[col].nunique()} values of {col}")
+    ok = ok.assign(disturbed=disturbed_flags(ok))
+    quiet_med = ok[~ok["disturbed"]].groupby("strategy")["step_ms"].median().to_dict()
+    a, b = pair or headline_pair(ok["strategy"].unique(), quiet_med)
+    side = {s: ok[ok["strategy"] == s].set_index("trial") for s in (a, b)}
+    rounds = sorted(set(side[a].index) & set(side[b].index))
+    quiet = [t for t in rounds if not side[a].at[t, "disturbed"] and not side[b].at[t, "disturbed"]]
+    counts = {s: int(g["disturbed"].sum()) for s, g in ok.groupby("strategy", sort=False)}
+    out = {"a": a, "b": b, "rounds": len(rounds), "quiet_rounds": len(quiet),
+           "excluded_rounds": len(rounds) - len(quiet), "disturbed": counts,
+           "disturbed_total": int(sum(counts.values())), "trials_total": int(len(ok))}
+    if quiet:
+        out.update(paired_ratio(side[a].loc[quiet, "step_ms"].astype(float), side[b].loc[quiet, "step_ms"].astype(float), level))
+        out["rounds"] = len(rounds)
+    else:
+        out.update(ratio=None, ci_low=None, ci_high=None, half_width_pct=None)
+    out["text"] = describe(out, level)
+    return out
+
+
+def describe(h: dict, level: float = LEVEL) -> str:
+    excl = f"{h['disturbed_total']} of {h['trials_total']} trials disturbed, {h['excluded_rounds']} round(s) left out"
+    if h.get("ratio") is None:
+        return f"{h['a']} / {h['b']}: no quiet round to compare ({excl})"
+    hw = f", ±{h['half_width_pct']:.1f}%" if h.get("half_width_pct") is not None else ""
+    return (f"{h['a']} / {h['b']} step time = {h['ratio']:.3f} ({level:.0%} CI {h['ci_low']:.3f}–{h['ci_high']:.3f}"
+            f"{hw}) over {h['quiet_rounds']} quiet rounds; {excl}")
+
+
+def headlines(rows: pd.DataFrame) -> pd.DataFrame:
+    """One headline per run x point (points where it cannot be formed are skipped)."""
+    ok = rows[_ok(rows)]
+    keys = [c for c in ("run_id", "point_id") if c in ok.columns]
+    out = []
+    for key, g in ok.groupby(keys, sort=False):
+        try:
+            h = headline(g)
+        except ValueError:
+            continue
+        key = key if isinstance(key, tuple) else (key,)
+        rec = dict(zip(keys, key))
+        rec.update({k: g[k].iloc[0] for k in ("ep_size", "batch_size", "gamma", "workload") if k in g})
+        rec.update({k: v for k, v in h.items() if k != "disturbed"})
+        for c in ("stop_reason", "ci_half_width_pct"):
+            if c in g.columns:
+                rec["recorded_" + c] = g[c].iloc[0]
+        out.append(rec)
+    return pd.DataFrame(out)
+
+
+def profiler_inflation(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per run, point and strategy: the profiled step (one profiler pass) against the
+    profiler-free median step of the quiet trials, and the inflation in %."""
+    ok = rows[_ok(rows)]
+    ok = ok.assign(disturbed=disturbed_flags(ok))
+    keys = _group_keys(ok)
+    quiet = ok[~ok["disturbed"]]
+    agg = quiet.groupby(keys, sort=False).agg(step_ms=("step_ms", "median"), profiled_step_ms=("profiled_step_ms", "first"))
+    agg["inflation_pct"] = (pd.to_numeric(agg["profiled_step_ms"], errors="coerce") / agg["step_ms"] - 1) * 100
+    return agg.reset_index()
