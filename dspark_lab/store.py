@@ -24,29 +24,19 @@ import signal
 import threading
 from contextlib import contextmanager
 import warnings
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from . import schema
+from .results import load as _load
+from .results.load import KINDS, RUN_SUFFIX, TIMELINE_COLUMNS, DataWarning, SchemaVersionError  # noqa: F401
 
 if TYPE_CHECKING:  # pandas is imported when loading, so that recording needs only the stdlib
     import pandas as pd
 
-RUN_SUFFIX = ".jsonl"
-KINDS = ("header", "row", "timeline", "point")
 # Fingerprint keys that must agree for a run to be resumed on this machine.
 MACHINE_KEYS = ("gpu", "driver", "cuda", "torch")
-TIMELINE_COLUMNS = ("run_id", "point_id", "strategy", "lane", "part", "start_ms", "end_ms", "label")
-
-
-class DataWarning(UserWarning):
-    """A recorded file is damaged (truncated or corrupted line); the good records are kept."""
-
-
-class SchemaVersionError(ValueError):
-    """A run file was written with a schema version this code cannot read."""
 
 
 def default_data_dir() -> Path:
@@ -86,190 +76,33 @@ def _dumps(record: dict) -> str:
     return json.dumps(record, default=_json_default, separators=(",", ":"))
 
 
-def _check_version(header: dict, path: Path) -> None:
-    version = header.get("schema_version")
-    if version != schema.SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"{path}: schema_version {version!r} is not supported by this dspark_lab "
-            f"(it reads schema_version {schema.SCHEMA_VERSION}); use the dspark_lab release "
-            f"that wrote the file, or convert it"
-        )
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading one file
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class _FileRecords:
-    path: Path
-    header: dict | None = None
-    rows: list[dict] = field(default_factory=list)
-    timelines: list[dict] = field(default_factory=list)
-    points: list[dict] = field(default_factory=list)  # commit records in file order
-    ends_with_newline: bool = True
-
-
-def _warn(path: Path, line: int | None, message: str) -> None:
-    where = f"{path}:{line}" if line is not None else f"{path}"
-    warnings.warn(f"{where}: {message}", DataWarning, stacklevel=3)
-
-
-def _read_file(path: Path) -> _FileRecords:
-    """Parse a run file, warning (naming file and line) on every damaged line, keeping the rest."""
-    out = _FileRecords(path)
-    data = path.read_bytes()
-    out.ends_with_newline = data.endswith(b"\n") or not data
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    for lineno, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        last = lineno == len(lines)
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            why = "truncated record (an interrupted write?)" if last and not out.ends_with_newline else "corrupted record"
-            _warn(path, lineno, f"{why}, skipped ({e.__class__.__name__}: {e})")
-            continue
-        if not isinstance(rec, dict) or rec.get("kind") not in KINDS:
-            kind = rec.get("kind") if isinstance(rec, dict) else type(rec).__name__
-            _warn(path, lineno, f"record of unknown kind {kind!r}, skipped (known: {', '.join(KINDS)})")
-            continue
-        kind = rec["kind"]
-        if kind == "header":
-            if out.header is not None:
-                _warn(path, lineno, "a second header record, skipped")
-                continue
-            _check_version(rec, path)
-            out.header = rec
-        elif kind == "row":
-            missing = [c for c in ("point_id", "strategy") if c not in rec]
-            if missing:
-                _warn(path, lineno, f"row record without {', '.join(missing)}, skipped")
-                continue
-            rec["_line"] = lineno
-            out.rows.append(rec)
-        elif kind == "timeline":
-            if "point_id" not in rec or not isinstance(rec.get("segments"), list):
-                _warn(path, lineno, "timeline record without point_id or segments, skipped")
-                continue
-            out.timelines.append(rec)
-        else:  # point
-            if "point_id" not in rec:
-                _warn(path, lineno, "point record without point_id, skipped")
-                continue
-            out.points.append(rec)
-    if out.header is None and (out.rows or out.timelines or out.points or lines):
-        _warn(path, 1, "no readable header record; machine fingerprint unknown for its rows")
-    return out
-
-
-def _select_attempts(recs: _FileRecords) -> tuple[list[dict], list[dict]]:
-    """Per point, keep the records of its last committed attempt (or its last attempt if none)."""
-    committed: dict[str, str | None] = {}
-    for p in recs.points:
-        committed[p["point_id"]] = p.get("attempt")
-    last_seen: dict[str, str | None] = {}
-    for r in recs.rows + recs.timelines:
-        last_seen[r["point_id"]] = r.get("attempt")
-
-    def keep(r: dict) -> bool:
-        pid = r["point_id"]
-        chosen = committed[pid] if pid in committed else last_seen.get(pid)
-        return r.get("attempt") == chosen
-
-    return [r for r in recs.rows if keep(r)], [t for t in recs.timelines if keep(t)]
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading many files into tidy frames
-# ---------------------------------------------------------------------------------------------
-def run_files(paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None) -> list[Path]:
-    """The run files named by `paths` (files and/or folders, searched recursively), sorted."""
-    if paths is None:
-        paths = [default_data_dir()]
-    elif isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    files: list[Path] = []
-    for p in paths:
-        p = Path(p)
-        if p.is_dir():
-            files.extend(sorted(q for q in p.rglob(f"*{RUN_SUFFIX}") if q.is_file()))
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise FileNotFoundError(f"no run file or folder at {p}")
-    seen: set[Path] = set()
-    unique = []
-    for f in files:
-        key = f.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append(f)
-    return unique
-
-
-def _fingerprint_values(header: dict | None, path: Path) -> dict:
-    fp = (header or {}).get("fingerprint") or {}
-    return {
-        "gpu": fp.get("gpu", "unknown"),
-        "driver": fp.get("driver", "unknown"),
-        "cuda": fp.get("cuda", "unknown"),
-        "torch": fp.get("torch", "unknown"),
-        "run_id": (header or {}).get("run_id", path.stem),
-        "recorded_at": (header or {}).get("created_at", ""),
-    }
+def run_files(paths=None) -> list[Path]:
+    """The run files named by `paths` (files and/or folders, searched recursively; default: the data dir)."""
+    return _load.run_files(paths, default_data_dir())
 
 
 def load_runs(
     paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
-    """Load run files (or every run file under folders; default: the data dir).
+    """Load run files (or every run file under folders; default: the data dir): (rows, timelines,
+    headers). Reading and validation live in results/load.py (see its rules): a damaged record or
+    file gives a DataWarning naming file and line and the good records still load."""
+    loaded = _load.load(paths, default=default_data_dir())
+    return loaded.rows, loaded.timelines, loaded.headers
 
-    Returns (rows, timelines, headers):
-      rows      one row per point x strategy x trial: schema.ROW_COLUMNS + schema.FINGERPRINT_COLUMNS
-                (recorded_at is when the point was written), plus any extra recorded columns.
-      timelines one row per segment: run_id, point_id, strategy, lane, part, start_ms, end_ms, label.
-      headers   the header records, each with "path" added.
-    Damaged lines give a DataWarning naming file and line; an unknown schema_version raises
-    SchemaVersionError naming the file.
-    """
-    import pandas as pd
 
-    row_dicts: list[dict] = []
-    seg_rows: list[tuple] = []
-    headers: list[dict] = []
-    for path in run_files(paths):
-        recs = _read_file(path)
-        fpv = _fingerprint_values(recs.header, path)
-        if recs.header is not None:
-            headers.append({**recs.header, "path": str(path)})
-        commit_time = {p["point_id"]: p.get("recorded_at") for p in recs.points}
-        rows, timelines = _select_attempts(recs)
-        for r in rows:
-            d = {k: v for k, v in r.items() if k not in ("kind", "attempt", "_line")}
-            for c in schema.ROW_COLUMNS:
-                d.setdefault(c, None)
-            d.update(fpv)
-            d["recorded_at"] = commit_time.get(r["point_id"]) or fpv["recorded_at"]
-            row_dicts.append(d)
-        for t in timelines:
-            for i, seg in enumerate(t["segments"]):
-                if not isinstance(seg, (list, tuple)) or len(seg) != 5:
-                    _warn(path, None, f"timeline of point {t['point_id']} / {t.get('strategy')}: "
-                          f"segment {i} is not [lane, part, start_ms, end_ms, label], skipped")
-                    continue
-                seg_rows.append((fpv["run_id"], t["point_id"], t.get("strategy"), *seg))
-    base_cols = list(schema.ROW_COLUMNS) + list(schema.FINGERPRINT_COLUMNS)
-    if row_dicts:
-        rows_df = pd.DataFrame.from_records(row_dicts)
-        extra = [c for c in rows_df.columns if c not in base_cols]
-        rows_df = rows_df[base_cols + extra]
-    else:
-        rows_df = pd.DataFrame(columns=base_cols)
-    timelines_df = pd.DataFrame.from_records(seg_rows, columns=list(TIMELINE_COLUMNS))
-    return rows_df, timelines_df, headers
+def _read_checked(path: Path) -> _load.FileRecords:
+    """A run file's records for resuming or its header; SchemaVersionError / ValueError if unusable."""
+    recs = _load.read_file(path)
+    if recs.header_line is not None and recs.header is None:
+        # read_file skipped the file: say why, as an error (resume must not append to it).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DataWarning)
+            raw = _load.read_file(path, _load._Log(emit=False))
+        if raw.unreadable and "schema_version" in raw.unreadable:
+            raise SchemaVersionError(f"{path}: {raw.unreadable}")
+        raise ValueError(f"{path}: {raw.unreadable or 'unreadable header'}")
+    return recs
 
 
 def read_header(path: str | os.PathLike) -> dict:
@@ -277,7 +110,7 @@ def read_header(path: str | os.PathLike) -> dict:
     path = Path(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataWarning)
-        recs = _read_file(path)
+        recs = _read_checked(path)
     if recs.header is None:
         raise ValueError(f"{path}: no readable header record; not a dspark-lab run file")
     return recs.header
@@ -345,7 +178,7 @@ class RunWriter:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no run file at {path}")
-        recs = _read_file(path)
+        recs = _read_checked(path)
         if recs.header is None:
             raise ValueError(f"{path}: no readable header record; cannot resume it")
         points = {p["point_id"]: p.get("status", "ok") for p in recs.points}

@@ -13,7 +13,7 @@ from typing import Optional
 
 import pandas as pd
 
-from ..workload import PHASE_PREFIX
+from .ranges import PHASE_PREFIX
 from . import intervals as iv
 from .syncs import ASYNC_COPY_APIS, host_events, step_windows, sync_calls
 from .trace import GPU_CATS, HOST_API_CATS, HOST_RANGE_CAT
