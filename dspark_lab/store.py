@@ -15,6 +15,7 @@ its last committed attempt, so no row is doubled.
 """
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import math
@@ -37,6 +38,10 @@ if TYPE_CHECKING:  # pandas is imported when loading, so that recording needs on
 
 # Fingerprint keys that must agree for a run to be resumed on this machine.
 MACHINE_KEYS = ("gpu", "driver", "cuda", "torch")
+
+
+class RunFileBusy(RuntimeError):
+    """Another process holds the run file's writer lock (one writer per run file)."""
 
 
 def default_data_dir() -> Path:
@@ -129,6 +134,17 @@ class RunWriter:
         # point_id -> status of its last committed attempt ("ok" | "failed")
         self.points: dict[str, str] = dict(points or {})
         self._f = open(self.path, "ab", buffering=0)
+        self._lock()
+
+    def _lock(self) -> None:
+        """One writer per run file: an advisory lock (flock) held until close(); released by the
+        OS if the process dies, so a crashed sweep never leaves the file locked."""
+        try:
+            fcntl.flock(self._f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._f.close()
+            raise RunFileBusy(f"{self.path} is being written by another dspark-lab process (its lock is held); "
+                              "wait for it to finish or stop it, then resume") from None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -178,11 +194,23 @@ class RunWriter:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no run file at {path}")
-        recs = _read_checked(path)
-        if recs.header is None:
-            raise ValueError(f"{path}: no readable header record; cannot resume it")
+        probe = open(path, "ab", buffering=0)  # take the lock before reading what the file holds
+        try:
+            fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            probe.close()
+            raise RunFileBusy(f"{path} is being written by another dspark-lab process (its lock is held); "
+                              "wait for it to finish or stop it, then resume") from None
+        try:
+            recs = _read_checked(path)
+            if recs.header is None:
+                raise ValueError(f"{path}: no readable header record; cannot resume it")
+        except BaseException:
+            probe.close()
+            raise
         points = {p["point_id"]: p.get("status", "ok") for p in recs.points}
-        writer = cls(path, recs.header, points)
+        writer = cls.__new__(cls)
+        writer.path, writer.header, writer.points, writer._f = path, recs.header, points, probe
         if not recs.ends_with_newline:
             writer._append(b"\n")
         return writer
@@ -253,11 +281,22 @@ class RunWriter:
     def _append(self, data: bytes) -> None:
         # Ctrl-C is held back until the block is on disk, so it never splits a point's records.
         with _sigint_deferred():
+            fd = self._f.fileno()
+            start = os.lseek(fd, 0, os.SEEK_END)
             view = memoryview(data)
-            while view:
-                n = os.write(self._f.fileno(), view)
-                view = view[n:]
-            os.fsync(self._f.fileno())
+            try:
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                os.fsync(fd)
+            except OSError:
+                # A full disk (ENOSPC) or I/O error mid-point: cut the torn block off so the file
+                # ends on a whole record; the loader would skip it anyway (no commit record).
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+                raise
 
     def close(self) -> None:
         if not self._f.closed:

@@ -20,7 +20,7 @@ FLOAT_COLUMNS = tuple(c for c in schema.ROW_COLUMNS if c not in INT_COLUMNS + BO
 # Columns other producers may add; typed when present, NaN/None when absent.
 OPTIONAL_BOOL_COLUMNS = ("disturbed",)  # a trial disturbed by something outside the step (left out of summaries)
 REQUIRED = ("point_id", "strategy", "status")  # a row without these cannot be placed
-REQUIRED_OK = ("trial", "step_ms")  # and a successful row without these has no measurement
+REQUIRED_OK: tuple = ()  # null measurements load as NaN (summaries skip them)
 
 
 def _is_number(v: Any) -> bool:
