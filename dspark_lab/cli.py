@@ -469,7 +469,10 @@ def summary_table(runs) -> str:
     if runs.rows.empty:
         return "(no rows)"
     head = runs.headline()
-    blocks = [head.text()]
+    listing = ["recorded runs:"] + [
+        f"  {r['run']}: {r['GPU']} | driver {r['driver']} | CUDA {r['CUDA']} | torch {r['torch']} | "
+        f"{r['points']} points, {r['failed points']} failed" for r in runs.table().to_dict("records")]
+    blocks = ["\n".join(listing), head.text()]
     for e in head.entries:
         rows = runs.ok[(runs.ok["run_id"] == e["run_id"]) & (runs.ok["workload"] == REFERENCE.workload)
                        & (runs.ok["batch_size"] == REFERENCE.batch_size) & (runs.ok["gamma"] == REFERENCE.gamma)]

@@ -12,10 +12,10 @@ from . import strategies as strategy_registry
 from .config import LabConfig
 from .measure import breakdown, syncs, timing, trace
 from .predicate import enable_num_token_non_padded
-from .schema import ROW_COLUMNS
+from .results import rows as rowbuild
 from .workload import LabStep
 
-PROFILE_STEPS = 12  # profiled steps per strategy (the first is dropped from medians)
+PROFILE_STEPS = 12  # profiled steps per strategy (the first is dropped from the breakdown's means)
 STRATEGY_RANGE = "dspark:strategy:"
 
 
@@ -33,7 +33,7 @@ def point_id(cfg: LabConfig) -> str:
     return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _config_columns(cfg: LabConfig, strategy: str) -> dict:
+def config_columns(cfg: LabConfig, strategy: str) -> dict:
     return dict(
         point_id=point_id(cfg), ep_size=cfg.ep_size, batch_size=cfg.batch_size, gamma=cfg.gamma,
         strategy=strategy, model=cfg.model, workload=cfg.workload, graph=cfg.graph,
@@ -44,13 +44,7 @@ def _config_columns(cfg: LabConfig, strategy: str) -> dict:
 
 
 def failed_rows(cfg: LabConfig, strategies: Optional[Sequence[str]], error: BaseException) -> list[dict]:
-    msg = f"{type(error).__name__}: {error}"
-    rows = []
-    for s in strategies or strategy_registry.BUILTIN:
-        r = {c: None for c in ROW_COLUMNS}
-        r.update(_config_columns(cfg, s), status="failed", error=msg)
-        rows.append(r)
-    return rows
+    return rowbuild.failed_rows(config_columns(cfg, ""), strategies or strategy_registry.BUILTIN, error)
 
 
 def profile_strategies(steps: dict, profile_steps: int, with_stack: bool = False) -> dict:
@@ -69,7 +63,7 @@ def profile_strategies(steps: dict, profile_steps: int, with_stack: bool = False
 
 
 def analyse(tr: dict) -> tuple[dict, list]:
-    """Counts, breakdown medians and a timeline from one Chrome trace (live or recorded)."""
+    """Counts, breakdown means and a timeline from one Chrome trace (live or recorded)."""
     ev = trace.events(tr)
     calls = syncs.sync_calls(ev)
     out = syncs.counts_per_step(ev, calls)
@@ -129,10 +123,9 @@ def measure_point(
         if keep_traces:
             traces[n] = tr
         timelines.append({"kind": "timeline", "point_id": point_id(cfg), "strategy": n, "segments": tl})
+        measured = {k: v for k, v in stats.items() if k in rowbuild.schema.ROW_COLUMNS}
         for t in timings[n]:
-            r = {c: None for c in ROW_COLUMNS}
-            r.update(_config_columns(cfg, n), status="ok", error="")
-            r.update(trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50, step_ms_p90=t.p90)
-            r.update({k: v for k, v in stats.items() if k in r})
-            rows.append(r)
+            rows.append(rowbuild.build_row(
+                **config_columns(cfg, n), **measured, status="ok", error="",
+                trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50, step_ms_p90=t.p90))
     return PointResult(rows, timelines, traces, identical)

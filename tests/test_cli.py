@@ -311,15 +311,22 @@ def test_report_writes_html_and_warns_on_damaged_files(tmp_path, capsys):
     assert "NVIDIA H200" in stdout and "device_direct" in stdout and "7.10" in stdout
 
 
-def test_report_on_an_unknown_schema_version_names_the_file(tmp_path, capsys):
-    path = _recorded(tmp_path)
+def test_report_skips_a_file_of_another_schema_version_and_says_so(tmp_path, capsys):
+    path = _recorded(tmp_path / "bad")
+    good = _recorded(tmp_path / "good")
     lines = path.read_text().splitlines()
     header = json.loads(lines[0])
     header["schema_version"] = 99
     path.write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
-    code, _, err = run_main(["report", str(path), "-o", str(tmp_path / "r.html")], capsys)
-    assert code == 2 and str(path) in err and "schema_version 99" in err
-    assert not (tmp_path / "r.html").exists()
+    code, stdout, err = run_main(["report", str(tmp_path), "-o", str(tmp_path / "r.html")], capsys)
+    assert code == 0, err
+    assert f"skipped: {path}:1: schema_version 99 is not supported" in err and "file skipped" in err
+    assert str(good) not in err  # the good run loads silently
+    assert "1 problem(s) skipped" in stdout and (tmp_path / "r.html").exists()
+    # only the file of another version is alone: nothing to report, exit 1, still no traceback
+    code, _, err = run_main(["report", str(path), "-o", str(tmp_path / "r2.html")], capsys)
+    assert code == 1 and "schema_version 99" in err and "Traceback" not in err
+    assert not (tmp_path / "r2.html").exists()
 
 
 def test_report_without_runs_says_so(tmp_path, capsys):

@@ -95,8 +95,9 @@ def run_labels(headers: Sequence[dict], rows: pd.DataFrame) -> dict:
     with the date and time the run started (seconds, then the run id, added only to break ties)."""
     info: dict[str, dict] = {}
     for h in headers:
-        fp = h.get("fingerprint") or {}
-        info[str(h.get("run_id"))] = {"name": h.get("name"), "gpu": fp.get("gpu"), "at": h.get("created_at") or ""}
+        fp = h.get("fingerprint") or h  # a header record, or a flat {run_id, gpu, recorded_at, ...}
+        info[str(h.get("run_id"))] = {"name": h.get("name"), "gpu": fp.get("gpu"),
+                                      "at": h.get("created_at") or h.get("recorded_at") or ""}
     if "run_id" in rows.columns and not rows.empty:
         for r in rows.drop_duplicates("run_id").itertuples():
             info.setdefault(str(r.run_id), {"name": None, "gpu": getattr(r, "gpu", None),
@@ -177,7 +178,7 @@ class Runs:
         return {rid: self._labels[rid] for rid in self.run_ids()}
 
     def run_ids(self) -> list[str]:
-        when = {str(h.get("run_id")): str(h.get("created_at") or "") for h in self.headers}
+        when = {str(h.get("run_id")): str(h.get("created_at") or h.get("recorded_at") or "") for h in self.headers}
         ids = list(dict.fromkeys(self.rows["run_id"].astype(str))) if len(self.rows) else []
         ids += [r for r in when if r not in ids]
         return sorted(ids, key=lambda r: (when.get(r, ""), r))
@@ -188,13 +189,13 @@ class Runs:
         by_id = {str(h.get("run_id")): h for h in self.headers}
         for rid in self.run_ids():
             h = by_id.get(rid, {})
-            fp = h.get("fingerprint") or {}
+            fp = h.get("fingerprint") or h
             sub = self.rows[self.rows["run_id"].astype(str) == rid]
             sweep = h.get("sweep") or {}
             out.append({
                 "run": self._labels.get(rid, rid), "run id": rid, "GPU": gpu_name(fp.get("gpu")),
                 "driver": fp.get("driver"), "CUDA": fp.get("cuda"), "torch": fp.get("torch"),
-                "recorded": h.get("created_at"), "points": int(sub["point_id"].nunique()),
+                "recorded": h.get("created_at") or h.get("recorded_at"), "points": int(sub["point_id"].nunique()),
                 "failed points": int(failed_rows(sub)["point_id"].nunique()),
                 "model / workload": ", ".join(sorted({f"{m} / {w}" for m, w in zip(sub.get("model", []), sub.get("workload", []))})),
                 "sweep": (f"EP {sweep.get('ep_size')} × batch {sweep.get('batch_size')} × gamma {sweep.get('gamma')}"
@@ -331,7 +332,7 @@ class Runs:
         ok = self.ok
         if ok.empty:
             return head
-        when = {str(h.get("run_id")): str(h.get("created_at") or "") for h in self.headers}
+        when = {str(h.get("run_id")): str(h.get("created_at") or h.get("recorded_at") or "") for h in self.headers}
         machines = ok.drop_duplicates("run_id")[["run_id", *MACHINE_COLUMNS]].astype(str)
         for _, m in machines.groupby(list(MACHINE_COLUMNS), sort=True):
             ids = sorted(m["run_id"], key=lambda r: (when.get(r, ""), r), reverse=True)
