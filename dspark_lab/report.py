@@ -30,8 +30,6 @@ def _as_runs(runs, timelines=None, headers=None) -> Runs:
     """A Runs from a Runs, or from (rows, timelines, headers) frames as older callers pass them."""
     if isinstance(runs, Runs):
         return runs
-    if "run_label" in getattr(runs, "columns", ()):
-        runs = runs.drop(columns="run_label")
     return Runs(runs, timelines, _header_list(headers))
 
 

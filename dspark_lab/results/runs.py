@@ -100,8 +100,9 @@ def run_labels(headers: Sequence[dict], rows: pd.DataFrame) -> dict:
                                       "at": h.get("created_at") or h.get("recorded_at") or ""}
     if "run_id" in rows.columns and not rows.empty:
         for r in rows.drop_duplicates("run_id").itertuples():
-            info.setdefault(str(r.run_id), {"name": None, "gpu": getattr(r, "gpu", None),
-                                            "at": getattr(r, "recorded_at", "") or ""})
+            given = getattr(r, "run_label", None)  # rows that already carry their label keep it
+            info.setdefault(str(r.run_id), {"name": given if isinstance(given, str) else None,
+                                            "gpu": getattr(r, "gpu", None), "at": getattr(r, "recorded_at", "") or ""})
 
     def when(at: str, n: int) -> str:
         s = str(at).replace("T", " ")
