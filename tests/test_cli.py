@@ -402,3 +402,16 @@ def test_main_with_cuda_runs_the_sweep_into_data_runs_then_reports(tmp_path, cap
     assert mine[0]["sweep"] == cli.PRESETS["quick"].to_dict()
     assert len(rows[rows.gpu == "Fake GPU"]) == cli.PRESETS["quick"].n_rows
     assert "Fake GPU" in stdout and "NVIDIA H200" in stdout
+
+
+def test_sweep_name_is_recorded_and_labels_the_run(tmp_path, capsys, fake_runner):
+    from dspark_lab.results import Runs
+
+    fake_runner()
+    path = tmp_path / "named.jsonl"
+    code, _, err = run_main(["sweep", "--ep", "1", "--batch", "1", "--gamma", "2", *TINY_ARGS, "--name", "my box",
+                             "--out", str(path)], capsys)
+    assert code == 0, err
+    assert json.loads(path.read_text().splitlines()[0])["name"] == "my box"
+    runs = Runs.load(path)
+    assert list(runs.labels().values()) == ["my box"] and set(runs.rows.run_label) == {"my box"}
