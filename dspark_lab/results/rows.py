@@ -7,6 +7,7 @@ Columns are listed in dspark_lab/schema.py; rows may carry extra columns, which 
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Optional
 
 from .. import schema
@@ -23,8 +24,12 @@ REQUIRED = ("point_id", "strategy", "status")  # a row without these cannot be p
 REQUIRED_OK: tuple = ()  # null measurements load as NaN (summaries skip them)
 
 
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool) or type(v).__name__ == "bool_"  # numpy's too, without importing numpy
+
+
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    return isinstance(v, numbers.Real) and not _is_bool(v)
 
 
 def value_problem(column: str, value: Any) -> Optional[str]:
@@ -40,7 +45,7 @@ def value_problem(column: str, value: Any) -> Optional[str]:
         if not math.isfinite(value):
             return f"{column} must be finite, got {value!r}"
     elif column in BOOL_COLUMNS or column in OPTIONAL_BOOL_COLUMNS:
-        if not isinstance(value, bool):
+        if not _is_bool(value):
             return f"{column} must be true or false, got {value!r:.60}"
     elif column in STR_COLUMNS:
         if not isinstance(value, str):
