@@ -2,16 +2,20 @@
 
 A run file holds, one JSON object a line:
 
-    {"kind": "header", "schema_version", "run_id", "created_at", "fingerprint": {...}, "sweep": {...}}
+    {"kind": "header", "schema_version", "run_id", "created_at", "fingerprint": {...}, "sweep": {...},
+     "name" (optional: the run's label, `dspark-lab sweep --name`)}
     {"kind": "row", "attempt", <schema.ROW_COLUMNS>}                 one per strategy x trial
     {"kind": "timeline", "attempt", "point_id", "strategy", "segments": [...]}
     {"kind": "point", "attempt", "point_id", "status", "n_rows", "n_timelines", "recorded_at"}
 
 A point's records are written together, ending with its `point` record (the commit), in one write
 followed by flush + fsync, so a crash, Ctrl-C or kill leaves every finished point readable and at
-worst a partial last line. Resuming appends; nothing is ever rewritten. When a point was measured
-more than once in one file (an interrupted write, or a failed point retried), loading keeps only
-its last committed attempt, so no row is doubled.
+worst a partial last line (a write that fails mid-point, e.g. a full disk, is cut back off).
+Resuming appends; nothing is ever rewritten. One process writes a file at a time: RunWriter holds
+an advisory lock (flock) until it is closed, and a second writer gets RunFileBusy. When a point
+was measured more than once in one file (an interrupted write, or a failed point retried), loading
+keeps only its last committed attempt, so no row is doubled; rows with no commit are not loaded.
+Reading and validation live in results/load.py; rows are built by results/rows.py.
 """
 from __future__ import annotations
 

@@ -95,7 +95,7 @@ def header_problems(rec: dict) -> list[str]:
     if isinstance(fp, dict):
         for k in ("gpu", "driver", "cuda", "torch"):
             v = fp.get(k)
-            if v is not None and not isinstance(v, (str, int, float)) or isinstance(v, bool):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (str, int, float))):
                 out.append(f"fingerprint.{k} must be a string")
     return out
 
