@@ -78,12 +78,6 @@ class RecordedBackend:
         self._tl_by_point = ({pid: g for pid, g in self.timelines.groupby("point_id", sort=False)}
                              if not self.timelines.empty else {})
 
-    @classmethod
-    def from_store(cls, paths=None) -> "RecordedBackend":
-        from .results.runs import Runs
-
-        return cls(Runs.load(paths))
-
     def options(self) -> dict:
         r = self.rows
         return {
@@ -451,7 +445,9 @@ class Panel:
 
 def load_recorded(paths=None) -> RecordedBackend:
     """Recorded data from `paths`, else $DSPARK_DATA, else the repository's data/ folder."""
-    return RecordedBackend.from_store(paths)
+    from .results.runs import Runs
+
+    return RecordedBackend(Runs.load(paths))
 
 
 def choose_mode() -> str:

@@ -85,11 +85,6 @@ def _dumps(record: dict) -> str:
     return json.dumps(record, default=_json_default, separators=(",", ":"))
 
 
-def run_files(paths=None) -> list[Path]:
-    """The run files named by `paths` (files and/or folders, searched recursively; default: the data dir)."""
-    return _load.run_files(paths, default_data_dir())
-
-
 def load_runs(
     paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
