@@ -19,7 +19,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from . import schema
-from .results.runs import failed_rows, gpu_name, ok_rows, point_label
+from .results.runs import failed_rows, gpu_name, ok_rows, point_label, undisturbed
 from .results.stats import median_ci
 from .results.strategy_info import strategy_order
 
@@ -144,7 +144,7 @@ def _check_one_point(rows: pd.DataFrame, what: str) -> None:
 
 def per_strategy(rows: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """One row per (run, strategy) with the median over trials of `columns`, in strategy order."""
-    df = ok_rows(rows)
+    df = _kept(rows)
     if df.empty:
         return pd.DataFrame(columns=["run_id", "strategy", *columns])
     # Missing or null values (a column an older run lacks) become NaN, never a crash.
@@ -165,12 +165,19 @@ def _x(agg: pd.DataFrame, rows: pd.DataFrame):
     return [[labels.get(r, r) for r in agg["run_id"]], list(agg["strategy"])]
 
 
+def _kept(rows: pd.DataFrame) -> pd.DataFrame:
+    """The successful trials not marked disturbed: what every figure draws (as results.Runs counts)."""
+    return undisturbed(ok_rows(rows))[0]
+
+
 def _failed_note(rows: pd.DataFrame) -> str:
     bad = failed_rows(rows)
-    if bad.empty:
-        return ""
-    first = bad.drop_duplicates("strategy")
-    return "failed: " + "; ".join(f"{r.strategy}: {str(r.error)[:120]}" for r in first.itertuples())
+    _, left_out = undisturbed(ok_rows(rows))
+    notes = [f"{left_out} disturbed trials left out"] if left_out else []
+    if not bad.empty:
+        first = bad.drop_duplicates("strategy")
+        notes.append("failed: " + "; ".join(f"{r.strategy}: {str(r.error)[:120]}" for r in first.itertuples()))
+    return "; ".join(notes)
 
 
 def _note(fig: go.Figure, text: str) -> None:
@@ -241,7 +248,7 @@ def strategy_comparison(rows: pd.DataFrame) -> go.Figure:
     """Median step time across trials per strategy with a 95% bootstrap CI of the median
     (results.stats.median_ci); several runs of the point are set side by side (e.g. two GPUs)."""
     _check_one_point(ok_rows(rows), "strategy_comparison")
-    df = ok_rows(rows)
+    df = _kept(rows)
     labels = _run_names(df)
     df = df.assign(run_id=_run_key(df))
     fig = go.Figure()
@@ -269,7 +276,7 @@ def strategy_comparison(rows: pd.DataFrame) -> go.Figure:
 def sweep(rows: pd.DataFrame, workload: Optional[str] = None, model: Optional[str] = None) -> go.Figure:
     """Median step time (over trials) against batch size, one line per strategy and gamma, one
     column per EP size, one row per run. Shows one workload and model (the most recorded if not given)."""
-    df = ok_rows(rows)
+    df = _kept(rows)
     extra = []
     for col, want in (("workload", workload), ("model", model)):
         if col in df.columns and not df.empty:

@@ -333,3 +333,17 @@ def test_sync_site_resolves_to_the_line_in_this_checkout():
     assert report.sync_site_line("") is None
     moved = report.sync_site_line(f"dspark_lab/strategies.py({start - 3}): device_direct")
     assert moved["code"] is None and f"lines {start}-" in moved["note"]
+
+
+def test_disturbed_trials_are_left_out_of_the_figures_as_in_the_summaries():
+    rows, tl, headers = synthetic_runs(runs=(("run-a", "SYNTH-GPU-A", "1.0"),), eps=(2,), batches=(8,), gammas=(4,))
+    rows["disturbed"] = None
+    first_dd = (rows.strategy == "device_direct") & (rows.trial == 0)
+    rows.loc[first_dd, "disturbed"] = True
+    rows.loc[first_dd, "step_ms"] = 100.0  # a disturbed trial far off: it must not move the median
+    fig = figures.strategy_comparison(rows)
+    summ = Runs(rows, tl, headers).summary(rows).set_index("strategy")
+    for s, y in zip(fig.data[0].x, fig.data[0].y):
+        assert y == pytest.approx(summ.loc[s, "median_ms"])
+    assert summ.loc["device_direct", "disturbed_left_out"] == 1 and summ.loc["device_direct", "trials"] == 2
+    assert any("1 disturbed trials left out" in a.text for a in fig.layout.annotations)
