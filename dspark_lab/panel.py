@@ -24,6 +24,7 @@ import plotly.graph_objects as go
 
 from . import figures, strategies
 from .config import CAPTURE_BUCKETS, MODEL_PRESETS, WORKLOAD_PRESETS, LabConfig
+from .results.runs import REFERENCE
 from .results.strategy_info import BASELINE
 
 CONTROLS = ("ep_size", "batch_size", "gamma", "strategy", "workload")
@@ -475,7 +476,7 @@ class _ErrorBackend:
                 "workload": list(WORKLOAD_PRESETS)}
 
     def defaults(self):
-        return {"ep_size": 1, "batch_size": 1, "gamma": 1, "strategy": BASELINE, "workload": "sglang_profile"}
+        return {"ep_size": 1, "batch_size": 1, "gamma": 1, "strategy": BASELINE, "workload": REFERENCE.workload}
 
     def describe(self):
         return "no data to show"
