@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from . import schema
 from .results import load as _load
-from .results.load import KINDS, RUN_SUFFIX, TIMELINE_COLUMNS, DataWarning, SchemaVersionError  # noqa: F401
+from .results.load import RUN_SUFFIX, TIMELINE_COLUMNS, DataWarning, SchemaVersionError  # noqa: F401  (store.* names)
 
 if TYPE_CHECKING:  # pandas is imported when loading, so that recording needs only the stdlib
     import pandas as pd
