@@ -20,7 +20,20 @@ from .sweep import (
 DEFAULT_REPORT = Path("out") / "report.html"
 # Per point with --target-ci alone: 24 default points x 8 s of trials stays within a few minutes.
 DEFAULT_TIME_CAP_S = 8.0
+# Exit statuses (listed in --help).
+EXIT_OK = 0
+EXIT_FAILED = 1  # some point failed, or nothing recorded to report
+EXIT_USAGE = 2  # bad arguments, or a run file that cannot be resumed / read
+EXIT_BUSY = 3  # the run file is being written by another process (one writer per file)
+EXIT_REFUSED = 4  # the output would overwrite a run file or go into a runs folder
+EXIT_CANNOT_WRITE = 5  # the output cannot be written (a directory, a parent that is a file, no permission, full disk)
 EXIT_INTERRUPTED = 130
+EXIT_CODES_HELP = (
+    "exit status: 0 ok; 1 some point failed or nothing recorded to report; 2 bad arguments or a run file "
+    "that cannot be resumed; 3 the run file is being written by another process; 4 the output would "
+    "overwrite a run file or go into a runs folder (refused); 5 the output cannot be written (a directory, "
+    "a parent that is a file, no permission, a full disk); 130 interrupted."
+)
 
 # Grid / config field -> the option that sets it (for error messages).
 OPTION_OF = {
@@ -141,6 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dspark-lab",
         description="Host-to-device sync pitfalls around SGLang's DSpark draft forward: sweep, record, report.",
+        epilog=EXIT_CODES_HELP,
         formatter_class=_Formatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -151,8 +165,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure a grid of config points; each point measures all strategies with interleaved "
                     "trials and is written (fsynced) to the run file as soon as it finishes. A failed point "
                     "is recorded as failed and the sweep goes on. Ctrl-C stops it with every finished point "
-                    "saved; rerun with --resume to finish it.\n\nexit status: 0 all points ok, 1 some point "
-                    "failed, 2 bad arguments, 130 interrupted.",
+                    "saved; rerun with --resume to finish it. One process writes a run file at a time (a "
+                    "lock): a second --resume of a file being written is refused.\n\n" + EXIT_CODES_HELP,
     )
     _add_grid_options(p)
     a = p.add_argument_group("adaptive trials (each point until its headline ratio is steady)")
@@ -167,6 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--out", type=Path, default=None, metavar="PATH",
                    help="run file (*.jsonl) or folder for a new run file named <run_id>.jsonl "
                         "(default: data/runs/ of the repo, or $DSPARK_DATA/runs)")
+    o.add_argument("--name", default=None, metavar="TEXT",
+                   help="a short name for this run, used as its label in reports, legends and dropdowns "
+                        "(default: the GPU with the date and time)")
     o.add_argument("--resume", action="store_true",
                    help="continue the run file at --out (a folder: its most recent run file), skipping the "
                         "points already recorded; grid options, if given, must match the recorded sweep")
@@ -182,7 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "report", formatter_class=_Formatter,
         help="build a standalone HTML report from recorded runs",
-        description="Load run files (and every *.jsonl under folders) and write one standalone HTML file.",
+        description="Load run files (and every *.jsonl under folders) and write one standalone HTML file. "
+                    "Damaged records or files are skipped with a warning naming file and line (the report "
+                    "lists them too). The output is never a run file nor inside a runs folder; missing "
+                    "parent folders are created.\n\n" + EXIT_CODES_HELP,
     )
     p.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                    help="run files or folders (default: the data dir, data/ or $DSPARK_DATA)")
@@ -206,7 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="the README's main job: sweep on CUDA (else show recorded runs), then report",
         description="On a CUDA machine: record the fingerprint and probe, run the sweep (--preset) into "
                     "data/runs/, then build the report from every recorded run. Without CUDA: say so, build "
-                    "the report from the runs recorded in the data dir and print a summary table of them.",
+                    "the report from the runs recorded in the data dir and print the headline (with the rule "
+                    "that chose it) and a summary table of them.\n\n" + EXIT_CODES_HELP,
     )
     p.add_argument("--preset", choices=sorted(PRESETS), default="default", help="sweep to run on CUDA")
     p.add_argument("--data", type=Path, default=None, metavar="DIR",
@@ -306,9 +327,12 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
         try:
             path = store.latest_run(out) if out.is_dir() else out
             writer = store.RunWriter.open(path)
+        except store.RunFileBusy as e:
+            _err(f"cannot resume: {e}")
+            return EXIT_BUSY
         except (FileNotFoundError, ValueError) as e:
             _err(f"cannot resume: {e}")
-            return 2
+            return EXIT_USAGE
         try:
             recorded = SweepSpec.from_dict(writer.sweep)
             if not explicit:
@@ -317,11 +341,13 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
         except (ResumeError, ValueError) as e:
             writer.close()
             _err(f"cannot resume: {e}")
-            return 2
+            return EXIT_USAGE
         return _run(spec, writer, progress=args.progress, retry_failed=args.retry_failed,
                     save_traces=args.save_traces, measure=measure)
     extra = {"probe": run_probe()} if args.probe else {}
     extra.update(adaptive)
+    if args.name:
+        extra["name"] = args.name
     try:
         writer = store.RunWriter.create(args.out, fingerprint=fp, sweep=spec.to_dict(), **extra)
     except FileExistsError as e:
@@ -329,50 +355,58 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
     return _run(spec, writer, progress=args.progress, save_traces=args.save_traces, measure=measure)
 
 
-def _load(paths) -> tuple:
+def _load(paths):
+    """Runs from files/folders; each skipped record or file is said on stderr (file:line)."""
+    from .results.runs import Runs
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", store.DataWarning)
-        loaded = store.load_runs(paths)
+        runs = Runs.load(paths)
     for w in caught:
-        if issubclass(w.category, store.DataWarning):
-            _err(f"warning: {w.message}")
-        else:
+        if not issubclass(w.category, store.DataWarning):
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    return loaded
+    for msg in runs.warnings:
+        _err(f"skipped: {msg}")
+    return runs
 
 
-def write_report(rows, timelines, headers, out: Path) -> Path | None:
-    """Render the HTML report (dspark_lab.report.build_html) to `out`; None if unavailable."""
+def write_report(runs, out: Path) -> tuple[Path | None, int]:
+    """Render the HTML report to `out`: (path, 0), or (None, exit status) with a one-line error."""
+    from .results.output import OutputError, check_output
+
     try:
+        check_output(out)  # before the work: refuse early
         from . import report
+    except OutputError as e:
+        _err(str(e))
+        return None, EXIT_REFUSED if e.refused else EXIT_CANNOT_WRITE
     except ImportError as e:
         _err(f"the HTML report needs dspark_lab.report, which is not available here ({e})")
-        return None
-    html = report.build_html(rows, timelines, headers)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(html, encoding="utf-8")
-    return out
+        return None, EXIT_FAILED
+    try:
+        return report.write_html(out, runs), EXIT_OK
+    except OutputError as e:
+        _err(str(e))
+        return None, EXIT_REFUSED if e.refused else EXIT_CANNOT_WRITE
 
 
 def cmd_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     paths = args.paths or [store.default_data_dir()]
     try:
-        rows, timelines, headers = _load(paths)
+        runs = _load(paths)
     except FileNotFoundError as e:
         parser.error(f"argument PATH: {e}")
-    except store.SchemaVersionError as e:
-        _err(str(e))
-        return 2
-    if rows.empty:
+    if runs.rows.empty:
         _err(f"no recorded rows in {', '.join(map(str, paths))}")
-        return 1
-    out = write_report(rows, timelines, headers, args.out)
+        return EXIT_FAILED
+    out, status = write_report(runs, args.out)
     if args.summary:
-        print(summary_table(rows))
+        print(summary_table(runs))
     if out is None:
-        return 1
-    print(f"report: {out} ({len(headers)} runs, {len(rows)} rows)")
-    return 0
+        return status
+    skipped = f"; {len(runs.warnings)} problem(s) skipped, listed above" if runs.warnings else ""
+    print(f"report: {out} ({len(runs.headers)} runs, {len(runs.rows)} rows{skipped})")
+    return EXIT_OK
 
 
 def _flatten(d: dict, prefix: str = "") -> list[tuple[str, str]]:
@@ -434,76 +468,58 @@ def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=
               f"GPUs under {data} instead.")
     if not data.exists():
         _err(f"no data dir at {data}: nothing recorded to report")
-        return 1
-    rows, timelines, headers = _load([data])
-    if rows.empty:
+        return EXIT_FAILED
+    runs = _load([data])
+    if runs.rows.empty:
         _err(f"no recorded runs under {data}")
-        return 1
-    out = write_report(rows, timelines, headers, args.out)
-    print(summary_table(rows))
+        return EXIT_FAILED
+    out, out_status = write_report(runs, args.out)
+    print(summary_table(runs))
     if out is None:
-        return 1
-    print(f"\nreport: {out} ({len(headers)} runs, {len(rows)} rows)")
+        return out_status
+    print(f"\nreport: {out} ({len(runs.headers)} runs, {len(runs.rows)} rows)")
     return status
 
 
 # ---------------------------------------------------------------------------------------------
 # A short text summary of recorded rows
 # ---------------------------------------------------------------------------------------------
-def summary_table(rows) -> str:
-    """Per machine: median step time (ms) and syncs/step by strategy x EP size at one reference
-    point (batch 8, gamma 4 when recorded, else the most recorded batch/gamma)."""
+def summary_table(runs) -> str:
+    """The headline (with its rule), then per machine the headline's run at the reference batch and
+    gamma: median step time over trials and syncs/step by strategy x EP size. Same rule, same
+    numbers as the report and the notebooks (results.Runs.headline)."""
     import pandas as pd
 
-    if rows.empty:
+    from .results.runs import REFERENCE, Runs
+
+    if not isinstance(runs, Runs):
+        runs = Runs(runs)
+    if runs.rows.empty:
         return "(no rows)"
-    blocks = []
-    machine_cols = ["gpu", "driver", "cuda", "torch"]
-    for machine, m in rows.groupby(machine_cols, dropna=False, sort=True):
-        ok = m[m["status"] == "ok"]
-        n_points = m["point_id"].nunique()
-        n_failed = m.loc[m["status"] != "ok", "point_id"].nunique()
-        gpu, driver, cuda, torch_v = machine
-        gpu = "no GPU (CPU run)" if str(gpu) == "none" else gpu
-        head = (f"{gpu} | driver {driver} | CUDA {cuda} | torch {torch_v} | runs "
-                f"{', '.join(sorted(m['run_id'].astype(str).unique()))} | {n_points} points, {n_failed} failed")
-        if ok.empty:
-            blocks.append(head + "\n  (no successful points)")
-            continue
-        pairs = ok.groupby(["batch_size", "gamma"]).size()
-        ref = (8, 4) if (8, 4) in pairs.index else pairs.idxmax()
-        sel = ok[(ok["batch_size"] == ref[0]) & (ok["gamma"] == ref[1])]
-        agg = sel.groupby(["strategy", "ep_size"]).agg(
-            step_ms=("step_ms", "median"), syncs=("syncs_per_step", "median"), trials=("step_ms", "size"))
-        cells = agg.apply(
-            lambda r: f"{r.step_ms:7.2f} ms  {_fmt_num(r.syncs)} sync/step", axis=1)
-        table = cells.unstack("ep_size")
-        order = [s for s in strategies_mod.names() if s in table.index] + \
-                [s for s in table.index if s not in strategies_mod.names()]
-        table = table.loc[order]
-        table.columns = [f"EP {c}" for c in table.columns]
+    head = runs.headline()
+    listing = ["recorded runs:"] + [
+        f"  {r['run']}: {r['GPU']} | driver {r['driver']} | CUDA {r['CUDA']} | torch {r['torch']} | "
+        f"{r['points']} points, {r['failed points']} failed" for r in runs.table().to_dict("records")]
+    blocks = ["\n".join(listing), head.text()]
+    for e in head.entries:
+        rows = runs.ok[(runs.ok["run_id"] == e["run_id"]) & (runs.ok["workload"] == REFERENCE.workload)
+                       & (runs.ok["batch_size"] == REFERENCE.batch_size) & (runs.ok["gamma"] == REFERENCE.gamma)]
+        cells = {}
+        for ep, g in rows.groupby("ep_size"):
+            summ = runs.summary(g).set_index("strategy")
+            syncs = g.groupby("strategy")["syncs_per_step"].median()
+            for s_name, r in summ.iterrows():
+                cells[(s_name, f"EP {ep}")] = f"{r['median_ms']:7.2f} ms  {_fmt_num(syncs.get(s_name))} sync/step"
+        table = pd.Series(cells).unstack()
         table.index.name = None
+        table = table.loc[[s for s in strategies_mod.names() if s in table.index] +
+                          [s for s in table.index if s not in strategies_mod.names()]]
         with pd.option_context("display.width", 200, "display.max_columns", 20):
             body = table.fillna("-").to_string()
-        blocks.append(f"{head}\nbatch {ref[0]}, gamma {ref[1]}: median step time over trials, median "
-                      f"unintended syncs per step\n{body}")
-        blocks[-1] += _headline_lines(sel)
+        blocks.append(f"{e['label']}: {REFERENCE.workload}, batch {REFERENCE.batch_size}, gamma "
+                      f"{REFERENCE.gamma}: median step time over that run's trials, median unintended "
+                      f"syncs per step\n{body}")
     return "\n\n".join(blocks)
-
-
-def _headline_lines(sel) -> str:
-    """Per run and EP size at the summary's point: the paired headline ratio, disturbed trials left out."""
-    from .results import noise
-
-    lines = []
-    for (run, ep), g in sel.groupby(["run_id", "ep_size"], sort=True):
-        try:
-            h = noise.headline(g)
-        except ValueError:
-            continue
-        lines.append(f"  run {run}, EP {ep}: {h['text']}")
-    return ("\nheadline (paired per-round ratio; rule for disturbed trials in dspark_lab/results/noise.py):\n"
-            + "\n".join(lines)) if lines else ""
 
 
 def _fmt_num(v) -> str:
@@ -525,7 +541,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args, subparser) or 0)
     except store.SchemaVersionError as e:
         _err(str(e))
-        return 2
+        return EXIT_USAGE
+    except store.RunFileBusy as e:
+        _err(str(e))
+        return EXIT_BUSY
     except KeyboardInterrupt:
         _err("interrupted")
         return EXIT_INTERRUPTED

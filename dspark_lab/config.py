@@ -1,7 +1,7 @@
 """One frozen config for a lab run, its presets, and validation with messages that name the field."""
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from . import strategies
@@ -130,7 +130,6 @@ class LabConfig:
     seed: int = 0
     moe_a2a_backend: str = "none"
     readback: str = "lagged"  # see workload.py: how the step's result returns to the host
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         _positive_int("batch_size", self.batch_size)
@@ -214,9 +213,7 @@ class LabConfig:
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("extra")
-        return d
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> "LabConfig":
@@ -225,5 +222,5 @@ class LabConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
-            raise ValueError(f"unknown config field(s) {unknown}; known: {sorted(known - {'extra'})}")
+            raise ValueError(f"unknown config field(s) {unknown}; known: {sorted(known)}")
         return cls(**d)

@@ -5,19 +5,23 @@ subtitle, the GPU, driver, torch and date of the rows it shows (`schema.FINGERPR
 
 The per-point figures (`sync_counts`, `step_breakdown`, `timeline`, `strategy_comparison`) show ONE
 config point per recorded run (several runs of the same point are set side by side, e.g. two GPUs);
-pick a point with `select_point`. `sweep` shows many points. Trace sets are stable (one trace per
+pick a point with `results.Runs` (nearest / reference); runs are named by the rows' `run_label`
+column, which `Runs` sets. `sweep` shows many points. Trace sets are stable (one trace per
 part or kind, present even when empty) so a widget can update data in place.
 """
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import schema, strategies
+from . import schema
+from .results.runs import failed_rows, gpu_name, ok_rows, point_label, undisturbed
+from .results.stats import median_ci
+from .results.strategy_info import strategy_order
 
 # -- names and colours ---------------------------------------------------------------------------
 
@@ -85,12 +89,6 @@ def _date(recorded_at) -> str:
     return s[:10]
 
 
-def gpu_name(gpu) -> str:
-    """The GPU column as shown: a CPU-only run records gpu "none"."""
-    g = "" if gpu is None or (isinstance(gpu, float) and np.isnan(gpu)) else str(gpu)
-    return "CPU only (no GPU)" if g.lower() in ("", "none", "cpu") else g
-
-
 def fingerprints(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per distinct (gpu, driver, torch, date) in `rows`, in first-seen order."""
     cols = [c for c in ("gpu", "driver", "cuda", "torch", "recorded_at", "run_id") if c in rows.columns]
@@ -114,33 +112,6 @@ def fingerprint_label(rows: pd.DataFrame) -> str:
                      else f"{r.gpu} · torch {r.torch} · {r.date}" for r in fp.itertuples())
 
 
-def run_labels(rows: pd.DataFrame) -> dict:
-    """run_id -> a short label: the GPU and date, with the run id where that is ambiguous."""
-    if "run_id" not in rows.columns or rows.empty:
-        return {}
-    first = rows.drop_duplicates("run_id")
-    base = {r["run_id"]: f"{gpu_name(r.get('gpu'))} {_date(r.get('recorded_at'))}".strip() for _, r in first.iterrows()}
-    counts = pd.Series(list(base.values())).value_counts()
-    return {rid: (lab if counts[lab] == 1 else f"{lab} [{str(rid)[:8]}]") for rid, lab in base.items()}
-
-
-def point_label(row) -> str:
-    """'EP 2 · batch 8 · gamma 4 · sglang_profile' for a row (Series or dict)."""
-    get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
-    parts = [f"EP {get('ep_size')}", f"batch {get('batch_size')}", f"gamma {get('gamma')}"]
-    if get("workload") is not None:
-        parts.append(str(get("workload")))
-    if get("model") is not None:
-        parts.append(f"model {get('model')}")
-    return " · ".join(parts)
-
-
-def strategy_order(present: Iterable[str]) -> list[str]:
-    known = list(strategies.names())
-    present = list(dict.fromkeys(present))
-    return [s for s in known if s in present] + sorted(s for s in present if s not in known)
-
-
 def _title(fig: go.Figure, text: str, rows: pd.DataFrame, extra: str = "") -> go.Figure:
     sub = fingerprint_label(rows) + (f" — {extra}" if extra else "")
     fig.update_layout(title=dict(text=text, subtitle=dict(text=sub)), margin=dict(t=90))
@@ -149,20 +120,18 @@ def _title(fig: go.Figure, text: str, rows: pd.DataFrame, extra: str = "") -> go
 
 # -- selecting data ------------------------------------------------------------------------------
 
-def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    if "status" not in rows.columns:
-        return rows
-    return rows[rows["status"] == "ok"]
-
-
-def failed_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    if "status" not in rows.columns:
-        return rows.iloc[0:0]
-    return rows[rows["status"] != "ok"]
-
-
 def _run_key(rows: pd.DataFrame) -> pd.Series:
     return rows["run_id"].astype(str) if "run_id" in rows.columns else pd.Series("", index=rows.index)
+
+
+def _run_names(rows: pd.DataFrame) -> dict:
+    """run_id -> the name drawn for it: the `run_label` column (results.Runs sets it), else the run
+    id; a label shared by two runs gets its run id added, so runs are never drawn on one spot."""
+    keys = _run_key(rows)
+    labels = rows["run_label"].astype(str) if "run_label" in rows.columns else keys
+    names = dict(zip(keys, labels))
+    counts = pd.Series(list(names.values())).value_counts()
+    return {k: (v if counts[v] == 1 else f"{v} [{k}]") for k, v in names.items()}
 
 
 def _check_one_point(rows: pd.DataFrame, what: str) -> None:
@@ -172,53 +141,15 @@ def _check_one_point(rows: pd.DataFrame, what: str) -> None:
     if (per_run > 1).any():
         raise ValueError(
             f"{what} shows one config point per run, but the rows hold {int(per_run.max())} points of one run; "
-            "pick one with figures.select_point(rows, ep_size=..., batch_size=..., gamma=..., workload=...)"
+            "pick one with results.Runs(...).nearest(ep_size=..., batch_size=..., gamma=..., workload=...)"
         )
-
-
-def point_distance(points: pd.DataFrame, ep_size=None, batch_size=None, gamma=None) -> pd.Series:
-    """Distance of each point to the asked settings: log2 steps in each asked dimension, summed."""
-    d = pd.Series(0.0, index=points.index)
-    for col, want in (("ep_size", ep_size), ("batch_size", batch_size), ("gamma", gamma)):
-        if want is not None:
-            d = d + (np.log2(points[col].astype(float)) - np.log2(float(want))).abs()
-    return d
-
-
-def select_point(rows: pd.DataFrame, *, ep_size=None, batch_size=None, gamma=None, workload=None,
-                 model=None, run_id=None, point_id=None) -> pd.DataFrame:
-    """The rows (all strategies, all trials) of the recorded point nearest to the asked settings.
-
-    Workload, model and run are matched exactly when given (and present); EP size, batch size and
-    gamma by nearest (log2 distance). Where several runs hold the nearest point, all are kept, so a
-    figure can set the GPUs side by side; pass run_id to keep one. Ties go to the smaller point.
-    """
-    if rows.empty:
-        raise ValueError("no recorded rows to select from")
-    df = rows
-    if point_id is not None:
-        df = df[df["point_id"] == point_id]
-        if df.empty:
-            raise ValueError(f"point_id {point_id!r} is not in the rows")
-        return df
-    for col, want in (("workload", workload), ("model", model), ("run_id", run_id)):
-        if want is not None and col in df.columns:
-            hit = df[df[col] == want]
-            if hit.empty:
-                known = sorted(map(str, df[col].dropna().unique()))
-                raise ValueError(f"{col} {want!r} is not in the recorded rows; recorded: {', '.join(known)}")
-            df = hit
-    pts = df.drop_duplicates("point_id")[["point_id", "ep_size", "batch_size", "gamma"]].copy()
-    pts["_d"] = point_distance(pts, ep_size, batch_size, gamma)
-    pts = pts.sort_values(["_d", "ep_size", "batch_size", "gamma"], kind="stable")
-    return df[df["point_id"] == pts["point_id"].iloc[0]]
 
 
 # -- aggregation (medians of recorded values; trace columns repeat on each trial row) -------------
 
 def per_strategy(rows: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """One row per (run, strategy) with the median over trials of `columns`, in strategy order."""
-    df = ok_rows(rows)
+    df = _kept(rows)
     if df.empty:
         return pd.DataFrame(columns=["run_id", "strategy", *columns])
     # Missing or null values (a column an older run lacks) become NaN, never a crash.
@@ -235,16 +166,23 @@ def _x(agg: pd.DataFrame, rows: pd.DataFrame):
     """Category x values: strategy names, or [run label, strategy] when several runs are shown."""
     if agg["run_id"].nunique() <= 1:
         return list(agg["strategy"])
-    labels = run_labels(rows.assign(run_id=_run_key(rows)))
+    labels = _run_names(rows)
     return [[labels.get(r, r) for r in agg["run_id"]], list(agg["strategy"])]
+
+
+def _kept(rows: pd.DataFrame) -> pd.DataFrame:
+    """The successful trials not marked disturbed: what every figure draws (as results.Runs counts)."""
+    return undisturbed(ok_rows(rows))[0]
 
 
 def _failed_note(rows: pd.DataFrame) -> str:
     bad = failed_rows(rows)
-    if bad.empty:
-        return ""
-    first = bad.drop_duplicates("strategy")
-    return "failed: " + "; ".join(f"{r.strategy}: {str(r.error)[:120]}" for r in first.itertuples())
+    _, left_out = undisturbed(ok_rows(rows))
+    notes = [f"{left_out} disturbed trials left out"] if left_out else []
+    if not bad.empty:
+        first = bad.drop_duplicates("strategy")
+        notes.append("failed: " + "; ".join(f"{r.strategy}: {str(r.error)[:120]}" for r in first.itertuples()))
+    return "; ".join(notes)
 
 
 def _note(fig: go.Figure, text: str) -> None:
@@ -368,7 +306,7 @@ def sync_cost(rows: pd.DataFrame, level: float = 0.95) -> go.Figure:
     t = for_points(ok, keys=["run_id"], level=level)
     x = list(t["strategy"])
     if t["run_id"].nunique() > 1:
-        labels = run_labels(ok)
+        labels = _run_names(ok)
         x = [[labels.get(r, r) for r in t["run_id"]], x]
     fig = go.Figure()
     fig.add_bar(x=x, y=t["loss_ms"].tolist(), name=f"step-time loss vs the best sync-free strategy (no profiler, {level:.0%} CI)",
@@ -395,19 +333,18 @@ def sync_cost(rows: pd.DataFrame, level: float = 0.95) -> go.Figure:
     return _title(fig, "What a sync costs: measured loss vs the GPU idle it caused", rows, pt)
 
 
-def strategy_comparison(rows: pd.DataFrame, baseline: str = "device_direct") -> go.Figure:
+def strategy_comparison(rows: pd.DataFrame) -> go.Figure:
     """Median step time across trials per strategy with a 95% bootstrap CI of the median
-    (measure.timing.median_ci); several runs of the point are set side by side (e.g. two GPUs).
+    (results.stats.median_ci); several runs of the point are set side by side (e.g. two GPUs).
     Disturbed trials (results.noise) are left out of the bars and drawn as red crosses beside them."""
-    from .measure.timing import median_ci
     from .results import noise
 
     _check_one_point(ok_rows(rows), "strategy_comparison")
-    df = ok_rows(rows)
+    df = ok_rows(rows)  # disturbed trials too: drawn as crosses beside the bars
+    labels = _run_names(df)
     df = df.assign(run_id=_run_key(df))
     if not df.empty:
         df = df.assign(disturbed=noise.disturbed_flags(df))
-    labels = run_labels(df)
     fig = go.Figure()
     n_disturbed = 0
     for i, (rid, g_all) in enumerate(df.groupby("run_id", sort=False)):
@@ -452,19 +389,19 @@ def strategy_comparison(rows: pd.DataFrame, baseline: str = "device_direct") -> 
 def sweep(rows: pd.DataFrame, workload: Optional[str] = None, model: Optional[str] = None) -> go.Figure:
     """Median step time (over trials) against batch size, one line per strategy and gamma, one
     column per EP size, one row per run. Shows one workload and model (the most recorded if not given)."""
-    df = ok_rows(rows)
+    df = _kept(rows)
     extra = []
     for col, want in (("workload", workload), ("model", model)):
         if col in df.columns and not df.empty:
             pick = want if want is not None else df[col].value_counts().index[0]
             df = df[df[col] == pick]
             extra.append(f"{col} {pick}")
+    labels = _run_names(df)
     df = df.assign(run_id=_run_key(df))
     agg = (df.groupby(["run_id", "ep_size", "batch_size", "gamma", "strategy"], sort=False)["step_ms"]
            .median().reset_index())
     runs = list(dict.fromkeys(agg["run_id"])) or [""]
     eps = sorted(agg["ep_size"].unique()) or [1]
-    labels = run_labels(df)
     fig = make_subplots(rows=len(runs), cols=len(eps), shared_yaxes=True, shared_xaxes=True,
                         column_titles=[f"EP {e}" for e in eps],
                         row_titles=[labels.get(r, r) for r in runs] if len(runs) > 1 else None,
@@ -567,7 +504,7 @@ def timeline(timelines: pd.DataFrame, rows: Optional[pd.DataFrame] = None, *, po
     if rows is not None and point_id is not None and "point_id" in rows.columns:
         fp_rows = rows[rows["point_id"] == point_id]
     multi_run = "run_id" in tl.columns and tl["run_id"].nunique() > 1
-    rlabels = run_labels(fp_rows) if multi_run and rows is not None else {}
+    rlabels = _run_names(fp_rows) if multi_run and rows is not None else {}
     tl = tl.assign(part=[_norm_part(lane, p) for lane, p in zip(tl["lane"], tl["part"])]) if not tl.empty else tl
 
     groups = []  # (group key, strategy, prefix)
@@ -647,3 +584,10 @@ def save_image(fig: go.Figure, path, **kwargs) -> None:
 
     pio.defaults.mathjax = None
     fig.write_image(str(path), **kwargs)
+
+
+def select_point(rows: pd.DataFrame, **settings) -> pd.DataFrame:
+    """Kept for notebook 02's callers: the nearest recorded point, chosen by results.Runs.nearest."""
+    from .results.runs import Runs
+
+    return Runs(rows).nearest(ok_only=False, **settings)

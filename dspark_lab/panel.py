@@ -20,14 +20,15 @@ from typing import Any, Callable, Optional
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import figures, schema, strategies
+from . import figures, strategies
 from .config import WORKLOAD_PRESETS
 # The live backend lives in live.py (no plotly/ipywidgets, so it runs on a bare GPU box).
 from .live import LIVE_PROFILE_STEPS, LIVE_STEPS, LIVE_TRIALS, LIVE_WARMUP, LiveBackend, PointData  # noqa: F401
+from .results.runs import REFERENCE
+from .results.strategy_info import BASELINE
 
 CONTROLS = ("ep_size", "batch_size", "gamma", "strategy", "workload")
 FIGURES = ("comparison", "syncs", "breakdown", "timeline")
-BASELINE = "device_direct"
 ALL_RUNS = "*"  # the run control's value for "every recorded run, side by side"
 MODE_ENV = "DSPARK_LAB_MODE"  # "recorded" forces recorded mode (e.g. headless notebook runs)
 
@@ -46,98 +47,77 @@ def _short_error(e: BaseException) -> str:
 # -- backends -------------------------------------------------------------------------------------
 
 class RecordedBackend:
-    """Recorded runs: each setting maps to the nearest recorded point of each selected run."""
+    """Recorded runs: each setting maps to the nearest recorded point of each selected run
+    (results.Runs.nearest); runs are named by their unique labels (Runs.labels)."""
 
     mode = "recorded"
 
-    def __init__(self, rows: pd.DataFrame, timelines: Optional[pd.DataFrame] = None, headers=None):
-        if rows is None or len(rows) == 0:
+    def __init__(self, rows, timelines: Optional[pd.DataFrame] = None, headers=None):
+        from .results.runs import Runs
+
+        runs = rows if isinstance(rows, Runs) else None
+        if runs is None:
+            if rows is None or len(rows) == 0:
+                raise ValueError("no recorded rows: record a run (dspark-lab sweep) or point DSPARK_DATA at recorded data")
+            runs = Runs(rows, figures.flatten_timelines(timelines), headers or [])
+        if runs.rows.empty:
             raise ValueError("no recorded rows: record a run (dspark-lab sweep) or point DSPARK_DATA at recorded data")
-        self.rows = rows.reset_index(drop=True)
-        self.timelines = figures.flatten_timelines(timelines)
-        self.headers = headers or []
-        self._labels = figures.run_labels(self.rows)
-        # Per-point index: point selection is done on this small frame, rows are fetched by point id.
-        self._by_point = {pid: g for pid, g in self.rows.groupby("point_id", sort=False)}
-        if not self.timelines.empty:
-            self._tl_by_point = {pid: g for pid, g in self.timelines.groupby("point_id", sort=False)}
-        else:
-            self._tl_by_point = {}
-        cols = ["point_id", "ep_size", "batch_size", "gamma", "workload", "model"]
-        pts = self.rows.assign(run_id=figures._run_key(self.rows))
-        self._points = pts.drop_duplicates(["run_id", "point_id"])[cols + ["run_id"]]
-
-    @classmethod
-    def from_store(cls, paths=None) -> "RecordedBackend":
-        from . import store
-
-        rows, tl, headers = store.load_runs(paths)
-        return cls(rows, tl, headers)
+        self.runs = runs
+        self.rows = runs.rows
+        self.timelines = figures.flatten_timelines(runs.timelines)
+        self.headers = runs.headers
+        self._tl_by_point = ({pid: g for pid, g in self.timelines.groupby("point_id", sort=False)}
+                             if not self.timelines.empty else {})
 
     def options(self) -> dict:
         r = self.rows
-        runs = list(dict.fromkeys(figures._run_key(r)))
         return {
             "ep_size": sorted(int(v) for v in r["ep_size"].dropna().unique()),
             "batch_size": sorted(int(v) for v in r["batch_size"].dropna().unique()),
             "gamma": sorted(int(v) for v in r["gamma"].dropna().unique()),
             "strategy": figures.strategy_order(r["strategy"].dropna().unique()),
             "workload": [w for w in r["workload"].value_counts().index],
-            "run": [("all recorded runs", ALL_RUNS)] + [(self._labels.get(x, x), x) for x in runs],
+            "run": [("all recorded runs, side by side", ALL_RUNS)] + [(lab, rid) for rid, lab in self.runs.labels().items()],
         }
 
     def defaults(self) -> dict:
-        ok = figures.ok_rows(self.rows)
-        ok = ok if not ok.empty else self.rows
-        wl = "sglang_profile" if "sglang_profile" in set(ok["workload"]) else ok["workload"].value_counts().index[0]
-        sub = ok[ok["workload"] == wl]
-        gpu = sub[~sub["gpu"].astype(str).isin(["none", "unknown", ""])] if "gpu" in sub else sub
-        sub = gpu if not gpu.empty else sub  # a GPU run first: CPU runs show only host costs
-        last_run = sub.sort_values("recorded_at")["run_id"].iloc[-1] if "run_id" in sub else None
-        sub = sub[sub["run_id"] == last_run] if last_run is not None else sub
-        eps = sorted(sub["ep_size"].unique())
-        pt = figures.select_point(sub, ep_size=eps[-1], batch_size=8, gamma=4)
+        """The reference point (results.REFERENCE) of the headline's run."""
+        head = self.runs.headline()
+        run = head.entries[-1]["run_id"] if head.entries else self.runs.run_ids()[-1]
+        try:
+            pt = self.runs.reference(run_id=run)
+        except ValueError:
+            pt = self.rows[self.rows["run_id"] == run]
         r0 = pt.iloc[0]
         return {"ep_size": int(r0["ep_size"]), "batch_size": int(r0["batch_size"]), "gamma": int(r0["gamma"]),
                 "strategy": _default_strategy(self.rows["strategy"].dropna().unique()),
-                "workload": wl, "run": last_run}
+                "workload": r0["workload"], "run": run}
 
     def describe(self) -> str:
-        return (f"RECORDED data ({self.rows['run_id'].nunique() if 'run_id' in self.rows else 1} run(s): "
+        return (f"RECORDED data ({len(self.runs.labels())} run(s): "
                 + figures.fingerprint_label(self.rows)
                 + "). Each setting shows the nearest recorded point.")
 
     def get(self, settings: dict, on_progress: Optional[Callable] = None) -> PointData:
-        pts = self._points
         wl = settings.get("workload")
-        if wl is not None and wl in set(pts["workload"]):
-            pts = pts[pts["workload"] == wl]
+        wl = wl if wl in set(self.rows["workload"]) else None
         run = settings.get("run")
-        if run not in (None, ALL_RUNS):
-            pts = pts[pts["run_id"] == run]
-            if pts.empty:
-                raise ValueError(f"run {run!r} has no recorded point for workload {wl!r}")
-        pts = pts.assign(_d=figures.point_distance(pts, settings.get("ep_size"), settings.get("batch_size"),
-                                                   settings.get("gamma")))
-        # Per run, the nearest point; then keep the runs that hold the overall-nearest config.
-        best = pts.sort_values(["_d", "ep_size", "batch_size", "gamma"], kind="stable").drop_duplicates("run_id")
-        best = best[best["_d"] == best["_d"].min()]
-        key = best.iloc[0][["ep_size", "batch_size", "gamma"]].tolist()
-        best = best[(best[["ep_size", "batch_size", "gamma"]].values == key).all(axis=1)]
-        parts = []
-        for pid, rid in zip(best["point_id"], best["run_id"]):
-            g = self._by_point[pid]
-            parts.append(g[figures._run_key(g) == rid])
-        rows = pd.concat(parts)
-        tl_parts = [self._tl_by_point[pid] for pid in dict.fromkeys(best["point_id"]) if pid in self._tl_by_point]
+        run = None if run in (None, ALL_RUNS) else run
+        try:
+            rows = self.runs.nearest(ep_size=settings.get("ep_size"), batch_size=settings.get("batch_size"),
+                                     gamma=settings.get("gamma"), workload=wl, run_id=run, ok_only=False)
+        except ValueError as e:
+            raise ValueError(f"run {run!r} has no recorded point for workload {wl!r} ({e})") from None
+        keep = set(zip(rows["run_id"], rows["point_id"]))
+        tl_parts = [self._tl_by_point[pid] for pid in dict.fromkeys(rows["point_id"]) if pid in self._tl_by_point]
         tl = pd.concat(tl_parts) if tl_parts else self.timelines.iloc[0:0]
-        if "run_id" in tl.columns:
-            tl = tl[tl["run_id"].isin(set(best["run_id"]))]
-        r0 = best.iloc[0]
+        if "run_id" in tl.columns and not tl.empty:
+            tl = tl[[(r, p) in keep for r, p in zip(tl["run_id"], tl["point_id"])]]
+        r0 = rows.iloc[0]
         asked = {k: settings.get(k) for k in ("ep_size", "batch_size", "gamma")}
         got = {"ep_size": int(r0["ep_size"]), "batch_size": int(r0["batch_size"]), "gamma": int(r0["gamma"])}
         diff = [f"{k.replace('_', ' ')} {asked[k]}" for k in asked if asked[k] is not None and asked[k] != got[k]]
-        note = f"recorded point: {figures.point_label(rows.iloc[0])}"
+        note = f"recorded point: {figures.point_label(r0)}"
         if diff:
             note += f" (nearest recorded; you asked {', '.join(diff)})"
         return PointData(rows, tl, note, dict(settings))
@@ -386,7 +366,9 @@ class Panel:
 
 def load_recorded(paths=None) -> RecordedBackend:
     """Recorded data from `paths`, else $DSPARK_DATA, else the repository's data/ folder."""
-    return RecordedBackend.from_store(paths)
+    from .results.runs import Runs
+
+    return RecordedBackend(Runs.load(paths))
 
 
 def choose_mode() -> str:
@@ -414,7 +396,7 @@ class _ErrorBackend:
                 "workload": list(WORKLOAD_PRESETS)}
 
     def defaults(self):
-        return {"ep_size": 1, "batch_size": 1, "gamma": 1, "strategy": BASELINE, "workload": "sglang_profile"}
+        return {"ep_size": 1, "batch_size": 1, "gamma": 1, "strategy": BASELINE, "workload": REFERENCE.workload}
 
     def describe(self):
         return "no data to show"

@@ -14,10 +14,10 @@ from .config import LabConfig
 from .measure import breakdown, diagnostics, syncs, timing, trace
 from .predicate import enable_num_token_non_padded
 from .results import noise
-from .schema import ROW_COLUMNS
+from .results import rows as rowbuild
 from .workload import LabStep
 
-PROFILE_STEPS = 12  # profiled steps per strategy (the first is dropped from medians)
+PROFILE_STEPS = 12  # profiled steps per strategy (the first is dropped from the breakdown's means)
 DEBUG_STEPS = 3  # steps per strategy under sync debug mode (counts and the exact line)
 STRATEGY_RANGE = "dspark:strategy:"
 
@@ -36,7 +36,7 @@ def point_id(cfg: LabConfig) -> str:
     return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def _config_columns(cfg: LabConfig, strategy: str) -> dict:
+def config_columns(cfg: LabConfig, strategy: str) -> dict:
     return dict(
         point_id=point_id(cfg), ep_size=cfg.ep_size, batch_size=cfg.batch_size, gamma=cfg.gamma,
         strategy=strategy, model=cfg.model, workload=cfg.workload, graph=cfg.graph,
@@ -47,13 +47,7 @@ def _config_columns(cfg: LabConfig, strategy: str) -> dict:
 
 
 def failed_rows(cfg: LabConfig, strategies: Optional[Sequence[str]], error: BaseException) -> list[dict]:
-    msg = f"{type(error).__name__}: {error}"
-    rows = []
-    for s in strategies or strategy_registry.BUILTIN:
-        r = {c: None for c in ROW_COLUMNS}
-        r.update(_config_columns(cfg, s), status="failed", error=msg)
-        rows.append(r)
-    return rows
+    return rowbuild.failed_rows(config_columns(cfg, ""), strategies or strategy_registry.BUILTIN, error)
 
 
 def profile_strategies(steps: dict, profile_steps: int, with_stack: bool = False) -> dict:
@@ -72,7 +66,7 @@ def profile_strategies(steps: dict, profile_steps: int, with_stack: bool = False
 
 
 def analyse(tr: dict) -> tuple[dict, list]:
-    """Counts, breakdown medians and a timeline from one Chrome trace (live or recorded)."""
+    """Counts, breakdown means and a timeline from one Chrome trace (live or recorded)."""
     ev = trace.events(tr)
     calls = syncs.sync_calls(ev)
     out = syncs.counts_per_step(ev, calls)
@@ -80,12 +74,11 @@ def analyse(tr: dict) -> tuple[dict, list]:
     return out, breakdown.timeline(ev, calls=calls)
 
 
-def _trial_row(cfg: LabConfig, name: str, t: timing.TrialTiming) -> dict:
-    r = {c: None for c in ROW_COLUMNS}
-    r.update(_config_columns(cfg, name), status="ok", error="")
-    r.update(trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50, step_ms_p90=t.p90)
-    r.update(t.diag)
-    return r
+def _trial_row(cfg: LabConfig, name: str, t: timing.TrialTiming, **measured) -> dict:
+    """The one row of a timed trial (results.rows.build_row), its diagnostics and `measured` added."""
+    return rowbuild.build_row(
+        **config_columns(cfg, name), **measured, **t.diag, status="ok", error="",
+        trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50, step_ms_p90=t.p90)
 
 
 def headline_half_width(cfg: LabConfig, timings: dict) -> Optional[float]:
@@ -190,11 +183,9 @@ def measure_point(
         if keep_traces:
             traces[n] = tr
         timelines.append({"kind": "timeline", "point_id": point_id(cfg), "strategy": n, "segments": tl})
+        measured = {k: v for k, v in stats.items() if k in rowbuild.schema.ROW_COLUMNS}
         for t in timings[n]:
-            r = _trial_row(cfg, n, t)
-            r.update({k: v for k, v in stats.items() if k in r})
-            r.update(stop_reason=stop_reason, ci_half_width_pct=half_width)
-            rows.append(r)
+            rows.append(_trial_row(cfg, n, t, **measured, stop_reason=stop_reason, ci_half_width_pct=half_width))
     # The noise verdict at record time (results.noise re-computes the same from the rows).
     marked = noise.mark_disturbed(pd.DataFrame(rows))
     for r, d, why in zip(rows, marked["disturbed"], marked["disturbed_reason"]):

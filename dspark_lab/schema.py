@@ -3,11 +3,14 @@
 A recorded run is a JSON-lines file (see store.py): a header record with the machine fingerprint,
 then per point its `row` records (the columns below), `timeline` records (a few profiled steps as
 segments) and a closing `point` record that marks the point finished. Read them with
-`store.load_runs`.
+`dspark_lab.results.Runs.load()` (or `store.load_runs`); rows are built by `results.rows.build_row`.
 """
 from __future__ import annotations
 
-SCHEMA_VERSION = 1
+# 2: the header may carry `name` (a label given at record time) and rows may carry extra columns
+# (e.g. `disturbed`). Version-1 files are still read: columns they lack load as NaN.
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
 
 # Config columns (LabConfig fields that vary in a sweep, plus the derived ones shown to users).
 CONFIG_COLUMNS = (
@@ -77,4 +80,3 @@ HOST_PARTS = ("host_prep_ms", "host_blocked_ms", "host_readback_ms", "host_copy_
 GPU_PARTS = ("gpu_busy_ms", "gpu_idle_ms")
 
 # Timeline record: {"kind": "timeline", "point_id", "strategy", "segments": [[lane, part, start_ms, end_ms, label], ...]}
-TIMELINE_LANES = ("host", "gpu")

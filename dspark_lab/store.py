@@ -2,19 +2,24 @@
 
 A run file holds, one JSON object a line:
 
-    {"kind": "header", "schema_version", "run_id", "created_at", "fingerprint": {...}, "sweep": {...}}
+    {"kind": "header", "schema_version", "run_id", "created_at", "fingerprint": {...}, "sweep": {...},
+     "name" (optional: the run's label, `dspark-lab sweep --name`)}
     {"kind": "row", "attempt", <schema.ROW_COLUMNS>}                 one per strategy x trial
     {"kind": "timeline", "attempt", "point_id", "strategy", "segments": [...]}
     {"kind": "point", "attempt", "point_id", "status", "n_rows", "n_timelines", "recorded_at"}
 
 A point's records are written together, ending with its `point` record (the commit), in one write
 followed by flush + fsync, so a crash, Ctrl-C or kill leaves every finished point readable and at
-worst a partial last line. Resuming appends; nothing is ever rewritten. When a point was measured
-more than once in one file (an interrupted write, or a failed point retried), loading keeps only
-its last committed attempt, so no row is doubled.
+worst a partial last line (a write that fails mid-point, e.g. a full disk, is cut back off).
+Resuming appends; nothing is ever rewritten. One process writes a file at a time: RunWriter holds
+an advisory lock (flock) until it is closed, and a second writer gets RunFileBusy. When a point
+was measured more than once in one file (an interrupted write, or a failed point retried), loading
+keeps only its last committed attempt, so no row is doubled; rows with no commit are not loaded.
+Reading and validation live in results/load.py; rows are built by results/rows.py.
 """
 from __future__ import annotations
 
+import fcntl
 import gzip
 import json
 import math
@@ -24,29 +29,23 @@ import signal
 import threading
 from contextlib import contextmanager
 import warnings
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from . import schema
+from .results import load as _load
+from .results.load import RUN_SUFFIX, TIMELINE_COLUMNS, DataWarning, SchemaVersionError  # noqa: F401  (store.* names)
 
 if TYPE_CHECKING:  # pandas is imported when loading, so that recording needs only the stdlib
     import pandas as pd
 
-RUN_SUFFIX = ".jsonl"
-KINDS = ("header", "row", "timeline", "point")
 # Fingerprint keys that must agree for a run to be resumed on this machine.
 MACHINE_KEYS = ("gpu", "driver", "cuda", "torch")
-TIMELINE_COLUMNS = ("run_id", "point_id", "strategy", "lane", "part", "start_ms", "end_ms", "label")
 
 
-class DataWarning(UserWarning):
-    """A recorded file is damaged (truncated or corrupted line); the good records are kept."""
-
-
-class SchemaVersionError(ValueError):
-    """A run file was written with a schema version this code cannot read."""
+class RunFileBusy(RuntimeError):
+    """Another process holds the run file's writer lock (one writer per run file)."""
 
 
 def default_data_dir() -> Path:
@@ -86,190 +85,28 @@ def _dumps(record: dict) -> str:
     return json.dumps(record, default=_json_default, separators=(",", ":"))
 
 
-def _check_version(header: dict, path: Path) -> None:
-    version = header.get("schema_version")
-    if version != schema.SCHEMA_VERSION:
-        raise SchemaVersionError(
-            f"{path}: schema_version {version!r} is not supported by this dspark_lab "
-            f"(it reads schema_version {schema.SCHEMA_VERSION}); use the dspark_lab release "
-            f"that wrote the file, or convert it"
-        )
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading one file
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class _FileRecords:
-    path: Path
-    header: dict | None = None
-    rows: list[dict] = field(default_factory=list)
-    timelines: list[dict] = field(default_factory=list)
-    points: list[dict] = field(default_factory=list)  # commit records in file order
-    ends_with_newline: bool = True
-
-
-def _warn(path: Path, line: int | None, message: str) -> None:
-    where = f"{path}:{line}" if line is not None else f"{path}"
-    warnings.warn(f"{where}: {message}", DataWarning, stacklevel=3)
-
-
-def _read_file(path: Path) -> _FileRecords:
-    """Parse a run file, warning (naming file and line) on every damaged line, keeping the rest."""
-    out = _FileRecords(path)
-    data = path.read_bytes()
-    out.ends_with_newline = data.endswith(b"\n") or not data
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    for lineno, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        last = lineno == len(lines)
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            why = "truncated record (an interrupted write?)" if last and not out.ends_with_newline else "corrupted record"
-            _warn(path, lineno, f"{why}, skipped ({e.__class__.__name__}: {e})")
-            continue
-        if not isinstance(rec, dict) or rec.get("kind") not in KINDS:
-            kind = rec.get("kind") if isinstance(rec, dict) else type(rec).__name__
-            _warn(path, lineno, f"record of unknown kind {kind!r}, skipped (known: {', '.join(KINDS)})")
-            continue
-        kind = rec["kind"]
-        if kind == "header":
-            if out.header is not None:
-                _warn(path, lineno, "a second header record, skipped")
-                continue
-            _check_version(rec, path)
-            out.header = rec
-        elif kind == "row":
-            missing = [c for c in ("point_id", "strategy") if c not in rec]
-            if missing:
-                _warn(path, lineno, f"row record without {', '.join(missing)}, skipped")
-                continue
-            rec["_line"] = lineno
-            out.rows.append(rec)
-        elif kind == "timeline":
-            if "point_id" not in rec or not isinstance(rec.get("segments"), list):
-                _warn(path, lineno, "timeline record without point_id or segments, skipped")
-                continue
-            out.timelines.append(rec)
-        else:  # point
-            if "point_id" not in rec:
-                _warn(path, lineno, "point record without point_id, skipped")
-                continue
-            out.points.append(rec)
-    if out.header is None and (out.rows or out.timelines or out.points or lines):
-        _warn(path, 1, "no readable header record; machine fingerprint unknown for its rows")
-    return out
-
-
-def _select_attempts(recs: _FileRecords) -> tuple[list[dict], list[dict]]:
-    """Per point, keep the records of its last committed attempt (or its last attempt if none)."""
-    committed: dict[str, str | None] = {}
-    for p in recs.points:
-        committed[p["point_id"]] = p.get("attempt")
-    last_seen: dict[str, str | None] = {}
-    for r in recs.rows + recs.timelines:
-        last_seen[r["point_id"]] = r.get("attempt")
-
-    def keep(r: dict) -> bool:
-        pid = r["point_id"]
-        chosen = committed[pid] if pid in committed else last_seen.get(pid)
-        return r.get("attempt") == chosen
-
-    return [r for r in recs.rows if keep(r)], [t for t in recs.timelines if keep(t)]
-
-
-# ---------------------------------------------------------------------------------------------
-# Loading many files into tidy frames
-# ---------------------------------------------------------------------------------------------
-def run_files(paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None) -> list[Path]:
-    """The run files named by `paths` (files and/or folders, searched recursively), sorted."""
-    if paths is None:
-        paths = [default_data_dir()]
-    elif isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    files: list[Path] = []
-    for p in paths:
-        p = Path(p)
-        if p.is_dir():
-            files.extend(sorted(q for q in p.rglob(f"*{RUN_SUFFIX}") if q.is_file()))
-        elif p.is_file():
-            files.append(p)
-        else:
-            raise FileNotFoundError(f"no run file or folder at {p}")
-    seen: set[Path] = set()
-    unique = []
-    for f in files:
-        key = f.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append(f)
-    return unique
-
-
-def _fingerprint_values(header: dict | None, path: Path) -> dict:
-    fp = (header or {}).get("fingerprint") or {}
-    return {
-        "gpu": fp.get("gpu", "unknown"),
-        "driver": fp.get("driver", "unknown"),
-        "cuda": fp.get("cuda", "unknown"),
-        "torch": fp.get("torch", "unknown"),
-        "run_id": (header or {}).get("run_id", path.stem),
-        "recorded_at": (header or {}).get("created_at", ""),
-    }
-
-
 def load_runs(
     paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
-    """Load run files (or every run file under folders; default: the data dir).
+    """Load run files (or every run file under folders; default: the data dir): (rows, timelines,
+    headers). Reading and validation live in results/load.py (see its rules): a damaged record or
+    file gives a DataWarning naming file and line and the good records still load."""
+    loaded = _load.load(paths, default=default_data_dir())
+    return loaded.rows, loaded.timelines, loaded.headers
 
-    Returns (rows, timelines, headers):
-      rows      one row per point x strategy x trial: schema.ROW_COLUMNS + schema.FINGERPRINT_COLUMNS
-                (recorded_at is when the point was written), plus any extra recorded columns.
-      timelines one row per segment: run_id, point_id, strategy, lane, part, start_ms, end_ms, label.
-      headers   the header records, each with "path" added.
-    Damaged lines give a DataWarning naming file and line; an unknown schema_version raises
-    SchemaVersionError naming the file.
-    """
-    import pandas as pd
 
-    row_dicts: list[dict] = []
-    seg_rows: list[tuple] = []
-    headers: list[dict] = []
-    for path in run_files(paths):
-        recs = _read_file(path)
-        fpv = _fingerprint_values(recs.header, path)
-        if recs.header is not None:
-            headers.append({**recs.header, "path": str(path)})
-        commit_time = {p["point_id"]: p.get("recorded_at") for p in recs.points}
-        rows, timelines = _select_attempts(recs)
-        for r in rows:
-            d = {k: v for k, v in r.items() if k not in ("kind", "attempt", "_line")}
-            for c in schema.ROW_COLUMNS:
-                d.setdefault(c, None)
-            d.update(fpv)
-            d["recorded_at"] = commit_time.get(r["point_id"]) or fpv["recorded_at"]
-            row_dicts.append(d)
-        for t in timelines:
-            for i, seg in enumerate(t["segments"]):
-                if not isinstance(seg, (list, tuple)) or len(seg) != 5:
-                    _warn(path, None, f"timeline of point {t['point_id']} / {t.get('strategy')}: "
-                          f"segment {i} is not [lane, part, start_ms, end_ms, label], skipped")
-                    continue
-                seg_rows.append((fpv["run_id"], t["point_id"], t.get("strategy"), *seg))
-    base_cols = list(schema.ROW_COLUMNS) + list(schema.FINGERPRINT_COLUMNS)
-    if row_dicts:
-        rows_df = pd.DataFrame.from_records(row_dicts)
-        extra = [c for c in rows_df.columns if c not in base_cols]
-        rows_df = rows_df[base_cols + extra]
-    else:
-        rows_df = pd.DataFrame(columns=base_cols)
-    timelines_df = pd.DataFrame.from_records(seg_rows, columns=list(TIMELINE_COLUMNS))
-    return rows_df, timelines_df, headers
+def _read_checked(path: Path) -> _load.FileRecords:
+    """A run file's records for resuming or its header; SchemaVersionError / ValueError if unusable."""
+    recs = _load.read_file(path)
+    if recs.header_line is not None and recs.header is None:
+        # read_file skipped the file: say why, as an error (resume must not append to it).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DataWarning)
+            raw = _load.read_file(path, _load._Log(emit=False))
+        if raw.unreadable and "schema_version" in raw.unreadable:
+            raise SchemaVersionError(f"{path}: {raw.unreadable}")
+        raise ValueError(f"{path}: {raw.unreadable or 'unreadable header'}")
+    return recs
 
 
 def read_header(path: str | os.PathLike) -> dict:
@@ -277,7 +114,7 @@ def read_header(path: str | os.PathLike) -> dict:
     path = Path(path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataWarning)
-        recs = _read_file(path)
+        recs = _read_checked(path)
     if recs.header is None:
         raise ValueError(f"{path}: no readable header record; not a dspark-lab run file")
     return recs.header
@@ -296,6 +133,17 @@ class RunWriter:
         # point_id -> status of its last committed attempt ("ok" | "failed")
         self.points: dict[str, str] = dict(points or {})
         self._f = open(self.path, "ab", buffering=0)
+        self._lock()
+
+    def _lock(self) -> None:
+        """One writer per run file: an advisory lock (flock) held until close(); released by the
+        OS if the process dies, so a crashed sweep never leaves the file locked."""
+        try:
+            fcntl.flock(self._f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._f.close()
+            raise RunFileBusy(f"{self.path} is being written by another dspark-lab process (its lock is held); "
+                              "wait for it to finish or stop it, then resume") from None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -345,11 +193,23 @@ class RunWriter:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no run file at {path}")
-        recs = _read_file(path)
-        if recs.header is None:
-            raise ValueError(f"{path}: no readable header record; cannot resume it")
+        probe = open(path, "ab", buffering=0)  # take the lock before reading what the file holds
+        try:
+            fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            probe.close()
+            raise RunFileBusy(f"{path} is being written by another dspark-lab process (its lock is held); "
+                              "wait for it to finish or stop it, then resume") from None
+        try:
+            recs = _read_checked(path)
+            if recs.header is None:
+                raise ValueError(f"{path}: no readable header record; cannot resume it")
+        except BaseException:
+            probe.close()
+            raise
         points = {p["point_id"]: p.get("status", "ok") for p in recs.points}
-        writer = cls(path, recs.header, points)
+        writer = cls.__new__(cls)
+        writer.path, writer.header, writer.points, writer._f = path, recs.header, points, probe
         if not recs.ends_with_newline:
             writer._append(b"\n")
         return writer
@@ -420,11 +280,22 @@ class RunWriter:
     def _append(self, data: bytes) -> None:
         # Ctrl-C is held back until the block is on disk, so it never splits a point's records.
         with _sigint_deferred():
+            fd = self._f.fileno()
+            start = os.lseek(fd, 0, os.SEEK_END)
             view = memoryview(data)
-            while view:
-                n = os.write(self._f.fileno(), view)
-                view = view[n:]
-            os.fsync(self._f.fileno())
+            try:
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                os.fsync(fd)
+            except OSError:
+                # A full disk (ENOSPC) or I/O error mid-point: cut the torn block off so the file
+                # ends on a whole record; the loader would skip it anyway (no commit record).
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+                raise
 
     def close(self) -> None:
         if not self._f.closed:

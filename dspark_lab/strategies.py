@@ -71,14 +71,12 @@ def register(strategy: Strategy) -> None:
     _REGISTRY[strategy.name] = strategy
 
 
-for _s in (
-    Strategy("device_direct", device_direct, "torch.tensor(n, device=cuda): pageable copy + stream sync", "before PR #34782"),
-    Strategy("non_blocking", non_blocking, "pageable host tensor .to(cuda, non_blocking=True)", "PR #34782"),
-    Strategy("on_demand", on_demand, "None unless the predicate holds, else non-blocking", "PR #34759"),
-    Strategy("on_demand_pinned", on_demand_pinned, "on demand, pinned host tensor, non-blocking copy", "sglang 0.5.23"),
-    Strategy("persistent_fill", persistent_fill, "persistent device scalar updated with fill_", "sglang 0.5.23 graph buffers"),
-):
-    register(_s)
+# Imported here, below the functions, so their recorded line numbers (sync sites) stay put.
+from .results.strategy_info import BUILTIN_INFO  # noqa: E402
+
+_FUNCTIONS = {f.__name__: f for f in (device_direct, non_blocking, on_demand, on_demand_pinned, persistent_fill)}
+for _name, (_description, _source) in BUILTIN_INFO.items():  # names and lines live torch-free
+    register(Strategy(_name, _FUNCTIONS[_name], _description, _source))
 
 BUILTIN = tuple(_REGISTRY)
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Sequence
 
 from . import schema, strategies as strategies_mod
+from .results import rows as rowbuild
 from .config import CAPTURE_BUCKETS, MODEL_PRESETS, LabConfig
 
 GRID_FIELDS = ("ep_size", "batch_size", "gamma", "strategy")
@@ -241,20 +242,6 @@ def point_label(cfg: LabConfig) -> str:
     return f"ep={cfg.ep_size} bs={cfg.batch_size} gamma={cfg.gamma}"
 
 
-def _fallback_failed_rows(cfg: LabConfig, strategies: Sequence[str], error: BaseException,
-                          point_id: str) -> list[dict]:
-    rows = []
-    for s in strategies:
-        row = {c: None for c in schema.ROW_COLUMNS}
-        row.update(point_id=point_id, ep_size=cfg.ep_size, batch_size=cfg.batch_size, gamma=cfg.gamma,
-                   strategy=s, model=cfg.model, workload=cfg.workload, graph=cfg.graph, device=cfg.device,
-                   query_token_num=cfg.query_token_num, bucket_batch_size=cfg.bucket_batch_size,
-                   num_tokens=cfg.num_tokens, status="failed",
-                   error=f"{type(error).__name__}: {error}", steps=cfg.steps)
-        rows.append(row)
-    return rows
-
-
 def _runner_attr(name: str):
     from . import runner  # imported late: it pulls in torch and the workload
 
@@ -356,8 +343,9 @@ def run_sweep(
                     rows = failed_rows(cfg, strategies, e) if failed_rows else None
                 except Exception:  # noqa: BLE001
                     rows = None
-                if not rows:
-                    rows = _fallback_failed_rows(cfg, strategies, e, pid)
+                if not rows:  # the runner's helper itself failed: the same builder, config as given
+                    config = {k: v for k, v in cfg.to_dict().items() if k in schema.CONFIG_COLUMNS}
+                    rows = rowbuild.failed_rows({**config, "point_id": pid}, strategies, e)
                 rows = [dict(r, point_id=pid, status="failed") for r in rows]
                 writer.write_point(pid, rows, [], status="failed")
                 summary.failed += 1

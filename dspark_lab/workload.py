@@ -17,7 +17,6 @@ Order per step (each phase is a profiler range named `dspark:<phase>`):
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 from typing import Optional
 
 import torch
@@ -26,18 +25,8 @@ from . import calibration, strategies
 from .config import LabConfig
 from .draft import CAPTURE_HIDDEN_NULL, DSPARK, TARGET_VERIFY, DraftForwardBatch, DraftRunner
 from .predicate import enable_num_token_non_padded
-
-PHASE_PREFIX = "dspark:"
-STEP_RANGE = PHASE_PREFIX + "step"
-READBACK_RANGE = PHASE_PREFIX + "readback"
-
-
-@contextmanager
-def phase(name: str):
-    """Mark a phase of a step for the trace (use it in your own step functions too)."""
-    with torch.profiler.record_function(PHASE_PREFIX + name):
-        yield
-
+# Range names live in measure/ (imports flow one way); re-exported for existing callers.
+from .measure.ranges import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE, phase  # noqa: F401
 
 _ITERS_PER_US: list[float] = []
 # Host seconds spent in deliberate waits since the process started: spin_until's emulated host

@@ -280,7 +280,8 @@ def _row(cfg: LabConfig, strategy: str, trial: int, step_ms: float, syncs: float
              num_tokens=cfg.num_tokens, target_verify_ms=cfg.workload_costs.target_verify_ms,
              predicate=cfg.ep_size > 1, status="ok", error="", trial=trial, steps=cfg.steps, step_ms=step_ms,
              step_ms_p50=step_ms, step_ms_p90=step_ms, profiled_step_ms=step_ms, syncs_per_step=syncs,
-             stream_syncs_per_step=syncs, gpu_busy_ms=step_ms, sync_site="")
+             stream_syncs_per_step=syncs, gpu_busy_ms=step_ms, sync_site="",
+             debug_syncs_per_step=syncs, sync_count_mismatch=False, sync_note="")
     return r
 
 
@@ -311,15 +312,22 @@ def test_report_writes_html_and_warns_on_damaged_files(tmp_path, capsys):
     assert "NVIDIA H200" in stdout and "device_direct" in stdout and "7.10" in stdout
 
 
-def test_report_on_an_unknown_schema_version_names_the_file(tmp_path, capsys):
-    path = _recorded(tmp_path)
+def test_report_skips_a_file_of_another_schema_version_and_says_so(tmp_path, capsys):
+    path = _recorded(tmp_path / "bad")
+    good = _recorded(tmp_path / "good")
     lines = path.read_text().splitlines()
     header = json.loads(lines[0])
     header["schema_version"] = 99
     path.write_text("\n".join([json.dumps(header)] + lines[1:]) + "\n")
-    code, _, err = run_main(["report", str(path), "-o", str(tmp_path / "r.html")], capsys)
-    assert code == 2 and str(path) in err and "schema_version 99" in err
-    assert not (tmp_path / "r.html").exists()
+    code, stdout, err = run_main(["report", str(tmp_path), "-o", str(tmp_path / "r.html")], capsys)
+    assert code == 0, err
+    assert f"skipped: {path}:1: schema_version 99 is not supported" in err and "file skipped" in err
+    assert str(good) not in err  # the good run loads silently
+    assert "1 problem(s) skipped" in stdout and (tmp_path / "r.html").exists()
+    # only the file of another version is alone: nothing to report, exit 1, still no traceback
+    code, _, err = run_main(["report", str(path), "-o", str(tmp_path / "r2.html")], capsys)
+    assert code == 1 and "schema_version 99" in err and "Traceback" not in err
+    assert not (tmp_path / "r2.html").exists()
 
 
 def test_report_without_runs_says_so(tmp_path, capsys):
@@ -395,3 +403,16 @@ def test_main_with_cuda_runs_the_sweep_into_data_runs_then_reports(tmp_path, cap
     assert mine[0]["sweep"] == cli.PRESETS["quick"].to_dict()
     assert len(rows[rows.gpu == "Fake GPU"]) == cli.PRESETS["quick"].n_rows
     assert "Fake GPU" in stdout and "NVIDIA H200" in stdout
+
+
+def test_sweep_name_is_recorded_and_labels_the_run(tmp_path, capsys, fake_runner):
+    from dspark_lab.results import Runs
+
+    fake_runner()
+    path = tmp_path / "named.jsonl"
+    code, _, err = run_main(["sweep", "--ep", "1", "--batch", "1", "--gamma", "2", *TINY_ARGS, "--name", "my box",
+                             "--out", str(path)], capsys)
+    assert code == 0, err
+    assert json.loads(path.read_text().splitlines()[0])["name"] == "my box"
+    runs = Runs.load(path)
+    assert list(runs.labels().values()) == ["my box"] and set(runs.rows.run_label) == {"my box"}

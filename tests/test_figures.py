@@ -1,7 +1,7 @@
 """Figures from recorded data hold the recorded numbers (trace values checked against the rows).
 
-Uses the real recorded runs under data/runs/ when present; a small synthetic set (built below, clearly
-not GPU data) covers the cases the recorded data may lack (two runs, failed rows).
+Input is fixed: a synthetic set generated below (clearly not GPU data: two runs, failed rows). The
+committed runs under data/runs/ are checked explicitly in test_committed_runs_load_cleanly.
 """
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from dspark_lab import figures, schema, strategies
-from dspark_lab.measure.timing import median_ci
+from dspark_lab.results import Runs
+from dspark_lab.results.stats import median_ci
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS_DIR = ROOT / "data" / "runs"
@@ -93,21 +94,25 @@ def write_synthetic_runs(folder) -> Path:
     return folder
 
 
-def recorded_or_synthetic():
-    """The real recorded runs if any exist, else the synthetic set."""
-    if RUNS_DIR.is_dir() and any(RUNS_DIR.glob("*.jsonl")):
-        from dspark_lab import store
-
-        rows, tl, headers = store.load_runs(RUNS_DIR)
-        if not rows.empty:
-            return rows, figures.flatten_timelines(tl), headers, True
+@pytest.fixture(scope="module")
+def data():
+    """The synthetic set, always (a fixed input: tests must not depend on what data/runs holds)."""
     r, t, h = synthetic_runs()
     return r, t, h, False
 
 
-@pytest.fixture(scope="module")
-def data():
-    return recorded_or_synthetic()
+def test_committed_runs_load_cleanly():
+    """The committed H200 runs (schema version 1) load with no warning and every run has a label."""
+    import warnings
+
+    from dspark_lab.results.load import DataWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataWarning)
+        runs = Runs.load(RUNS_DIR)
+    assert len(runs.labels()) == len(list(RUNS_DIR.glob("*.jsonl")))
+    assert len(set(runs.labels().values())) == len(runs.labels())
+    assert runs.headline().entries, "the committed runs hold the reference point"
 
 
 def a_point(rows, one_run=True):
@@ -194,13 +199,16 @@ def test_strategy_comparison_medians_and_cis(data):
 
 
 def test_two_runs_side_by_side():
-    rows, _, _ = synthetic_runs()
-    pt = figures.select_point(rows, ep_size=2, batch_size=8, gamma=4)
+    rows, tl, headers = synthetic_runs()
+    runs = Runs(rows, tl, headers)
+    pt = runs.nearest(ep_size=2, batch_size=8, gamma=4)
     assert pt.run_id.nunique() == 2
     fig = figures.strategy_comparison(pt)
     assert len(fig.data) == 2
+    by_label = {v: k for k, v in runs.labels().items()}
+    assert set(by_label) == {"SYNTH-GPU-A 2026-01-01 10:00", "SYNTH-GPU-B 2026-01-02 10:00"}
     for tr in fig.data:
-        rid = {"SYNTH-GPU-A 2026-01-01": "run-a", "SYNTH-GPU-B 2026-01-02": "run-b"}[tr.name]
+        rid = by_label[tr.name]
         for s, y in zip(tr.x, tr.y):
             assert y == pytest.approx(pt[(pt.run_id == rid) & (pt.strategy == s)].step_ms.median())
     bd = figures.step_breakdown(pt)
@@ -262,13 +270,16 @@ def test_failed_rows_are_left_out_and_named():
     assert any("out of memory" in a.text for a in fig.layout.annotations)
 
 
-def test_select_point_nearest_and_errors():
-    rows, _, _ = synthetic_runs()
-    pt = figures.select_point(rows, ep_size=2, batch_size=10, gamma=4, run_id="run-a")
+def test_nearest_point_and_errors():
+    rows, tl, headers = synthetic_runs()
+    runs = Runs(rows, tl, headers)
+    pt = runs.nearest(ep_size=2, batch_size=10, gamma=4, run_id="run-a")
     assert set(pt.batch_size) == {8} and set(pt.ep_size) == {2} and set(pt.run_id) == {"run-a"}
+    both = runs.nearest(ep_size=2, batch_size=10, gamma=4)
+    assert set(both.run_id) == {"run-a", "run-b"} and set(both.batch_size) == {8}
     with pytest.raises(ValueError, match="workload 'nope'"):
-        figures.select_point(rows, workload="nope")
-    with pytest.raises(ValueError, match="select_point"):
+        runs.nearest(workload="nope")
+    with pytest.raises(ValueError, match="nearest"):
         figures.sync_counts(rows[rows.run_id == "run-a"])
 
 
@@ -287,7 +298,6 @@ def test_static_export_renders(tmp_path, data):
 
 def test_report_is_standalone_and_states_its_data(data):
     from dspark_lab import report
-    from dspark_lab.measure.timing import compare
 
     rows, tl, headers, _ = data
     doc = report.build_html(rows, tl, headers)
@@ -304,7 +314,7 @@ def test_report_is_standalone_and_states_its_data(data):
     pt = figures.ok_rows(rows)[lambda d: d.point_id == pid]
     g = pt[pt.run_id == pt.run_id.iloc[0]]
     others = [s for s in figures.strategy_order(g.strategy) if s != "device_direct"]
-    c = compare(report._paired(g, others[0]), report._paired(g, "device_direct"), others[0], "device_direct")
+    c = Runs.compare(g, others[0], "device_direct")
     import html as _html
     assert _html.escape(c["verdict"]) in doc
 
@@ -323,3 +333,17 @@ def test_sync_site_resolves_to_the_line_in_this_checkout():
     assert report.sync_site_line("") is None
     moved = report.sync_site_line(f"dspark_lab/strategies.py({start - 3}): device_direct")
     assert moved["code"] is None and f"lines {start}-" in moved["note"]
+
+
+def test_disturbed_trials_are_left_out_of_the_figures_as_in_the_summaries():
+    rows, tl, headers = synthetic_runs(runs=(("run-a", "SYNTH-GPU-A", "1.0"),), eps=(2,), batches=(8,), gammas=(4,))
+    rows["disturbed"] = None
+    first_dd = (rows.strategy == "device_direct") & (rows.trial == 0)
+    rows.loc[first_dd, "disturbed"] = True
+    rows.loc[first_dd, "step_ms"] = 100.0  # a disturbed trial far off: it must not move the median
+    fig = figures.strategy_comparison(rows)
+    summ = Runs(rows, tl, headers).summary(rows).set_index("strategy")
+    for s, y in zip(fig.data[0].x, fig.data[0].y):
+        assert y == pytest.approx(summ.loc[s, "median_ms"])
+    assert summ.loc["device_direct", "disturbed_left_out"] == 1 and summ.loc["device_direct", "trials"] == 2
+    assert any("1 disturbed trials left out" in a.text for a in fig.layout.annotations)

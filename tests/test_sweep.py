@@ -261,7 +261,9 @@ def test_traces_saved_only_when_asked(tmp_path):
 def test_progress_bar_runs(tmp_path, capsys):
     with writer(tmp_path) as w:
         run_sweep(SPEC, w, measure=FakeMeasure(), progress=True, point_id=point_id, failed_rows=failed_rows)
-    assert "points" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # the bar reaches the whole grid, point by point, and names the last point it measured
+    assert "100%" in err and f"{len(SPEC)}.0/{len(SPEC)} points" in err and "ep=8 bs=4 gamma=2" in err
 
 
 def test_default_measure_and_point_id_come_from_the_runner(tmp_path, monkeypatch):

@@ -41,3 +41,24 @@ def test_interleaving_rotates_the_order():
 def test_compare_needs_samples():
     with pytest.raises(ValueError):
         compare([], [1.0])
+
+
+def test_difference_wording_reads_right():
+    from dspark_lab.results.stats import difference_text
+
+    assert difference_text(-29.8, -32.3, -25.4) == "29.8% faster (95% CI 25.4%\u201332.3%)"
+    assert difference_text(12.0, 8.1, 15.0) == "12.0% slower (95% CI 8.1%\u201315.0%)"
+    assert difference_text(1.2, -1.1, 3.5) == "no measurable difference (+1.2%, 95% CI \u22121.1% to +3.5%)"
+    rng = np.random.default_rng(2)
+    b = rng.normal(10, 0.1, 8)
+    c = compare(b * 0.7, b, "fix", "baseline")
+    lo, hi = sorted((abs(c["ci_low"]), abs(c["ci_high"])))
+    assert c["verdict"] == f"fix is {abs(c['pct']):.1f}% faster than baseline (95% CI {lo:.1f}%\u2013{hi:.1f}%)"
+    assert c["paired"] and c["n_a"] == c["n_b"] == 8
+
+
+def test_measure_uses_the_results_statistics():
+    from dspark_lab.measure import timing
+    from dspark_lab.results import stats
+
+    assert timing.median_ci is stats.median_ci and timing.compare is stats.compare

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from ..workload import PHASE_PREFIX
+from .ranges import PHASE_PREFIX
 from . import intervals as iv
 from .syncs import ASYNC_COPY_APIS, SYNC_KINDS, host_events, step_windows, sync_calls
 from .trace import GPU_CATS, HOST_API_CATS, HOST_RANGE_CAT

@@ -18,7 +18,7 @@ from typing import Callable, Iterator, Optional
 import pandas as pd
 import torch
 
-from ..workload import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE
+from .ranges import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE
 from .trace import HOST_API_CATS, HOST_RANGE_CAT, python_frame
 
 SYNC_KINDS = {

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional
 
 import numpy as np
 
-# Fixed seed: the same samples always give the same interval.
-_RNG_SEED = 20261130
-BOOTSTRAP_RESAMPLES = 4000
+# The statistics live in the torch-free results layer; imported here so measure's users
+# (scripts/gpu_session.py: timing.median_ci, timing.compare) get the same numbers as every view.
+from ..results.stats import compare, median_ci  # noqa: F401
 
 
 @dataclass
@@ -135,46 +135,3 @@ def adaptive_trials(
             return AdaptiveResult(out, "ci_target", hw, t)
         if t >= min_trials and clock() - start >= time_cap_s:
             return AdaptiveResult(out, "time_cap", hw, t)
-
-
-def median_ci(samples: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """Median and a percentile-bootstrap confidence interval of the median."""
-    x = np.asarray(samples, dtype=float)
-    if x.size == 0:
-        raise ValueError("median_ci needs at least one sample")
-    med = float(np.median(x))
-    if x.size == 1:
-        return med, med, med
-    rng = np.random.default_rng(_RNG_SEED)
-    boots = np.median(rng.choice(x, size=(BOOTSTRAP_RESAMPLES, x.size), replace=True), axis=1)
-    lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return med, float(lo), float(hi)
-
-
-def compare(a: Sequence[float], b: Sequence[float], a_name: str = "A", b_name: str = "B", level: float = 0.95) -> dict:
-    """How much slower A is than B, in percent of B's median, with a bootstrap CI.
-
-    With paired samples (same length: trial t of A and B ran in the same round) the ratio is taken
-    per round, which cancels drift between rounds; otherwise the two are resampled independently.
-    If the interval contains 0 the verdict is "no measurable difference".
-    """
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    if a.size == 0 or b.size == 0:
-        raise ValueError("compare needs samples on both sides")
-    rng = np.random.default_rng(_RNG_SEED)
-    if a.size == b.size and a.size > 1:
-        ratios = a / b
-        pct = (float(np.median(ratios)) - 1) * 100
-        boots = np.median(rng.choice(ratios, size=(BOOTSTRAP_RESAMPLES, ratios.size)), axis=1)
-    else:
-        pct = (np.median(a) / np.median(b) - 1) * 100
-        ba = np.median(rng.choice(a, size=(BOOTSTRAP_RESAMPLES, a.size)), axis=1)
-        bb = np.median(rng.choice(b, size=(BOOTSTRAP_RESAMPLES, b.size)), axis=1)
-        boots = ba / bb
-    lo, hi = ((np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2]) - 1) * 100).tolist()
-    if lo <= 0 <= hi:
-        verdict = f"no measurable difference between {a_name} and {b_name} ({pct:+.1f}%, {level:.0%} CI {lo:+.1f}% to {hi:+.1f}%)"
-    else:
-        word = "slower" if pct > 0 else "faster"
-        verdict = f"{a_name} is {abs(pct):.1f}% {word} than {b_name} ({level:.0%} CI {lo:+.1f}% to {hi:+.1f}%)"
-    return {"pct": float(pct), "ci_low": float(lo), "ci_high": float(hi), "measurable": not (lo <= 0 <= hi), "verdict": verdict}

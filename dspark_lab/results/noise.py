@@ -111,10 +111,15 @@ def mark_disturbed(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def disturbed_flags(rows: pd.DataFrame) -> pd.Series:
-    """The recorded `disturbed` column where every row has one, else the rule recomputed."""
-    if "disturbed" in rows.columns and rows["disturbed"].notna().all():
-        return rows["disturbed"].astype(bool)
-    return mark_disturbed(rows)["disturbed"]
+    """The recorded `disturbed` verdict where a row has one; the rule recomputed where it has none
+    (runs recorded before the column, or rows that lack it)."""
+    if "disturbed" not in rows.columns:
+        return mark_disturbed(rows)["disturbed"]
+    recorded = rows["disturbed"]
+    if recorded.notna().all():
+        return recorded.astype(bool)
+    computed = mark_disturbed(rows)["disturbed"]
+    return recorded.where(recorded.notna(), computed).astype(bool)
 
 
 def disturbed_counts(rows: pd.DataFrame) -> pd.DataFrame:

@@ -1,0 +1,312 @@
+"""Reading run files: every record validated, no file able to break a load.
+
+Rules (each case warns with a DataWarning naming file:line, and is listed in `Loaded.warnings`):
+  - a line that does not parse (truncated, corrupted, too deeply nested) or is not a known record
+    kind, or a record whose fields have the wrong type or shape: that record is skipped;
+  - a header of the wrong shape, or of a schema version this code does not read: the whole file is
+    skipped (its rows cannot be interpreted), never an exception for the whole load;
+  - no readable header (e.g. a damaged first line): the rows load with an unknown machine;
+  - a UTF-8 byte-order mark is accepted;
+  - a row line repeated within an attempt: the copy is skipped;
+  - a file whose run_id was already loaded from another file (a copied run file): skipped;
+  - rows of a point with no commit (`point`) record (an interrupted or torn write, e.g. a full
+    disk): not loaded; a committed point with fewer readable rows than it committed is loaded
+    with a warning saying how many are missing;
+  - per point, only its last committed attempt is loaded (a retried point replaces its failure).
+Good records of every other file (and of the same file) still load.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable, Optional
+
+from .. import schema
+from .rows import STATUSES, row_problems
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+RUN_SUFFIX = ".jsonl"
+KINDS = ("header", "row", "timeline", "point")
+TIMELINE_COLUMNS = ("run_id", "point_id", "strategy", "lane", "part", "start_ms", "end_ms", "label")
+_BOM = b"\xef\xbb\xbf"
+
+
+class DataWarning(UserWarning):
+    """A recorded file or record is damaged or not readable; the good records are kept."""
+
+
+class SchemaVersionError(ValueError):
+    """A run file was written with a schema version this code cannot read."""
+
+
+@dataclass
+class FileRecords:
+    path: Path
+    header: Optional[dict] = None
+    header_line: Optional[int] = None
+    rows: list = field(default_factory=list)
+    timelines: list = field(default_factory=list)
+    points: list = field(default_factory=list)  # commit records in file order
+    ends_with_newline: bool = True
+    unreadable: Optional[str] = None  # why the whole file is skipped, if it is
+
+
+class _Log:
+    """Collects problems and emits each as a DataWarning."""
+
+    def __init__(self, emit: bool = True):
+        self.messages: list[str] = []
+        self.emit = emit
+
+    def __call__(self, path: Path, line: Optional[int], message: str) -> None:
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        text = f"{where}: {message}"
+        self.messages.append(text)
+        if self.emit:
+            warnings.warn(text, DataWarning, stacklevel=3)
+
+
+def check_version(header: dict, path: Path) -> None:
+    version = header.get("schema_version")
+    if isinstance(version, bool) or version not in schema.READABLE_SCHEMA_VERSIONS:
+        raise SchemaVersionError(
+            f"{path}: schema_version {version!r:.40} is not supported by this dspark_lab (it reads "
+            f"schema_version {', '.join(map(str, schema.READABLE_SCHEMA_VERSIONS))}); use the dspark_lab "
+            f"release that wrote the file, or convert it")
+
+
+def header_problems(rec: dict) -> list[str]:
+    out = []
+    if not isinstance(rec.get("run_id"), str) or not rec.get("run_id"):
+        out.append("run_id must be a non-empty string")
+    for key in ("created_at", "name"):
+        if rec.get(key) is not None and not isinstance(rec.get(key), str):
+            out.append(f"{key} must be a string")
+    for key in ("fingerprint", "sweep"):
+        if rec.get(key) is not None and not isinstance(rec.get(key), dict):
+            out.append(f"{key} must be an object")
+    fp = rec.get("fingerprint") or {}
+    if isinstance(fp, dict):
+        for k in ("gpu", "driver", "cuda", "torch"):
+            v = fp.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (str, int, float))):
+                out.append(f"fingerprint.{k} must be a string")
+    return out
+
+
+def _segment_ok(seg) -> bool:
+    return (isinstance(seg, list) and len(seg) == 5 and all(isinstance(seg[i], str) for i in (0, 1, 4))
+            and all(isinstance(seg[i], (int, float)) and not isinstance(seg[i], bool) and math.isfinite(seg[i])
+                    for i in (2, 3)))
+
+
+def read_file(path: Path, log: Optional[_Log] = None) -> FileRecords:
+    """Parse and validate one run file's records (see the module's rules)."""
+    log = log or _Log()
+    out = FileRecords(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        out.unreadable = f"cannot read it ({e.strerror or e})"
+        log(path, None, out.unreadable + ", skipped")
+        return out
+    if data.startswith(_BOM):
+        data = data[len(_BOM):]
+    out.ends_with_newline = data.endswith(b"\n") or not data
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    seen_rows: dict[tuple, int] = {}
+    for lineno, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        last = lineno == len(lines)
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            why = "truncated record (an interrupted write?)" if last and not out.ends_with_newline else "corrupted record"
+            log(path, lineno, f"{why}, skipped ({e.__class__.__name__}: {str(e)[:80]})")
+            continue
+        if not isinstance(rec, dict) or rec.get("kind") not in KINDS:
+            kind = rec.get("kind") if isinstance(rec, dict) else type(rec).__name__
+            log(path, lineno, f"record of unknown kind {str(kind)[:40]!r}, skipped (known: {', '.join(KINDS)})")
+            continue
+        kind = rec["kind"]
+        if kind == "header":
+            if out.header is not None or out.header_line is not None:
+                log(path, lineno, "a second header record, skipped")
+                continue
+            out.header_line = lineno
+            try:
+                check_version(rec, path)
+            except SchemaVersionError as e:
+                out.unreadable = str(e).split(": ", 1)[1]
+                log(path, lineno, out.unreadable + "; file skipped")
+                return out
+            problems = header_problems(rec)
+            if problems:
+                out.unreadable = "header of the wrong shape (" + "; ".join(problems) + ")"
+                log(path, lineno, out.unreadable + "; file skipped")
+                return out
+            out.header = rec
+        elif kind == "row":
+            problems = row_problems(rec)
+            if not isinstance(rec.get("attempt"), (str, type(None))):
+                problems.append("attempt must be a string")
+            if problems:
+                log(path, lineno, "row skipped: " + "; ".join(problems[:3]))
+                continue
+            key = (rec.get("attempt"), rec["point_id"], rec["strategy"], rec.get("trial"))
+            if key in seen_rows:
+                log(path, lineno, f"duplicate of the row on line {seen_rows[key]}, skipped")
+                continue
+            seen_rows[key] = lineno
+            rec["_line"] = lineno
+            out.rows.append(rec)
+        elif kind == "timeline":
+            if not isinstance(rec.get("point_id"), str) or not isinstance(rec.get("segments"), list) \
+                    or not isinstance(rec.get("strategy"), (str, type(None))):
+                log(path, lineno, "timeline record without point_id, strategy or segments list, skipped")
+                continue
+            bad = [i for i, s in enumerate(rec["segments"]) if not _segment_ok(s)]
+            if bad:
+                log(path, lineno, f"timeline: {len(bad)} segment(s) not [lane, part, start_ms, end_ms, label], skipped")
+                rec = {**rec, "segments": [s for i, s in enumerate(rec["segments"]) if i not in set(bad)]}
+            out.timelines.append(rec)
+        else:  # point
+            n_rows = rec.get("n_rows")
+            if not isinstance(rec.get("point_id"), str) or rec.get("status") not in STATUSES \
+                    or not (n_rows is None or (isinstance(n_rows, int) and not isinstance(n_rows, bool))):
+                log(path, lineno, "point record without a valid point_id, status or n_rows, skipped")
+                continue
+            rec["_line"] = lineno
+            out.points.append(rec)
+    if out.header is None and out.unreadable is None and lines:
+        log(path, 1, "no readable header record; machine fingerprint unknown for its rows")
+    return out
+
+
+def select_attempts(recs: FileRecords, log: Optional[_Log] = None) -> tuple[list[dict], list[dict]]:
+    """Per point, the rows and timelines of its last committed attempt; uncommitted rows are left out."""
+    log = log or _Log(emit=False)
+    committed: dict[str, dict] = {}
+    for p in recs.points:
+        committed[p["point_id"]] = p
+    uncommitted: dict[str, int] = {}
+    kept_rows = []
+    for r in recs.rows:
+        c = committed.get(r["point_id"])
+        if c is None:
+            uncommitted[r["point_id"]] = uncommitted.get(r["point_id"], 0) + 1
+        elif r.get("attempt") == c.get("attempt"):
+            kept_rows.append(r)
+    for pid, n in uncommitted.items():
+        log(recs.path, None, f"point {pid[:40]}: {n} row(s) without a commit record (an interrupted or torn "
+                             "write), not loaded")
+    for pid, c in committed.items():
+        n_found = sum(1 for r in kept_rows if r["point_id"] == pid)
+        if isinstance(c.get("n_rows"), int) and n_found < c["n_rows"]:
+            log(recs.path, c["_line"], f"point {pid[:40]}: {n_found} of its {c['n_rows']} committed rows are "
+                                       "readable; the readable ones are loaded")
+    tls = [t for t in recs.timelines
+           if t["point_id"] in committed and t.get("attempt") == committed[t["point_id"]].get("attempt")]
+    return kept_rows, tls
+
+
+def run_files(paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
+              default: Optional[Path] = None) -> list[Path]:
+    """The run files named by `paths` (files and/or folders, searched recursively), sorted."""
+    if paths is None:
+        paths = [default] if default is not None else []
+    elif isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    files: list[Path] = []
+    for p in paths:
+        p = Path(p)
+        if p.is_dir():
+            files.extend(sorted(q for q in p.rglob(f"*{RUN_SUFFIX}") if q.is_file()))
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"no run file or folder at {p}")
+    seen: set[Path] = set()
+    unique = []
+    for f in files:
+        key = f.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append(f)
+    return unique
+
+
+def _fingerprint_values(header: Optional[dict], path: Path) -> dict:
+    fp = (header or {}).get("fingerprint") or {}
+    return {
+        "gpu": str(fp.get("gpu", "unknown")),
+        "driver": str(fp.get("driver", "unknown")),
+        "cuda": str(fp.get("cuda", "unknown")),
+        "torch": str(fp.get("torch", "unknown")),
+        "run_id": (header or {}).get("run_id", path.stem),
+        "recorded_at": (header or {}).get("created_at", ""),
+    }
+
+
+@dataclass
+class Loaded:
+    rows: "pd.DataFrame"
+    timelines: "pd.DataFrame"
+    headers: list  # header records, each with "path" added
+    warnings: list  # every problem, "file:line: what was skipped"
+
+
+def load(paths=None, *, default: Optional[Path] = None) -> Loaded:
+    """Load run files (or every run file under folders). Never raises for a file's content;
+    FileNotFoundError only for a path that does not exist."""
+    import pandas as pd
+
+    log = _Log()
+    row_dicts: list[dict] = []
+    seg_rows: list[tuple] = []
+    headers: list[dict] = []
+    run_ids: dict[str, Path] = {}
+    for path in run_files(paths, default):
+        recs = read_file(path, log)
+        if recs.unreadable is not None:
+            continue
+        fpv = _fingerprint_values(recs.header, path)
+        if fpv["run_id"] in run_ids:
+            log(path, recs.header_line, f"run_id {fpv['run_id']!r} was already loaded from {run_ids[fpv['run_id']]} "
+                                        "(a copied run file?); this copy is skipped")
+            continue
+        run_ids[fpv["run_id"]] = path
+        if recs.header is not None:
+            headers.append({**recs.header, "path": str(path)})
+        commit_time = {p["point_id"]: p.get("recorded_at") for p in recs.points}
+        rows, timelines = select_attempts(recs, log)
+        for r in rows:
+            d = {k: v for k, v in r.items() if k not in ("kind", "attempt", "_line")}
+            d.update(fpv)
+            t = commit_time.get(r["point_id"])
+            d["recorded_at"] = t if isinstance(t, str) and t else fpv["recorded_at"]
+            row_dicts.append(d)
+        for t in timelines:
+            for seg in t["segments"]:
+                seg_rows.append((fpv["run_id"], t["point_id"], t.get("strategy"), *seg))
+    base_cols = list(schema.ROW_COLUMNS) + list(schema.FINGERPRINT_COLUMNS)
+    if row_dicts:
+        rows_df = pd.DataFrame.from_records(row_dicts)
+        for c in base_cols:
+            if c not in rows_df.columns:
+                rows_df[c] = None
+        extra = [c for c in rows_df.columns if c not in base_cols]
+        rows_df = rows_df[base_cols + extra]
+    else:
+        rows_df = pd.DataFrame(columns=base_cols)
+    timelines_df = pd.DataFrame.from_records(seg_rows, columns=list(TIMELINE_COLUMNS))
+    return Loaded(rows_df, timelines_df, headers, log.messages)

@@ -1,0 +1,93 @@
+"""The typed row: one per config point x strategy x trial, and the ONE function that builds it.
+
+Every producer (runner.measure_point, runner.failed_rows, a sweep's failed point) calls
+`build_row`; the loader checks recorded rows with `row_problems`, against the same types.
+Columns are listed in dspark_lab/schema.py; rows may carry extra columns, which are kept as they are.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Optional
+
+from .. import schema
+
+STATUSES = ("ok", "failed")
+INT_COLUMNS = ("ep_size", "batch_size", "gamma", "query_token_num", "bucket_batch_size", "num_tokens",
+               "trial", "steps", "ctx_switches_invol", "ctx_switches_vol", "throttle_reasons")
+BOOL_COLUMNS = ("graph", "predicate", "sync_count_mismatch", "disturbed")
+STR_COLUMNS = ("point_id", "strategy", "model", "workload", "device", "status", "error", "sync_site", "sync_note",
+               "disturbed_reason", "stop_reason")
+FLOAT_COLUMNS = tuple(c for c in schema.ROW_COLUMNS if c not in INT_COLUMNS + BOOL_COLUMNS + STR_COLUMNS)
+REQUIRED = ("point_id", "strategy", "status")  # a row without these cannot be placed
+REQUIRED_OK: tuple = ()  # null measurements load as NaN (summaries skip them)
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool) or type(v).__name__ == "bool_"  # numpy's too, without importing numpy
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not _is_bool(v)
+
+
+def value_problem(column: str, value: Any) -> Optional[str]:
+    """Why `value` is not a valid `column` value, or None. None (null) is always allowed: missing."""
+    if value is None:
+        return None
+    if column in INT_COLUMNS:
+        if not _is_number(value) or not math.isfinite(value) or float(value) != int(value):
+            return f"{column} must be an integer, got {value!r}"
+    elif column in FLOAT_COLUMNS:
+        if not _is_number(value):
+            return f"{column} must be a number, got {type(value).__name__} {value!r:.60}"
+        if not math.isfinite(value):
+            return f"{column} must be finite, got {value!r}"
+    elif column in BOOL_COLUMNS:
+        if not _is_bool(value):
+            return f"{column} must be true or false, got {value!r:.60}"
+    elif column in STR_COLUMNS:
+        if not isinstance(value, str):
+            return f"{column} must be a string, got {type(value).__name__}"
+    if column == "status" and value not in STATUSES:
+        return f"status must be one of {', '.join(STATUSES)}, got {value!r:.60}"
+    return None
+
+
+def row_problems(rec: dict) -> list[str]:
+    """Everything wrong with a recorded row (empty: it is valid)."""
+    out = [f"{c} is missing" for c in REQUIRED if rec.get(c) in (None, "")]
+    if rec.get("status") == "ok":
+        out += [f"{c} is missing from an ok row" for c in REQUIRED_OK if rec.get(c) is None]
+    for c in schema.ROW_COLUMNS:
+        p = value_problem(c, rec.get(c))
+        if p:
+            out.append(p)
+    return out
+
+
+def build_row(*, status: str = "ok", error: str = "", **columns: Any) -> dict:
+    """A complete row: every schema.ROW_COLUMNS key (None where not given) plus any extra columns.
+
+    Values are checked by type (NaN is allowed for numbers: the writer stores it as null);
+    a bad value raises ValueError naming the column."""
+    row: dict = {c: None for c in schema.ROW_COLUMNS}
+    row.update(columns)
+    row["status"], row["error"] = status, error if error is not None else ""
+    for c in schema.ROW_COLUMNS:
+        v = row.get(c)
+        if c in FLOAT_COLUMNS and _is_number(v) and not math.isfinite(v):
+            continue
+        p = value_problem(c, v)
+        if p:
+            raise ValueError(p)
+    if not row.get("point_id") or not row.get("strategy"):
+        raise ValueError("a row needs point_id and strategy")
+    return row
+
+
+def failed_rows(config: dict, strategies, error: BaseException | str) -> list[dict]:
+    """One failed row per strategy for a point whose measurement raised: `config` holds the
+    config columns (point_id included); the error is kept as "Type: message"."""
+    msg = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return [build_row(**{**config, "strategy": s}, status="failed", error=msg) for s in strategies]
