@@ -337,6 +337,8 @@ class Panel:
             width="340px", visibility="visible" if self.mode == "live" else "hidden"))
         self.figs = {k: go.FigureWidget(layout=dict(height=h, width=1000)) for k, h in (
             ("comparison", 420), ("syncs", 380), ("breakdown", 480), ("timeline", 420))}
+        for fw in self.figs.values():
+            figures.widget_config(fw)  # no cloud "share" button, no logo
         c = self.controls
         self.widget = W.VBox([
             self.mode_html,

@@ -261,7 +261,7 @@ def build_html(rows_df: pd.DataFrame, timelines_df: Optional[pd.DataFrame], head
     first = [True]
 
     def fig_html(fig) -> str:
-        out = fig.to_html(full_html=False, include_plotlyjs=first[0], config={"displaylogo": False})
+        out = fig.to_html(full_html=False, include_plotlyjs=first[0], config=figures.PLOTLY_CONFIG)
         first[0] = False
         return out
 
