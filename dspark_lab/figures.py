@@ -625,6 +625,23 @@ def timeline(timelines: pd.DataFrame, rows: Optional[pd.DataFrame] = None, *, po
     return _title(fig, "Timeline: host thread and GPU stream over a few steps", fp_rows, extra)
 
 
+def fold_subtitle(layout: dict) -> dict:
+    """A layout dict (fig.to_plotly_json()["layout"]) with the subtitle moved into the title as a
+    smaller second line, for FigureWidgets. plotly.js places a subtitle under the title's measured
+    box (getBBox), which is empty while a widget is drawn off screen, so a panel's first render put
+    the subtitle above its title; lines of one title are placed by line count, never measured."""
+    title = layout.get("title") or {}
+    sub = (title.get("subtitle") or {}).get("text") or ""
+    if title.get("text") and sub:
+        size = (title.get("subtitle", {}).get("font") or {}).get("size", SUBTITLE_FONT_PX)
+        lines = sub.split("<br>")
+        styled = "<br>".join(f"<span style='font-size:{size}px;color:#555'>{ln}</span>" for ln in lines)
+        layout["title"] = {**title, "text": f"{title['text']}<br>{styled}", "subtitle": {"text": ""}}
+        meta = layout.get("meta") if isinstance(layout.get("meta"), dict) else {}
+        layout["meta"] = {**meta, "dspark_title": title["text"], "dspark_subtitle": sub}
+    return layout
+
+
 # -- display config and static export ------------------------------------------------------------
 
 # Every figure's plotly.js config: no logo, and no "Share chart..." modebar button (plotly.js 3 adds

@@ -283,7 +283,7 @@ class LatestWins:
 def _apply(widget, fig: go.Figure) -> None:
     """Copy `fig` into `widget` in place: trace data and layout updated inside one batch_update."""
     new = fig.to_plotly_json()
-    lay = new.get("layout", {})
+    lay = figures.fold_subtitle(new.get("layout", {}))  # laid out the same on the first render
     lay.pop("template", None)
     same = len(widget.data) == len(new["data"]) and all(
         w.type == n.get("type") for w, n in zip(widget.data, new["data"]))
