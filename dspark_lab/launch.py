@@ -82,7 +82,7 @@ def lab_url(port: int, token: str, notebook: str = START_NOTEBOOK, host: str = H
 
 
 def jupyter_argv(python: str, *, port: int, token: str, root: Path = ROOT, notebook: str = START_NOTEBOOK,
-                 as_root: Optional[bool] = None) -> list[str]:
+                 as_root: Optional[bool] = None, extra: Sequence[str] = ()) -> list[str]:
     """The JupyterLab command line: localhost, this port only, token auth, no browser (we open it once
     the server answers), offline, --allow-root where needed."""
     if not 0 < int(port) < 65536:
@@ -94,7 +94,7 @@ def jupyter_argv(python: str, *, port: int, token: str, root: Path = ROOT, noteb
             f"--LabApp.default_url=/lab/tree/{notebook_path(notebook)}", *OFFLINE_ARGS]
     if is_root() if as_root is None else as_root:
         argv.append("--allow-root")
-    return argv
+    return argv + list(extra)
 
 
 def banner(url: str, log: Path, as_root: bool) -> str:
@@ -141,13 +141,13 @@ def should_open_browser(env=os.environ) -> bool:
 
 
 def run(python: str = sys.executable, *, port: Optional[int] = None, log: Optional[Path] = None,
-        notebook: str = START_NOTEBOOK, out=sys.stdout) -> int:
+        notebook: str = START_NOTEBOOK, extra: Sequence[str] = (), out=sys.stdout) -> int:
     port = port or free_port()
     token = new_token()
     log = Path(log or ROOT / "out" / "jupyterlab.log")
     log.parent.mkdir(parents=True, exist_ok=True)
     as_root = is_root()
-    argv = jupyter_argv(python, port=port, token=token, notebook=notebook, as_root=as_root)
+    argv = jupyter_argv(python, port=port, token=token, notebook=notebook, as_root=as_root, extra=extra)
     print(f"starting JupyterLab on {HOST}:{port} (log: {log}) …", file=sys.stderr, flush=True)
     stop = {"signal": None}
 
@@ -200,8 +200,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--notebook", default=START_NOTEBOOK, choices=[n for n, _ in NOTEBOOKS],
                    help="notebook to open first")
     p.add_argument("--log", type=Path, default=None, help="Jupyter's log file (default: out/jupyterlab.log)")
+    p.add_argument("jupyter_args", nargs="*", metavar="-- JUPYTER_OPTION",
+                   help="after --: more JupyterLab options (e.g. -- --LabApp.expose_app_in_browser=True)")
     args = p.parse_args(argv)
-    return run(port=args.port, log=args.log, notebook=args.notebook)
+    return run(port=args.port, log=args.log, notebook=args.notebook, extra=args.jupyter_args)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,11 @@ def test_argv_is_localhost_only_token_on_fixed_port_offline():
     assert f"--LabApp.default_url=/lab/tree/notebooks/{launch.START_NOTEBOOK}" in argv
 
 
+def test_extra_jupyter_options_come_last():
+    argv = launch.jupyter_argv("py", port=8123, token="abc", as_root=False, extra=["--LabApp.expose_app_in_browser=True"])
+    assert argv[-1] == "--LabApp.expose_app_in_browser=True"
+
+
 def test_argv_as_root_adds_allow_root():
     assert "--allow-root" in launch.jupyter_argv("py", port=8123, token="abc", as_root=True)
 
