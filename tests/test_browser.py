@@ -101,11 +101,23 @@ def _controls(cell):
     return out
 
 
-def _settings(controls, run_ids: dict) -> dict:
+def _text(t: str) -> str:
+    return t.replace("\xa0", " ")  # ipywidgets shows option labels with non-breaking spaces
+
+
+def _choose(dropdown, label: str) -> None:
+    """Pick the option shown as `label` (matched with ordinary spaces)."""
+    sel = dropdown.locator("select")
+    texts = [_text(t) for t in sel.evaluate("e => Array.from(e.options).map(o => o.text)")]
+    sel.select_option(index=texts.index(label))
+
+
+def _settings(controls, run_ids: list) -> dict:
     s = {k: int(controls[k].locator(".widget-readout").inner_text().strip()) for k in ("ep_size", "batch_size", "gamma")}
     for k in ("strategy", "workload"):
-        s[k] = controls[k].locator("select").evaluate("e => e.options[e.selectedIndex].text")
-    s["run"] = run_ids[controls["run"].locator("select").evaluate("e => e.options[e.selectedIndex].text")]
+        s[k] = _text(controls[k].locator("select").evaluate("e => e.options[e.selectedIndex].text"))
+    # by position: the options are the backend's, in order (labels may repeat until they are unique)
+    s["run"] = run_ids[controls["run"].locator("select").evaluate("e => e.selectedIndex")]
     return s
 
 
@@ -120,11 +132,11 @@ def _expected(backend, settings: dict):
         return {"error": str(e)}
     ok = figures.ok_rows(data.rows).assign(run_id=lambda d: d["run_id"].astype(str))
     labels = figures.run_labels(ok)
-    traces = {}
+    traces = []  # in the panel's order (runs as first seen); matched by position, labels may repeat
     for rid, g in ok.groupby("run_id", sort=False):
         med = g.groupby("strategy").step_ms.median()
         order = figures.strategy_order(med.index)
-        traces[labels.get(rid, rid)] = dict(zip(order, [float(med[s]) for s in order]))
+        traces.append((labels.get(rid, rid), order, [float(med[s]) for s in order]))
     return {"traces": traces, "point": str(ok["point_id"].iloc[0])}
 
 
@@ -136,11 +148,10 @@ def _matches(state, want, chosen) -> bool:
     comp = state["comparison"]
     if not comp or state["point"] != want["point"] or len(comp["traces"]) != len(want["traces"]):
         return False
-    for tr in comp["traces"]:
-        exp = want["traces"].get(tr["name"])
-        if exp is None or list(exp) != tr["x"]:
+    for tr, (label, order, ys) in zip(comp["traces"], want["traces"]):
+        if tr["name"] != label or tr["x"] != order:
             return False
-        if any(abs(a - b) > 1e-9 * max(1.0, abs(b)) for a, b in zip(tr["y"], exp.values())):
+        if any(abs(a - b) > 1e-9 * max(1.0, abs(b)) for a, b in zip(tr["y"], ys)):
             return False
         if tr["lw"] != [3 if x == chosen else 0 for x in tr["x"]]:  # the chosen strategy is outlined
             return False
@@ -202,7 +213,7 @@ def _exercise_panel(page, name, backend, store_rows):
             break
     assert state and state["comparison"], f"{name}: the panel drew no comparison figure: {state}"
     opts = backend.options()
-    run_ids = {lab_: rid for lab_, rid in opts["run"]}
+    run_ids = [rid for _, rid in opts["run"]]
     controls = _controls(cell)
     # The first render, before any change: title above subtitle (a screenshot for the eye, too).
     cell.evaluate("el => el.scrollIntoView({block: 'start'})")
@@ -218,27 +229,27 @@ def _exercise_panel(page, name, backend, store_rows):
             _wait_for_expected(page, controls, backend, run_ids, k)
     cur = _settings(controls, run_ids)
     other = next(s for s in opts["strategy"] if s != cur["strategy"])
-    controls["strategy"].locator("select").select_option(label=other)
+    _choose(controls["strategy"], other)
     _wait_for_expected(page, controls, backend, run_ids, "strategy")
     # Every recorded run side by side, then another workload, then one run that has it.
-    controls["run"].locator("select").select_option(value=None, label="all recorded runs")
+    _choose(controls["run"], "all recorded runs")
     _wait_for_expected(page, controls, backend, run_ids, "run (all)")
     cur = _settings(controls, run_ids)
     wl = next((w for w in opts["workload"] if w != cur["workload"]), None)
     if wl is not None:
-        controls["workload"].locator("select").select_option(label=wl)
+        _choose(controls["workload"], wl)
         _wait_for_expected(page, controls, backend, run_ids, "workload")
     cur = _settings(controls, run_ids)
     has = set(store_rows.loc[store_rows.workload == cur["workload"], "run_id"].astype(str))
-    one = next(lab_ for lab_, rid in opts["run"] if rid != panel_mod.ALL_RUNS and rid in has)
-    controls["run"].locator("select").select_option(label=one)
+    one = next(i for i, (_, rid) in enumerate(opts["run"]) if rid != panel_mod.ALL_RUNS and rid in has)
+    controls["run"].locator("select").select_option(index=one)
     _wait_for_expected(page, controls, backend, run_ids, "run (one)")
     after = _title_boxes(cell)
     assert [(t["lines"], round(t["top"])) for t in after] == [(t["lines"], round(t["top"])) for t in first], (first, after)
     cell.evaluate("el => el.scrollIntoView({block: 'start'})")
     page.wait_for_timeout(800)
     page.screenshot(path=str(OUT / f"browser_{stem}_panel.png"))
-    return controls["run"].locator("select").evaluate("e => Array.from(e.options).map(o => o.text)")
+    return [_text(t) for t in controls["run"].locator("select").evaluate("e => Array.from(e.options).map(o => o.text)")]
 
 
 def _title_boxes(cell):
