@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
-# The main job. With a CUDA GPU: the default sweep on it, saved under data/runs/ with the machine's
-# fingerprint, then the report. Without one: the report from the runs recorded on real GPUs.
-# Either way the standalone report lands in out/report.html. Extra arguments go to `dspark-lab main`.
+# Opens the kit: JupyterLab on notebook 01, on 127.0.0.1 only, behind a printed token, on a free port
+# (dspark_lab/launch.py). The environment (.venv) is built on the first run, with progress on stderr.
+#   bash lab.sh                 JupyterLab (Ctrl-C stops it); DSPARK_NO_BROWSER=1: print the URL only
+#   bash lab.sh report [ARGS]   the report from the recorded runs (out/report.html) and a summary table
+#   bash lab.sh sweep [ARGS]    with a CUDA GPU: the default sweep into data/runs/, then the report
+#                               (without one: says so and reports the recorded runs); ARGS: --preset ...
+#   bash lab.sh cli ARGS        the dspark-lab command line (also at .venv/bin/dspark-lab)
 set -euo pipefail
 cd "$(dirname "$0")"
 py=$(bash scripts/ensure_env.sh)
-exec "$py" -m dspark_lab.cli main "$@"
+case "${1:-}" in
+  report) shift; exec "$py" -m dspark_lab.cli report --summary "$@" ;;
+  sweep)  shift; exec "$py" -m dspark_lab.cli main "$@" ;;
+  cli)    shift; exec "$py" -m dspark_lab.cli "$@" ;;
+  *)      exec "$py" -m dspark_lab.launch "$@" ;;
+esac

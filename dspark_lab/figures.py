@@ -11,6 +11,7 @@ part or kind, present even when empty) so a widget can update data in place.
 """
 from __future__ import annotations
 
+import re
 from typing import Optional, Sequence
 
 import numpy as np
@@ -114,7 +115,106 @@ def fingerprint_label(rows: pd.DataFrame) -> str:
 
 def _title(fig: go.Figure, text: str, rows: pd.DataFrame, extra: str = "") -> go.Figure:
     sub = fingerprint_label(rows) + (f" — {extra}" if extra else "")
-    fig.update_layout(title=dict(text=text, subtitle=dict(text=sub)), margin=dict(t=90))
+    fig.update_layout(title=dict(text=text, subtitle=dict(text=_wrap(sub))))
+    return fit_layout(fig)
+
+
+# -- layout: title block, legend below the plot, sizes (the same on a first render and after) ------
+
+TITLE_FONT_PX, SUBTITLE_FONT_PX, LEGEND_ROW_PX = 17, 12, 22
+DEFAULT_WIDTH_PX = 1000  # the panel's width; a figure without a width is laid out for this one
+SLIDE_SIZES = {"slide": (1600, 900), "slide-4x3": (1400, 1050), "half-slide": (800, 900)}
+_WRAP_CHARS = 120  # a subtitle line longer than this is broken at its "; " / " — " separators
+
+
+def _wrap(text: str, width: int = _WRAP_CHARS) -> str:
+    """Break a long subtitle into lines (at "; " and " — ") so it is never cut at the figure's edge."""
+    if len(text) <= width:
+        return text
+    pieces = re.split(r"(?<=; )|(?= — )", text)
+    lines, cur = [], ""
+    for piece in pieces:
+        if cur and len(cur) + len(piece) > width:
+            lines.append(cur.rstrip())
+            cur = piece.lstrip()
+        else:
+            cur += piece
+    lines.append(cur.rstrip())
+    return "<br>".join(lines)
+
+
+def _n_lines(text) -> int:
+    return (str(text).count("<br>") + 1) if text else 0
+
+
+def legend_entries(fig: go.Figure) -> list[str]:
+    """The names the legend shows (one per legend group), in order."""
+    seen, out = set(), []
+    for tr in fig.data:
+        if tr.showlegend is False or not tr.name:
+            continue
+        key = tr.legendgroup or tr.name
+        if key not in seen:
+            seen.add(key)
+            out.append(str(tr.name))
+    return out
+
+
+def legend_rows(names: Sequence[str], width_px: float) -> int:
+    """Rows a horizontal legend of `names` takes at `width_px` (entry ≈ 7 px a character + the swatch)."""
+    if not names:
+        return 0
+    rows, used = 1, 0.0
+    for n in names:
+        w = 7.0 * len(n) + 50
+        if used and used + w > width_px:
+            rows, used = rows + 1, 0.0
+        used += w
+    return rows
+
+
+def fit_layout(fig: go.Figure, width: Optional[int] = None, height: Optional[int] = None) -> go.Figure:
+    """Title, subtitle and legend placed explicitly, in pixels from the figure's top and bottom edges.
+
+    The title block's top margin is computed from its lines, and the legend sits horizontally below the
+    plot with the bottom margin and height grown by its rows, so nothing is clipped or scrolls off.
+    Nothing here depends on text measured in the browser, so the first render (a FigureWidget drawn
+    before it is on screen) is laid out the same as a redraw. Idempotent: call again after a change
+    of size (`export` does)."""
+    lay = fig.layout
+    width = int(width or lay.width or DEFAULT_WIDTH_PX)
+    title_lines = _n_lines(lay.title.text)
+    sub_lines = _n_lines(lay.title.subtitle.text) if lay.title.text else 0
+    top = 14 + title_lines * (TITLE_FONT_PX + 8) + sub_lines * (SUBTITLE_FONT_PX + 5) + 26
+    names = legend_entries(fig)
+    if not lay.showlegend and lay.showlegend is not None:
+        names = []
+    rows = legend_rows(names, width - 80)
+    meta = dict(lay.meta) if isinstance(lay.meta, dict) else {}
+    plot_h = meta.get("dspark_plot_px")
+    if plot_h is None:  # the plot area this figure asked for, kept across calls
+        base_h = int(height or lay.height or 450)
+        plot_h = max(200, base_h - 120)
+    bottom = 70 + (LEGEND_ROW_PX * rows + 12 if rows else 0)
+    note = [a for a in lay.annotations if getattr(a, "name", None) == "dspark-note"]
+    bottom += 22 * len(note)
+    total = int(height) if height else int(plot_h + top + bottom)
+    fig.update_layout(
+        height=total,
+        margin=dict(t=top, b=bottom, l=lay.margin.l if lay.margin.l is not None else 80,
+                    r=lay.margin.r if lay.margin.r is not None else 40),
+        title=dict(x=0, xref="container", xanchor="left", y=1, yref="container", yanchor="top",
+                   pad=dict(t=14, l=16), font=dict(size=TITLE_FONT_PX),
+                   subtitle=dict(font=dict(size=SUBTITLE_FONT_PX, color="#555"))),
+        meta={**meta, "dspark_plot_px": plot_h},
+    )
+    if rows:
+        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", xref="container",
+                                      y=0, yref="container", yanchor="bottom", entrywidthmode="pixels",
+                                      traceorder="normal"))  # entries flow in rows; "grouped" would stack them
+    for a in note:  # a failure note sits between the x axis and the legend (annotations take paper units)
+        above_px = (LEGEND_ROW_PX * rows + 16 if rows else 8) - bottom
+        a.update(yref="paper", y=above_px / max(1, total - top - bottom), yanchor="bottom")
     return fig
 
 
@@ -188,7 +288,7 @@ def _failed_note(rows: pd.DataFrame) -> str:
 def _note(fig: go.Figure, text: str) -> None:
     if text:
         fig.add_annotation(text=text, xref="paper", yref="paper", x=0, y=-0.22, showarrow=False,
-                           xanchor="left", font=dict(size=11, color="#8c1c13"))
+                           xanchor="left", font=dict(size=11, color="#8c1c13"), name="dspark-note")
 
 
 # -- figures -------------------------------------------------------------------------------------
@@ -431,9 +531,7 @@ def sweep(rows: pd.DataFrame, workload: Optional[str] = None, model: Optional[st
     fig.update_yaxes(title_text="median step time, ms", col=1)
     fig.update_layout(height=max(420, 300 * len(runs), 24 * len(seen) + 160))  # room for the legend
     _note(fig, _failed_note(rows))
-    _title(fig, "Sweep: median step time over batch size × gamma", rows, ", ".join(extra))
-    fig.update_layout(margin=dict(t=120))
-    return fig
+    return _title(fig, "Sweep: median step time over batch size × gamma", rows, ", ".join(extra))
 
 
 # -- timeline ------------------------------------------------------------------------------------
@@ -576,13 +674,105 @@ def timeline(timelines: pd.DataFrame, rows: Optional[pd.DataFrame] = None, *, po
     return _title(fig, "Timeline: host thread and GPU stream over a few steps", fp_rows, extra)
 
 
-# -- static export -------------------------------------------------------------------------------
+def fold_subtitle(layout: dict) -> dict:
+    """A layout dict (fig.to_plotly_json()["layout"]) with the subtitle moved into the title as a
+    smaller second line, for FigureWidgets. plotly.js places a subtitle under the title's measured
+    box (getBBox), which is empty while a widget is drawn off screen, so a panel's first render put
+    the subtitle above its title; lines of one title are placed by line count, never measured."""
+    title = layout.get("title") or {}
+    sub = (title.get("subtitle") or {}).get("text") or ""
+    if title.get("text") and sub:
+        size = (title.get("subtitle", {}).get("font") or {}).get("size", SUBTITLE_FONT_PX)
+        lines = sub.split("<br>")
+        styled = "<br>".join(f"<span style='font-size:{size}px;color:#555'>{ln}</span>" for ln in lines)
+        layout["title"] = {**title, "text": f"{title['text']}<br>{styled}", "subtitle": {"text": ""}}
+        meta = layout.get("meta") if isinstance(layout.get("meta"), dict) else {}
+        layout["meta"] = {**meta, "dspark_title": title["text"], "dspark_subtitle": sub}
+    return layout
 
-def save_image(fig: go.Figure, path, **kwargs) -> None:
-    """Write a PNG/SVG/PDF with kaleido (no MathJax: it would need a network fetch)."""
+
+# -- display config and static export ------------------------------------------------------------
+
+# Every figure's plotly.js config: no logo, and no "Share chart..." modebar button (plotly.js 3 adds
+# "sendChartToCloud" unless showSendToCloud is false; it would post the figure to a cloud service).
+PLOTLY_CONFIG = {"displaylogo": False, "showSendToCloud": False, "modeBarButtonsToRemove": ["sendChartToCloud"]}
+SYSTEM_CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+
+
+def apply_display_config() -> None:
+    """Make PLOTLY_CONFIG the default of every plotly renderer that takes a config (notebook display,
+    `fig.show()`); called when this module is imported. FigureWidgets take it per widget (`widget_config`)."""
+    import plotly.io as pio
+
+    for name in list(pio.renderers):
+        r = pio.renderers[name]
+        if hasattr(r, "config"):
+            r.config = {**(r.config or {}), **PLOTLY_CONFIG}
+
+
+def widget_config(widget) -> None:
+    """PLOTLY_CONFIG on a go.FigureWidget (its `_config` is synced to the browser)."""
+    widget._config = {**(widget._config or {}), **PLOTLY_CONFIG}
+
+
+def _kaleido_ready() -> None:
+    """No MathJax (it would need a network fetch); Debian's chromium when kaleido has none of its own."""
+    import os
+
     import plotly.io as pio
 
     pio.defaults.mathjax = None
+    if not os.environ.get("BROWSER_PATH"):
+        for path in SYSTEM_CHROMIUM:
+            if os.path.exists(path):
+                os.environ["BROWSER_PATH"] = path
+                break
+
+
+def slide_size(size) -> tuple[int, int]:
+    if isinstance(size, str):
+        if size not in SLIDE_SIZES:
+            raise ValueError(f"size {size!r} is not a known slide size; allowed: {', '.join(SLIDE_SIZES)} "
+                             "or a (width, height) pair in pixels")
+        return SLIDE_SIZES[size]
+    try:
+        w, h = (int(v) for v in size)
+    except (TypeError, ValueError):
+        raise ValueError(f"size must be one of {', '.join(SLIDE_SIZES)} or a (width, height) pair, got {size!r}") from None
+    if w < 200 or h < 150:
+        raise ValueError(f"size must be at least 200 x 150 pixels, got {w} x {h}")
+    return w, h
+
+
+def export(fig: go.Figure, path_stem, size="slide", formats: Sequence[str] = ("png", "svg")) -> list:
+    """Write `fig` as PNG and SVG (by default) at a slide size, laid out for that size so the title,
+    subtitle and legend fit: `figures.export(fig, "out/comparison")` -> [out/comparison.png, .svg].
+
+    size: "slide" (1600 x 900, 16:9), "slide-4x3", "half-slide", or (width, height) in pixels. The
+    figure passed in is not changed."""
+    from pathlib import Path
+
+    w, h = slide_size(size)
+    bad = [f for f in formats if f not in ("png", "svg", "pdf")]
+    if bad:
+        raise ValueError(f"formats {bad} not supported; allowed: png, svg, pdf")
+    out = go.Figure(fig)
+    out.update_layout(width=w, height=None, template=fig.layout.template)
+    fit_layout(out, width=w, height=h)
+    _kaleido_ready()
+    stem = Path(path_stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = stem.with_name(stem.name + "." + fmt)
+        out.write_image(str(path), format=fmt, width=w, height=h, scale=1)
+        paths.append(path)
+    return paths
+
+
+def save_image(fig: go.Figure, path, **kwargs) -> None:
+    """Write a PNG/SVG/PDF with kaleido (no MathJax: it would need a network fetch)."""
+    _kaleido_ready()
     fig.write_image(str(path), **kwargs)
 
 
@@ -591,3 +781,6 @@ def select_point(rows: pd.DataFrame, **settings) -> pd.DataFrame:
     from .results.runs import Runs
 
     return Runs(rows).nearest(ok_only=False, **settings)
+
+
+apply_display_config()

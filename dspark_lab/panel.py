@@ -181,7 +181,7 @@ class LatestWins:
 def _apply(widget, fig: go.Figure) -> None:
     """Copy `fig` into `widget` in place: trace data and layout updated inside one batch_update."""
     new = fig.to_plotly_json()
-    lay = new.get("layout", {})
+    lay = figures.fold_subtitle(new.get("layout", {}))  # laid out the same on the first render
     lay.pop("template", None)
     same = len(widget.data) == len(new["data"]) and all(
         w.type == n.get("type") for w, n in zip(widget.data, new["data"]))
@@ -235,6 +235,8 @@ class Panel:
             width="340px", visibility="visible" if self.mode == "live" else "hidden"))
         self.figs = {k: go.FigureWidget(layout=dict(height=h, width=1000)) for k, h in (
             ("comparison", 420), ("syncs", 380), ("breakdown", 480), ("timeline", 420))}
+        for fw in self.figs.values():
+            figures.widget_config(fw)  # no cloud "share" button, no logo
         c = self.controls
         self.widget = W.VBox([
             self.mode_html,

@@ -261,7 +261,7 @@ def build_html(runs, timelines_df: Optional[pd.DataFrame] = None, headers=None, 
     first = [True]
 
     def fig_html(fig) -> str:
-        out = fig.to_html(full_html=False, include_plotlyjs=first[0], config={"displaylogo": False})
+        out = fig.to_html(full_html=False, include_plotlyjs=first[0], config=figures.PLOTLY_CONFIG)
         first[0] = False
         return out
 

@@ -3,6 +3,7 @@
 # - A machine whose python3 already has a CUDA torch (a GPU box): the venv sees system packages, so
 #   that torch is kept, and pip finds its requirement already met.
 # - Anywhere else: torch==2.13.0 (the CPU wheel) is installed first, so no CUDA build is pulled.
+# stdout: the venv's python, last and alone (callers read it with $(...)); progress goes to stderr.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${DSPARK_VENV:-$root/.venv}
@@ -11,20 +12,31 @@ marker="$venv/.dspark-env-ok"
 if [ -f "$marker" ] && [ "$marker" -nt "$root/pyproject.toml" ]; then
   echo "$venv/bin/python"; exit 0
 fi
+t0=$SECONDS
+step() { echo "[env ${1}] $2 (at $((SECONDS - t0)) s)" >&2; }
 {
+  echo "setting up the environment in $venv (once; about a minute on a fresh clone)"
   if [ ! -x "$venv/bin/python" ]; then
     if "$py" -c 'import torch, sys; sys.exit(0 if torch.version.cuda else 1)' 2>/dev/null; then
       echo "keeping the system's CUDA torch: $("$py" -c 'import torch; print(torch.__version__)')"
+      step 1/4 "creating .venv (sees the system's packages)"
       "$py" -m venv --system-site-packages "$venv"
     else
+      step 1/4 "creating .venv"
       "$py" -m venv "$venv"
     fi
   fi
+  step 2/4 "upgrading pip"
   "$venv/bin/python" -m pip install -q --upgrade pip
   if ! "$venv/bin/python" -c 'import torch' 2>/dev/null; then
+    step 3/4 "installing torch 2.13.0 (CPU wheel)"
     "$venv/bin/python" -m pip install -q torch==2.13.0
+  else
+    step 3/4 "torch already present: $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
   fi
+  step 4/4 "installing dspark-lab, JupyterLab and the test tools"
   "$venv/bin/python" -m pip install -q -e "$root[notebooks,dev]"
   touch "$marker"
+  echo "environment ready in $((SECONDS - t0)) s: $venv"
 } 1>&2
 echo "$venv/bin/python"

@@ -1,5 +1,8 @@
-"""Notebook 01 in a real JupyterLab, driven by headless Chromium: run all cells, move the panel's
-batch-size slider, check that the figure's data changed to the recorded point, save a screenshot.
+"""The kit as a user gets it: `bash lab.sh` starts JupyterLab, headless Chromium opens notebooks 01, 02
+and 03, runs all cells, and in 01 and 03 moves each control of the panel (EP, batch, gamma, strategy,
+workload, run), checking after each move that the strategy-comparison figure shows the recorded medians
+of the point the settings map to, and that the run labels in the run dropdown are unique.
+Screenshots land under out/ (CI artifacts).
 
 Run with `pytest -m browser`. Needs Chromium at /usr/bin/chromium (never downloaded by this test).
 """
@@ -7,107 +10,56 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
-import shutil
 import signal
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from test_figures import RUNS_DIR, write_synthetic_runs
+from test_lab_sh import lab_env, start_lab, stop_hard
 
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "out"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-NOTEBOOK = "01_onboarding.ipynb"
-SCREENSHOT = ROOT / "out" / "browser_01_onboarding.png"
-PANEL_SHOT = ROOT / "out" / "browser_01_panel.png"
+PANEL_NOTEBOOKS = ("01_onboarding.ipynb", "03_design_review.ipynb")
+ALL_NOTEBOOKS = ("01_onboarding.ipynb", "02_tuning_new_gpu.ipynb", "03_design_review.ipynb")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _get(url: str, timeout: float = 5.0):
-    with urllib.request.urlopen(url, timeout=timeout) as r:
-        return json.loads(r.read().decode() or "null")
-
-
-@pytest.fixture
-def lab(tmp_path):
-    """JupyterLab on localhost (token auth, random free port, temp root holding a copy of notebook 01),
-    its kernels in recorded mode; always shut down."""
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """`bash lab.sh` (recorded mode, temp Jupyter dirs, autosave off so the repo's notebooks are never
+    written); stopped with SIGINT as a user would."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM}")
     pytest.importorskip("playwright.sync_api")
     pytest.importorskip("jupyterlab")
-    root = tmp_path / "root"
-    root.mkdir()
-    shutil.copy(ROOT / "notebooks" / NOTEBOOK, root / NOTEBOOK)
-    env = dict(os.environ)
-    env.update(
-        PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-        DSPARK_LAB_MODE="recorded", DSPARK_OUT=str(tmp_path / "out"),
-        JUPYTER_CONFIG_DIR=str(tmp_path / "jcfg"), JUPYTER_RUNTIME_DIR=str(tmp_path / "jrt"),
-    )
+    tmp = tmp_path_factory.mktemp("lab")
+    env = lab_env(tmp)
+    env.update(DSPARK_OUT=str(tmp / "out"), JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"),
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp / "ws"))
     if not (RUNS_DIR.is_dir() and any(RUNS_DIR.glob("*.jsonl"))):
-        env["DSPARK_DATA"] = str(write_synthetic_runs(tmp_path / "data"))
-    # No "get Jupyter news?" prompt over the page.
-    (tmp_path / "jcfg" / "labconfig").mkdir(parents=True)
-    (tmp_path / "jcfg" / "labconfig" / "page_config.json").write_text(
+        env["DSPARK_DATA"] = str(write_synthetic_runs(tmp / "data"))
+    docmanager = tmp / "settings" / "@jupyterlab" / "docmanager-extension"
+    docmanager.mkdir(parents=True)
+    (docmanager / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
+    (tmp / "jcfg" / "labconfig").mkdir(parents=True)  # no "get Jupyter news?" prompt over the page
+    (tmp / "jcfg" / "labconfig" / "page_config.json").write_text(
         json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
-    port, token = _free_port(), secrets.token_hex(16)
-    log = open(tmp_path / "jupyterlab.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         "--LabApp.extension_manager=readonly",  # no extension listings fetched from the network
-         f"--LabApp.workspaces_dir={tmp_path / 'ws'}", f"--LabApp.user_settings_dir={tmp_path / 'settings'}"]
-        + (["--allow-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []),
-        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    base = f"http://127.0.0.1:{port}"
+    proc, m, _ = start_lab(tmp, args=["--", "--LabApp.expose_app_in_browser=True"], env=env)
     try:
-        deadline = time.time() + 90
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"JupyterLab exited ({proc.returncode}):\n{(tmp_path / 'jupyterlab.log').read_text()[-3000:]}")
-            try:
-                _get(f"{base}/api/status?token={token}")
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise RuntimeError("JupyterLab did not start in 90 s")
-                time.sleep(0.5)
-        yield {"base": base, "token": token, "env": env, "log": tmp_path / "jupyterlab.log"}
+        yield {"base": f"http://{m['host']}:{m['port']}", "token": m["token"], "env": env, "tmp": tmp}
     finally:
-        try:
-            req = urllib.request.Request(f"{base}/api/shutdown?token={token}", method="POST")
-            urllib.request.urlopen(req, timeout=5).read()
-        except OSError:
-            pass
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
             try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-        log.close()
+                proc.wait(60)
+            except Exception:  # noqa: BLE001
+                stop_hard(proc)
 
 
 JS_NOTEBOOK = "() => { const w = window.jupyterapp && window.jupyterapp.shell.currentWidget; return w && w.content && w.sessionContext ? w : null; }"
@@ -121,80 +73,223 @@ JS_ERRORS = f"""() => {{ const w = ({JS_NOTEBOOK})(); const out = [];
   for (const c of w.content.widgets) {{ if (c.model.type !== 'code') continue;
     for (const o of c.model.outputs.toJSON()) if (o.output_type === 'error') out.push(o.ename + ': ' + o.evalue); }}
   return out; }}"""
-# The panel's strategy-comparison FigureWidget: a plotly div inside the last cell's widget output.
-JS_COMPARISON = """() => { const cells = document.querySelectorAll('.jp-Notebook .jp-CodeCell'); const last = cells[cells.length - 1];
-  for (const gd of last.querySelectorAll('.js-plotly-plot')) {
+JS_SHUTDOWN = f"async () => {{ const w = ({JS_NOTEBOOK})(); if (w) await w.sessionContext.shutdown(); }}"
+# The panel's cell, its strategy-comparison FigureWidget, its status line and its controls.
+JS_PANEL_CELL = "(() => { const m = document.querySelector('.jp-Notebook .dspark-mode'); return m && m.closest('.jp-CodeCell'); })"
+JS_STATE = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return null;
+  const st = cell.querySelector('.dspark-status'); const err = cell.querySelector('.dspark-error');
+  const out = {{point: st ? st.getAttribute('data-point') : null, status: st ? st.textContent : '',
+               error: err ? err.textContent : '', comparison: null, timeline_lanes: null}};
+  for (const gd of cell.querySelectorAll('.js-plotly-plot')) {{
     const t = gd.layout && gd.layout.title && (gd.layout.title.text || gd.layout.title);
-    if (t === 'Step time by strategy' && gd.data && gd.data.length) return {x: gd.data[0].x, y: gd.data[0].y,
-      sub: gd.layout.title.subtitle ? gd.layout.title.subtitle.text : ''};
-  } return null; }"""
-JS_POINT = """() => { const s = document.querySelector('.dspark-status[data-point]'); return s ? s.getAttribute('data-point') : null; }"""
+    if (typeof t === 'string' && t.startsWith('Step time by strategy')) out.comparison = {{
+      traces: gd.data.map(d => ({{name: d.name, x: Array.from(d.x), y: Array.from(d.y),
+                                 lw: d.marker && d.marker.line ? Array.from([].concat(d.marker.line.width)) : []}}))}};
+    if (typeof t === 'string' && t.startsWith('Timeline')) out.timeline_lanes = Array.from(new Set(
+      gd.data.flatMap(d => d.y ? Array.from(d.y) : [])));
+  }}
+  return out; }}"""
 
 
-def test_notebook_01_runs_and_the_slider_moves_the_figure(lab):
+def _controls(cell):
+    """{name: locator} for the panel's sliders and dropdowns, found by their descriptions."""
+    out = {}
+    for name, label in (("ep_size", "EP size"), ("batch_size", "batch size"), ("gamma", "gamma")):
+        out[name] = cell.locator(".widget-hslider", has=cell.page.locator("label", has_text=label)).first
+    for name in ("strategy", "workload", "run"):
+        out[name] = cell.locator(".widget-dropdown", has=cell.page.locator("label", has_text=name)).first
+    return out
+
+
+def _text(t: str) -> str:
+    return t.replace("\xa0", " ")  # ipywidgets shows option labels with non-breaking spaces
+
+
+def _choose(dropdown, label: str) -> None:
+    """Pick the option shown as `label` (matched with ordinary spaces)."""
+    sel = dropdown.locator("select")
+    texts = [_text(t) for t in sel.evaluate("e => Array.from(e.options).map(o => o.text)")]
+    sel.select_option(index=texts.index(label))
+
+
+def _settings(controls, run_ids: list) -> dict:
+    s = {k: int(controls[k].locator(".widget-readout").inner_text().strip()) for k in ("ep_size", "batch_size", "gamma")}
+    for k in ("strategy", "workload"):
+        s[k] = _text(controls[k].locator("select").evaluate("e => e.options[e.selectedIndex].text"))
+    # by position: the options are the backend's, in order (labels may repeat until they are unique)
+    s["run"] = run_ids[controls["run"].locator("select").evaluate("e => e.selectedIndex")]
+    return s
+
+
+def _expected(backend, settings: dict):
+    """What the panel must draw for `settings`: per run label, strategies and recorded median step
+    times of the nearest recorded point; or the error the panel must show."""
+    from dspark_lab import figures
+
+    try:
+        data = backend.get(settings)
+    except ValueError as e:
+        return {"error": str(e)}
+    ok = figures.ok_rows(data.rows).assign(run_id=lambda d: d["run_id"].astype(str))
+    labels = figures.run_labels(ok)
+    traces = []  # in the panel's order (runs as first seen); matched by position, labels may repeat
+    for rid, g in ok.groupby("run_id", sort=False):
+        med = g.groupby("strategy").step_ms.median()
+        order = figures.strategy_order(med.index)
+        traces.append((labels.get(rid, rid), order, [float(med[s]) for s in order]))
+    return {"traces": traces, "point": str(ok["point_id"].iloc[0])}
+
+
+def _matches(state, want, chosen) -> bool:
+    if state is None:
+        return False
+    if "error" in want:
+        return bool(state["error"])
+    comp = state["comparison"]
+    if not comp or state["point"] != want["point"] or len(comp["traces"]) != len(want["traces"]):
+        return False
+    for tr, (label, order, ys) in zip(comp["traces"], want["traces"]):
+        if tr["name"] != label or tr["x"] != order:
+            return False
+        if any(abs(a - b) > 1e-9 * max(1.0, abs(b)) for a, b in zip(tr["y"], ys)):
+            return False
+        if tr["lw"] != [3 if x == chosen else 0 for x in tr["x"]]:  # the chosen strategy is outlined
+            return False
+    lanes = state["timeline_lanes"] or []
+    return any(chosen in lane for lane in lanes) and any("device_direct" in lane for lane in lanes)
+
+
+def _wait_for_expected(page, controls, backend, run_ids, what: str, timeout_s: float = 30.0):
+    deadline = time.time() + timeout_s
+    while True:
+        settings = _settings(controls, run_ids)
+        want = _expected(backend, settings)
+        state = page.evaluate(JS_STATE)
+        if _matches(state, want, settings["strategy"]):
+            return settings, state
+        if time.time() > deadline:
+            raise AssertionError(f"after moving {what}: the panel does not show the recorded point.\n"
+                                 f"settings {settings}\nexpected {want}\nshown {json.dumps(state)[:3000]}")
+        page.wait_for_timeout(300)
+
+
+def _step_slider(page, slider, values: list):
+    """Move a slider one position (left at its maximum, else right) with the keyboard."""
+    before = slider.locator(".widget-readout").inner_text().strip()
+    handle = slider.locator(".noUi-handle").first
+    handle.scroll_into_view_if_needed()
+    handle.click()
+    page.keyboard.press("ArrowLeft" if before == str(values[-1]) else "ArrowRight")
+    page.wait_for_function("([el, b]) => el.querySelector('.widget-readout').textContent.trim() !== b",
+                           arg=[slider.element_handle(), before], timeout=10_000)
+
+
+def _open_and_run_all(page, lab, name) -> float:
+    page.goto(f"{lab['base']}/lab/tree/notebooks/{name}?reset&token={lab['token']}")
+    page.wait_for_function(JS_NOTEBOOK, timeout=90_000)
+    # Run All before the kernel is idle AND connected is silently lost: wait for both.
+    page.wait_for_function(JS_KERNEL_READY, timeout=90_000)
+    t0 = time.time()
+    page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
+    page.wait_for_function(JS_ALL_RUN, timeout=240_000, polling=500)
+    errors = page.evaluate(JS_ERRORS)
+    assert errors == [], f"{name}: {errors}"
+    return time.time() - t0
+
+
+def _exercise_panel(page, name, backend, store_rows):
+    """Move each control once and check the figure after each move; return the run dropdown's labels."""
+    from dspark_lab import panel as panel_mod
+
+    stem = name.split("_")[0]
+    cell = page.locator(".jp-Notebook .jp-CodeCell", has=page.locator(".dspark-mode")).first
+    # The panel's plots are drawn once its cell is on screen (JupyterLab renders off-screen cells lazily).
+    deadline, state = time.time() + 90, None
+    while time.time() < deadline:
+        cell.evaluate("el => el.scrollIntoView({block: 'start'})")
+        page.wait_for_timeout(1500)
+        state = page.evaluate(JS_STATE)
+        if state and state["comparison"]:
+            break
+    assert state and state["comparison"], f"{name}: the panel drew no comparison figure: {state}"
+    opts = backend.options()
+    run_ids = [rid for _, rid in opts["run"]]
+    controls = _controls(cell)
+    # The first render, before any change: title above subtitle (a screenshot for the eye, too).
+    cell.evaluate("el => el.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(800)
+    page.screenshot(path=str(OUT / f"browser_{stem}_first_render.png"))
+    first = _title_boxes(cell)
+    assert len(first) == 4 and all(t["top"] >= -4 and t["bottom"] <= t["plot_top"] for t in first), first
+    _wait_for_expected(page, controls, backend, run_ids, "nothing (first render)")
+
+    for k in ("ep_size", "batch_size", "gamma"):
+        if len(opts[k]) > 1:
+            _step_slider(page, controls[k], opts[k])
+            _wait_for_expected(page, controls, backend, run_ids, k)
+    cur = _settings(controls, run_ids)
+    other = next(s for s in opts["strategy"] if s != cur["strategy"])
+    _choose(controls["strategy"], other)
+    _wait_for_expected(page, controls, backend, run_ids, "strategy")
+    # Every recorded run side by side, then another workload, then one run that has it.
+    _choose(controls["run"], "all recorded runs")
+    _wait_for_expected(page, controls, backend, run_ids, "run (all)")
+    cur = _settings(controls, run_ids)
+    wl = next((w for w in opts["workload"] if w != cur["workload"]), None)
+    if wl is not None:
+        _choose(controls["workload"], wl)
+        _wait_for_expected(page, controls, backend, run_ids, "workload")
+    cur = _settings(controls, run_ids)
+    has = set(store_rows.loc[store_rows.workload == cur["workload"], "run_id"].astype(str))
+    one = next(i for i, (_, rid) in enumerate(opts["run"]) if rid != panel_mod.ALL_RUNS and rid in has)
+    controls["run"].locator("select").select_option(index=one)
+    _wait_for_expected(page, controls, backend, run_ids, "run (one)")
+    after = _title_boxes(cell)
+    assert [(t["lines"], round(t["top"])) for t in after] == [(t["lines"], round(t["top"])) for t in first], (first, after)
+    cell.evaluate("el => el.scrollIntoView({block: 'start'})")
+    page.wait_for_timeout(800)
+    page.screenshot(path=str(OUT / f"browser_{stem}_panel.png"))
+    return [_text(t) for t in controls["run"].locator("select").evaluate("e => Array.from(e.options).map(o => o.text)")]
+
+
+def _title_boxes(cell):
+    """Per plotly figure in the cell, relative to its top edge: the title block's top and bottom (title
+    and fingerprint lines), its line count, and the plot area's top; no subtitle drawn elsewhere."""
+    return cell.evaluate("""el => Array.from(el.querySelectorAll('.js-plotly-plot')).map(gd => {
+        const t = gd.querySelector('.gtitle'), bg = gd.querySelector('.bglayer .bg, .draglayer .nsewdrag');
+        if (!t || !bg || gd.querySelector('.gtitle-subtitle')) return {broken: true};
+        const top = gd.getBoundingClientRect().top, a = t.getBoundingClientRect();
+        return {top: a.top - top, bottom: a.bottom - top, plot_top: bg.getBoundingClientRect().top - top,
+                lines: t.querySelectorAll('.line').length || 1}; })""")
+
+
+def test_lab_sh_kit_runs_all_three_notebooks_and_every_control_moves_the_figures(lab):
     from playwright.sync_api import sync_playwright
 
-    from dspark_lab import figures, panel, store
+    from dspark_lab import panel, store
 
     data_dir = lab["env"].get("DSPARK_DATA")
     rows, tl, headers = store.load_runs(data_dir) if data_dir else store.load_runs()
-    run = panel.RecordedBackend(rows, tl, headers).defaults()["run"]
-
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
+    backend = panel.RecordedBackend(rows, tl, headers)
+    OUT.mkdir(parents=True, exist_ok=True)
+    labels = {}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1500, "height": 1100})
-            page.goto(f"{lab['base']}/lab/tree/{NOTEBOOK}?token={lab['token']}")
-            page.wait_for_function(JS_NOTEBOOK, timeout=90_000)
-            # Run All before the kernel is idle AND connected is silently lost: wait for both.
-            page.wait_for_function(JS_KERNEL_READY, timeout=90_000)
-            t0 = time.time()
-            page.evaluate("() => window.jupyterapp.commands.execute('notebook:run-all-cells')")
-            page.wait_for_function(JS_ALL_RUN, timeout=240_000, polling=500)
-            print(f"run all: {time.time() - t0:.1f} s")
-            errors = page.evaluate(JS_ERRORS)
-            assert errors == [], errors
-
-            last = page.locator(".jp-Notebook .jp-CodeCell").last
-            last.scroll_into_view_if_needed()
-            page.wait_for_function(JS_COMPARISON, timeout=60_000, polling=250)
-            before = page.evaluate(JS_COMPARISON)
-            point_before = page.evaluate(JS_POINT)
-            assert before["sub"] and str(rows[rows.run_id == run].gpu.iloc[0]) in before["sub"]
-
-            # Move the batch-size slider one step with the keyboard (the slider reports on release).
-            slider = last.locator(".widget-hslider", has_text="batch size").first
-            handle = slider.locator(".noUi-handle").first
-            handle.scroll_into_view_if_needed()
-            readout_before = slider.locator(".widget-readout").inner_text()
-            handle.click()
-            key = "ArrowLeft" if readout_before.strip() == str(max(rows.batch_size)) else "ArrowRight"
-            page.keyboard.press(key)
-            page.wait_for_function(f"() => ({JS_POINT})() !== {json.dumps(point_before)}", timeout=30_000)
-            page.wait_for_function(
-                f"() => {{ const c = ({JS_COMPARISON})(); return c && JSON.stringify(c.y) !== {json.dumps(json.dumps(before['y']))}; }}",
-                timeout=30_000)
-            after = page.evaluate(JS_COMPARISON)
-            point_after = page.evaluate(JS_POINT)
-            readout_after = slider.locator(".widget-readout").inner_text()
-            assert readout_after != readout_before
-
-            # The new data are the recorded medians of the point the panel names.
-            sel = figures.ok_rows(rows)
-            sel = sel[(sel.point_id == point_after) & (sel.run_id == run)]
-            assert int(sel.batch_size.iloc[0]) == int(readout_after)
-            want = sel.groupby("strategy").step_ms.median()
-            assert dict(zip(after["x"], after["y"])) == pytest.approx(want.to_dict())
-
-            last.scroll_into_view_if_needed()
-            page.wait_for_timeout(800)
-            page.screenshot(path=str(SCREENSHOT), full_page=False)
-            page.set_viewport_size({"width": 1500, "height": 2900})  # the whole panel in one shot
-            last.evaluate("el => el.scrollIntoView({block: 'start'})")
-            page.wait_for_timeout(1000)
-            page.screenshot(path=str(PANEL_SHOT), full_page=False)
-            page.close()
+            for name in ALL_NOTEBOOKS:
+                page = browser.new_page(viewport={"width": 1500, "height": 1100})
+                took = _open_and_run_all(page, lab, name)
+                print(f"{name}: run all {took:.1f} s")
+                page.screenshot(path=str(OUT / f"browser_{name.split('_')[0]}.png"))
+                if name in PANEL_NOTEBOOKS:
+                    labels[name] = _exercise_panel(page, name, backend, rows)
+                page.evaluate(JS_SHUTDOWN)
+                page.close()
         finally:
             browser.close()
-    assert SCREENSHOT.stat().st_size > 20_000
+    for name in PANEL_NOTEBOOKS:
+        assert (OUT / f"browser_{name.split('_')[0]}_panel.png").stat().st_size > 20_000
+    # Unique run labels in the dropdown (needs unique labels from the results layer, issue 12 part 2).
+    for name, opts in labels.items():
+        dup = sorted({o for o in opts if opts.count(o) > 1})
+        assert not dup, f"{name}: run labels shown more than once in the run dropdown: {dup}"

@@ -62,7 +62,8 @@ def test_controls_move_figures_to_the_recorded_point(recorded_panel, data):
     assert dict(zip(blocked.x, blocked.y)) == pytest.approx(sel.groupby("strategy").host_blocked_ms.median().to_dict())
     r0 = sel.iloc[0]
     assert f"batch {target}" in p.status.value and r0.point_id in p.status.value
-    sub = p.figs["comparison"].layout.title.subtitle.text
+    sub = p.figs["comparison"].layout.meta["dspark_subtitle"]  # drawn as the title's second line
+    assert sub.split("<br>")[0] in p.figs["comparison"].layout.title.text
     assert str(r0.gpu) in sub and str(r0.recorded_at)[:10] in sub
     assert p.error.value == ""
     assert "RECORDED" in p.mode_html.value
@@ -190,7 +191,7 @@ def test_live_drag_coalesces_to_the_latest():
     tr = p.figs["comparison"].data[0]
     want = rows[(rows.ep_size == 2) & (rows.batch_size == 32) & (rows.gamma == 2)].groupby("strategy").step_ms.median()
     assert dict(zip(tr.x, tr.y)) == pytest.approx(want.to_dict())
-    assert p.progress.value == 1.0 and "FAKE-GPU" in p.figs["comparison"].layout.title.subtitle.text
+    assert p.progress.value == 1.0 and "FAKE-GPU" in p.figs["comparison"].layout.title.text
 
 
 def test_live_failure_shows_message():

@@ -1,0 +1,210 @@
+"""`bash lab.sh`: JupyterLab on notebook 01, on this machine only, behind a token.
+
+What it does, and why:
+  - listens on 127.0.0.1 only, on a free port, with a random token: the kernel runs code as you;
+  - as root (a container, a rented GPU box) it adds --allow-root, which JupyterLab refuses to start
+    without, and says so;
+  - never goes to the network from the server (no update check, no news feed, no extension listing),
+    so it starts the same on an offline or firewalled machine;
+  - Jupyter's own log goes to a file (printed), so the terminal shows one URL and what each notebook is for;
+  - Ctrl-C (SIGINT) or SIGTERM stops the server, its kernels included, and exits 0.
+
+The server runs in a session of its own, so the terminal's Ctrl-C reaches this launcher only, which
+shuts the server down (Jupyter itself would ask "Shutdown this Jupyter server (y/[n])?" on a tty).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import webbrowser
+from pathlib import Path
+from typing import Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+NO_BROWSER_ENV = "DSPARK_NO_BROWSER"  # "1": print the URL, open no browser (CI, ssh sessions)
+NOTEBOOK_DIR = "notebooks"
+# (file, what it is for): printed by `bash lab.sh`, one line each.
+NOTEBOOKS = (
+    ("01_onboarding.ipynb", "start here: why torch.tensor(n, device=...) stalls the host, and the fixes, "
+                            "with a panel over the recorded runs"),
+    ("02_tuning_new_gpu.ipynb", "on a new GPU: fingerprint, pageable-copy probe and a small sweep of this "
+                                "machine, compared with the recorded GPUs"),
+    ("03_design_review.ipynb", "for a design review: recorded runs side by side, slide-ready figures, "
+                               "the standalone HTML report"),
+)
+START_NOTEBOOK = NOTEBOOKS[0][0]
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 20.0
+# JupyterLab options that keep the server off the network (see the module docstring).
+OFFLINE_ARGS = (
+    "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+    "--LabApp.extension_manager=readonly",
+    "--LabApp.news_url=None",
+)
+
+
+def is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def free_port(host: str = HOST) -> int:
+    """A port the OS says is free on `host` now (the server is started with port_retries=0, so a race
+    shows as an error rather than a silent other port)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def new_token() -> str:
+    return secrets.token_hex(24)
+
+
+def notebook_path(name: str = START_NOTEBOOK) -> str:
+    """The URL path of a notebook under the server's root (the repository)."""
+    known = [n for n, _ in NOTEBOOKS]
+    if name not in known:
+        raise ValueError(f"notebook {name!r} is not one of the kit's notebooks: {', '.join(known)}")
+    return f"{NOTEBOOK_DIR}/{name}"
+
+
+def lab_url(port: int, token: str, notebook: str = START_NOTEBOOK, host: str = HOST) -> str:
+    return f"http://{host}:{port}/lab/tree/{notebook_path(notebook)}?token={token}"
+
+
+def jupyter_argv(python: str, *, port: int, token: str, root: Path = ROOT, notebook: str = START_NOTEBOOK,
+                 as_root: Optional[bool] = None, extra: Sequence[str] = ()) -> list[str]:
+    """The JupyterLab command line: localhost, this port only, token auth, no browser (we open it once
+    the server answers), offline, --allow-root where needed."""
+    if not 0 < int(port) < 65536:
+        raise ValueError(f"port must be in 1..65535, got {port!r}")
+    if not token:
+        raise ValueError("token must be a non-empty string")
+    argv = [python, "-m", "jupyterlab", "--no-browser", f"--ServerApp.ip={HOST}", f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+            f"--LabApp.default_url=/lab/tree/{notebook_path(notebook)}", *OFFLINE_ARGS]
+    if is_root() if as_root is None else as_root:
+        argv.append("--allow-root")
+    return argv + list(extra)
+
+
+def banner(url: str, log: Path, as_root: bool) -> str:
+    """What `bash lab.sh` prints once the server answers: one URL, the notebooks, how to stop, the rest."""
+    lines = []
+    if as_root:
+        lines.append("running as root: JupyterLab is started with --allow-root (it refuses root without it)")
+    lines += ["", "dspark-lab is running. Open this URL (this machine only; the token is the password):",
+              "", f"    {url}", "", "Notebooks (in the left file browser, under notebooks/):"]
+    width = max(len(n) for n, _ in NOTEBOOKS)
+    lines += [f"  {n:<{width}}  {what}" for n, what in NOTEBOOKS]
+    lines += ["", f"Jupyter's log: {log}",
+              "Ctrl-C stops the server. Other jobs: `bash lab.sh report` (report from the recorded runs), "
+              "`bash lab.sh sweep` (sweep this machine's GPU, then report), `bash lab.sh cli --help` (the dspark-lab CLI).",
+              ""]
+    return "\n".join(lines)
+
+
+def _answers(port: int, token: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{HOST}:{port}/api/status?token={token}", timeout=2) as r:
+            json.loads(r.read().decode() or "null")
+            return r.status == 200
+    except (OSError, ValueError):
+        return False
+
+
+def _stop(proc: subprocess.Popen) -> int:
+    """SIGTERM: Jupyter shuts its kernels down and exits; SIGKILL of its process group if it hangs."""
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            return proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return proc.wait()
+
+
+def should_open_browser(env=os.environ) -> bool:
+    """Open a browser only where one can show: not asked off, and a display (or macOS/Windows)."""
+    if env.get(NO_BROWSER_ENV, "") not in ("", "0"):
+        return False
+    return sys.platform in ("darwin", "win32") or bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
+
+
+def run(python: str = sys.executable, *, port: Optional[int] = None, log: Optional[Path] = None,
+        notebook: str = START_NOTEBOOK, extra: Sequence[str] = (), out=sys.stdout) -> int:
+    port = port or free_port()
+    token = new_token()
+    log = Path(log or ROOT / "out" / "jupyterlab.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    as_root = is_root()
+    argv = jupyter_argv(python, port=port, token=token, notebook=notebook, as_root=as_root, extra=extra)
+    print(f"starting JupyterLab on {HOST}:{port} (log: {log}) …", file=sys.stderr, flush=True)
+    stop = {"signal": None}
+
+    def on_signal(signum, _frame):
+        stop["signal"] = signum
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    with open(log, "ab") as logf:
+        proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            t0 = time.monotonic()
+            while not _answers(port, token):
+                if stop["signal"] is not None:
+                    break
+                if proc.poll() is not None:
+                    tail = log.read_text(errors="replace")[-3000:]
+                    print(f"JupyterLab exited ({proc.returncode}) before answering; the end of {log}:\n{tail}",
+                          file=sys.stderr)
+                    return 1
+                if time.monotonic() - t0 > START_TIMEOUT_S:
+                    print(f"JupyterLab did not answer within {START_TIMEOUT_S:.0f} s; see {log}", file=sys.stderr)
+                    _stop(proc)
+                    return 1
+                time.sleep(0.25)
+            if stop["signal"] is None:
+                url = lab_url(port, token, notebook)
+                print(banner(url, log, as_root), file=out, flush=True)
+                if should_open_browser():
+                    webbrowser.open(url)
+            while stop["signal"] is None and proc.poll() is None:
+                time.sleep(0.2)
+        finally:
+            if proc.poll() is None:
+                print("\nstopping JupyterLab …", file=sys.stderr, flush=True)
+            rc = _stop(proc)
+            for s, h in old.items():
+                signal.signal(s, h)
+    if stop["signal"] is not None:
+        print("JupyterLab stopped.", file=sys.stderr)
+        return 0
+    print(f"JupyterLab exited by itself ({rc}); see {log}", file=sys.stderr)
+    return 0 if rc == 0 else 1
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="bash lab.sh", description="Open the dspark-lab notebooks in JupyterLab "
+                                "(127.0.0.1 only, token on, a free port).")
+    p.add_argument("--port", type=int, default=None, help="port to listen on (default: a free one)")
+    p.add_argument("--notebook", default=START_NOTEBOOK, choices=[n for n, _ in NOTEBOOKS],
+                   help="notebook to open first")
+    p.add_argument("--log", type=Path, default=None, help="Jupyter's log file (default: out/jupyterlab.log)")
+    p.add_argument("jupyter_args", nargs="*", metavar="-- JUPYTER_OPTION",
+                   help="after --: more JupyterLab options (e.g. -- --LabApp.expose_app_in_browser=True)")
+    args = p.parse_args(argv)
+    return run(port=args.port, log=args.log, notebook=args.notebook, extra=args.jupyter_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
