@@ -146,3 +146,19 @@ def test_close_ends_the_workers_and_coalesces():
     finally:
         g.close()
     assert all(_gone(p) for p in pids)
+
+
+def test_single_process_rows_say_how_ep_was_run():
+    from dspark_lab import runner
+
+    assert runner.failed_rows(LabConfig(ep_size=2), ["non_blocking"], RuntimeError("x"))[0]["ep_mode"] == "predicate_only"
+    assert runner.failed_rows(LabConfig(ep_size=1), ["non_blocking"], RuntimeError("x"))[0]["ep_mode"] == "single"
+
+
+def test_world_one_is_the_same_code_in_one_process():
+    cfg = LabConfig(model="tiny", workload="tiny", steps=2, warmup=0, trials=1, batch_size=2, gamma=2, device="cpu",
+                    ep_size=2)
+    res = M.measure_single(cfg, "allreduce", ["non_blocking", "device_direct"], profile_steps=2)
+    assert {r["ep_mode"] for r in res.rows} == {"predicate_only"} and {r["world_size"] for r in res.rows} == {1}
+    assert {r["gpu_collective_ms"] for r in res.rows} == {0.0}  # no peers, no collective
+    assert set(res.samples) == {"non_blocking", "device_direct"}
