@@ -207,6 +207,7 @@ def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequen
                           "rank": rank, "rank_case": c.name, "segments": tl})
         for t in timings[c.name]:
             r = _row_base(my_cfg, ctx, dispatch, c, pid)
+            r["graph"] = bool(steps[c.name].runner.use_graph)  # a2a_dynamic and CPU run eagerly
             r.update(status="ok", error="", trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50,
                      step_ms_p90=t.p90)
             r.update({k: v for k, v in stats.items() if k in r})

@@ -85,6 +85,10 @@ def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODE
             group.close()
 
 
+# A live update measures every strategy at one setting, sized like panel.LIVE_* (~3 s on an H200).
+EP_LIVE_STEPS, EP_LIVE_WARMUP, EP_LIVE_TRIALS, EP_LIVE_PROFILE_STEPS = 8, 2, 3, 4
+
+
 class EPLive:
     """Real ranks for the live panel: one persistent WorkerGroup, restarted when the EP size changes."""
 
@@ -98,7 +102,8 @@ class EPLive:
         """EP sizes that run for real here: 2 .. the GPUs present (gloo: any size, for tests)."""
         return ep_size > 1 and (self.backend == "gloo" or ep_size <= device_count())
 
-    def measure(self, cfg: LabConfig, strategies: Sequence[str], *, profile_steps: int = 4) -> RanksResult:
+    def measure(self, cfg: LabConfig, strategies: Sequence[str], *,
+                profile_steps: int = EP_LIVE_PROFILE_STEPS) -> RanksResult:
         with self._lock:
             if self.group is None or self.group.world_size != cfg.ep_size or not self.group.alive():
                 self.close()
