@@ -119,10 +119,16 @@ def run_labels(rows: pd.DataFrame) -> dict:
     return {rid: (lab if counts[lab] == 1 else f"{lab} [{str(rid)[:8]}]") for rid, lab in base.items()}
 
 
+EP_MODE_LABELS = {"real": "real ranks", "predicate_only": "one GPU, predicate only", "predicted": "predicted"}
+
+
 def point_label(row) -> str:
     """'EP 2 · batch 8 · gamma 4 · sglang_profile' for a row (Series or dict)."""
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
     parts = [f"EP {get('ep_size')}", f"batch {get('batch_size')}", f"gamma {get('gamma')}"]
+    mode = get("ep_mode")
+    if mode in EP_MODE_LABELS:  # how EP was run (schema.RANK_COLUMNS); nothing to say at EP 1
+        parts[0] += f" ({EP_MODE_LABELS[mode]})"
     if get("workload") is not None:
         parts.append(str(get("workload")))
     if get("model") is not None:

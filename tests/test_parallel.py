@@ -162,3 +162,22 @@ def test_world_one_is_the_same_code_in_one_process():
     assert {r["ep_mode"] for r in res.rows} == {"predicate_only"} and {r["world_size"] for r in res.rows} == {1}
     assert {r["gpu_collective_ms"] for r in res.rows} == {0.0}  # no peers, no collective
     assert set(res.samples) == {"non_blocking", "device_direct"}
+
+
+def test_live_panel_runs_real_ranks_where_they_fit(monkeypatch):
+    from dspark_lab import panel, strategies
+    from dspark_lab.parallel import workers
+
+    monkeypatch.setattr(workers, "device_count", lambda: 2)  # as on two GPUs; the ranks run gloo here
+    b = panel.LiveBackend(base=LabConfig(model="tiny", workload="tiny", steps=2, warmup=0, trials=1, device="cpu"),
+                          fingerprint={"gpu": "none", "driver": "none", "cuda": "none", "torch": "x"})
+    assert b.runs_real_ep(2) and not b.runs_real_ep(4) and not b.runs_real_ep(1)
+    try:
+        d = b.get({"ep_size": 2, "batch_size": 2, "gamma": 2})
+        pids = b._ep_live.group.pids
+    finally:
+        b._ep_live.close()
+    assert set(d.rows.ep_mode) == {"real"} and set(d.rows.world_size) == {2} and set(d.rows["rank"]) == {0}
+    assert set(d.rows.strategy) == set(strategies.names()) and set(d.timelines.strategy) == set(strategies.names())
+    assert "EP 2 (real ranks)" in d.note
+    assert all(_gone(p) for p in pids)
