@@ -44,6 +44,7 @@ OUT = Path(os.environ.get("OUT", "out/gpu"))
 RANK0_DELAY_MS = 1.0
 SHARE_THRESHOLD = 0.9  # "one rank's sync costs every rank" when >= 90% of the all-ranks penalty
 PREDICTED_SIZES = (4, 8)
+CALL_TIMEOUT_S = 240  # per request to the ranks: a hung collective ends the stage, not the machine's time
 
 
 def median_case(rows, case, key="step_ms_max_rank", rank=0):
@@ -83,7 +84,7 @@ def main() -> int:
     try:
         t = time.perf_counter()
         batches = [cfg.batch_size, max(1, cfg.batch_size - 3)] + [cfg.batch_size] * (world - 2)
-        eq = group.call(checks.equivalence, batch_sizes=batches, model=eq_model)
+        eq = group.call(checks.equivalence, batch_sizes=batches, model=eq_model, timeout_s=CALL_TIMEOUT_S)
         summary["equivalence"] = eq
         summary["stage_s"]["equivalence"] = time.perf_counter() - t
 
@@ -91,7 +92,7 @@ def main() -> int:
         cases = standard_cases(world, strategies.BUILTIN, rank0_only=("device_direct",),
                                rank0_delay_ms=RANK0_DELAY_MS, delay_strategies=("non_blocking", "device_direct"))
         res = run_ep(cfg, world, DISPATCH_MODES, cases, out=runs, group=group, profile_steps=profile_steps,
-                     fingerprint=fp, on_point=lambda d, r: print(f"[real] {d}: {len(r.rows)} rows", flush=True))
+                     fingerprint=fp, timeout_s=CALL_TIMEOUT_S, on_point=lambda d, r: print(f"[real] {d}: {len(r.rows)} rows", flush=True))
         summary["real_run"] = str(res["path"])
         summary["stage_s"]["real"] = time.perf_counter() - t
     finally:
@@ -133,6 +134,9 @@ def main() -> int:
             t0 = time.perf_counter()
             live.measure(live_cfg.with_(**u), strategies.BUILTIN, profile_steps=2 if args.smoke else 4)
             updates.append({"setting": u, "s": time.perf_counter() - t0})
+    except Exception as e:  # noqa: BLE001 - the table still prints what was measured
+        summary["live_error"] = f"{type(e).__name__}: {e}"
+        print(f"[live] failed: {summary['live_error']}", flush=True)
     finally:
         live.close()
     summary["live_updates"] = updates

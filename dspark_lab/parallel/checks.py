@@ -30,7 +30,8 @@ def equivalence(ctx: RankContext, batch_sizes: list, modes=DISPATCH_MODES, model
     cfg = LabConfig(ep_size=ctx.world_size, batch_size=bs, gamma=gamma, model=model, seed=seed,
                     device=ctx.device, graph=False)
     bucket = max(LabConfig(batch_size=b).bucket_batch_size for b in batch_sizes)
-    ref = DraftRunner(cfg, ctx.device, True, bucket=bucket)
+    # float32 on every device: the comparison is about which rows go where, not bf16 rounding.
+    ref = DraftRunner(cfg, ctx.device, True, dtype=torch.float32, bucket=bucket)
     x, seq = rank_inputs(cfg, bucket, ctx.rank, ref.device, ref.dtype)
     n_real = torch.tensor(cfg.num_tokens, dtype=torch.int32, device=ref.device)
     q = cfg.query_token_num
@@ -39,7 +40,7 @@ def equivalence(ctx: RankContext, batch_sizes: list, modes=DISPATCH_MODES, model
         ref_tokens, _ = ref.model(x, seq, ref.k_cache, ref.v_cache, q, n_real)
     out = {"rank": ctx.rank, "num_tokens": cfg.num_tokens, "bucket_rows": bucket * q}
     for mode in modes:
-        ep = DraftRunner(cfg, ctx.device, True, group=ctx.group, dispatch=mode, bucket=bucket)
+        ep = DraftRunner(cfg, ctx.device, True, dtype=torch.float32, group=ctx.group, dispatch=mode, bucket=bucket)
         COUNTERS.reset()
         COUNTERS.enabled = True
         try:

@@ -44,7 +44,7 @@ def check_world(world: int, backend: str) -> None:
 def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODES, cases: Optional[Sequence[RankCase]] = None,
            *, out=None, backend: str = "auto", batch_sizes=None, group: Optional[WorkerGroup] = None,
            profile_steps: int = 12, on_point: Optional[Callable[[str, RanksResult], None]] = None,
-           fingerprint: Optional[dict] = None) -> dict:
+           fingerprint: Optional[dict] = None, timeout_s: Optional[float] = None) -> dict:
     """Measure every dispatch mode x case on `world` real ranks; write one run file (under `out`,
     default data/runs/) with world size, backend, NCCL version and dispatch modes in its header.
     Returns {dispatch: RanksResult} and the run file's path under "path"."""
@@ -73,7 +73,7 @@ def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODE
         with writer:
             for d in dispatches:
                 res = group.call(measure_ranks, cfg=cfg, dispatch=d, cases=cases, batch_sizes=batch_sizes,
-                                 profile_steps=profile_steps)[0]
+                                 profile_steps=profile_steps, timeout_s=timeout_s)[0]
                 writer.write_point(res.info["point_id"], res.rows, res.timelines)
                 results[d] = res
                 if on_point:

@@ -123,10 +123,14 @@ class WorkerGroup:
         def spawn() -> None:
             try:
                 for r in range(self.world_size):
+                    pg = 0 if r == 0 else self.pgid
+                    if sys.version_info >= (3, 11):
+                        group_kw = {"process_group": pg}
+                    else:  # older Pythons: set the group in the child before exec
+                        group_kw = {"preexec_fn": lambda pg=pg: os.setpgid(0, pg)}
                     p = subprocess.Popen(
                         [sys.executable, "-m", "dspark_lab.parallel.workers"], env={**env, "RANK": str(r)},
-                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                        process_group=0 if r == 0 else self.pgid)
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, **group_kw)
                     if r == 0:
                         self.pgid = p.pid
                     self.procs.append(p)
@@ -240,7 +244,11 @@ class WorkerGroup:
         with self._lock:
             for p in self.procs:
                 _send(p.stdin, ("call", f"{fn.__module__}:{fn.__qualname__}", kwargs))
-            return self._collect(timeout_s)
+            try:
+                return self._collect(timeout_s)
+            except TimeoutError:
+                self.close()  # a late answer would be read as the next one's: the group is done
+                raise
 
     def submit(self, fn: Callable, **kwargs) -> concurrent.futures.Future:
         """Queue a request; a queued one not yet sent is superseded (its future is cancelled)."""
