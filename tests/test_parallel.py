@@ -67,7 +67,7 @@ def test_rank_case_validation():
 
 
 def test_every_rank_measured_with_rank_columns(group2):
-    cfg = LabConfig(model="tiny", workload="tiny", steps=3, warmup=1, trials=2, batch_size=2, gamma=2, device="cpu")
+    cfg = LabConfig(model="tiny", workload="tiny", steps=2, warmup=0, trials=2, batch_size=2, gamma=2, device="cpu")
     cases = [M.uniform("non_blocking", 2), M.only_rank0("device_direct", "non_blocking", 2),
              M.delay_rank0("non_blocking", 2, 2.0)]
     res = group2.call(M.measure_ranks, cfg=cfg, dispatch="a2a_fixed", cases=cases, batch_sizes=[1, 2],
@@ -164,20 +164,28 @@ def test_world_one_is_the_same_code_in_one_process():
     assert set(res.samples) == {"non_blocking", "device_direct"}
 
 
-def test_live_panel_runs_real_ranks_where_they_fit(monkeypatch):
+def test_live_panel_runs_real_ranks_where_they_fit(monkeypatch, group2):
     from dspark_lab import panel, strategies
     from dspark_lab.parallel import workers
+    from dspark_lab.parallel.run import EPLive
 
     monkeypatch.setattr(workers, "device_count", lambda: 2)  # as on two GPUs; the ranks run gloo here
-    b = panel.LiveBackend(base=LabConfig(model="tiny", workload="tiny", steps=2, warmup=0, trials=1, device="cpu"),
+    b = panel.LiveBackend(base=LabConfig(model="tiny", workload="tiny", steps=1, warmup=0, trials=1, device="cpu"),
                           fingerprint={"gpu": "none", "driver": "none", "cuda": "none", "torch": "x"})
     assert b.runs_real_ep(2) and not b.runs_real_ep(4) and not b.runs_real_ep(1)
-    try:
-        d = b.get({"ep_size": 2, "batch_size": 2, "gamma": 2})
-        pids = b._ep_live.group.pids
-    finally:
-        b._ep_live.close()
+    b._ep_live = EPLive(profile_steps=2)
+    b._ep_live.group = group2  # the module's running group: a group of the right size is reused
+    d = b.get({"ep_size": 2, "batch_size": 2, "gamma": 2})
+    assert b._ep_live.group is group2
     assert set(d.rows.ep_mode) == {"real"} and set(d.rows.world_size) == {2} and set(d.rows["rank"]) == {0}
     assert set(d.rows.strategy) == set(strategies.names()) and set(d.timelines.strategy) == set(strategies.names())
     assert "EP 2 (real ranks)" in d.note
-    assert all(_gone(p) for p in pids)
+
+
+def test_cli_ep_rejects_bad_dispatch(capsys):
+    from dspark_lab import cli
+
+    with pytest.raises(SystemExit) as e:
+        cli.main(["ep", "--dispatch", "allreduce,deepep"])
+    assert e.value.code == 2
+    assert "--dispatch must be a comma list of allreduce, a2a_fixed, a2a_dynamic" in capsys.readouterr().err

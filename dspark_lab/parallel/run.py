@@ -92,8 +92,9 @@ EP_LIVE_STEPS, EP_LIVE_WARMUP, EP_LIVE_TRIALS, EP_LIVE_PROFILE_STEPS = 8, 2, 3, 
 class EPLive:
     """Real ranks for the live panel: one persistent WorkerGroup, restarted when the EP size changes."""
 
-    def __init__(self, backend: str = "auto", dispatch: str = "allreduce"):
+    def __init__(self, backend: str = "auto", dispatch: str = "allreduce", profile_steps: int = EP_LIVE_PROFILE_STEPS):
         self.backend = resolve_backend(backend)
+        self.profile_steps = profile_steps
         self.dispatch = check_mode(dispatch)
         self.group: Optional[WorkerGroup] = None
         self._lock = threading.Lock()
@@ -102,15 +103,14 @@ class EPLive:
         """EP sizes that run for real here: 2 .. the GPUs present (gloo: any size, for tests)."""
         return ep_size > 1 and (self.backend == "gloo" or ep_size <= device_count())
 
-    def measure(self, cfg: LabConfig, strategies: Sequence[str], *,
-                profile_steps: int = EP_LIVE_PROFILE_STEPS) -> RanksResult:
+    def measure(self, cfg: LabConfig, strategies: Sequence[str], *, profile_steps: Optional[int] = None) -> RanksResult:
         with self._lock:
             if self.group is None or self.group.world_size != cfg.ep_size or not self.group.alive():
                 self.close()
                 self.group = WorkerGroup(cfg.ep_size, self.backend).start()
             cases = [uniform(s, cfg.ep_size) for s in strategies]
             return self.group.call(measure_ranks, cfg=cfg, dispatch=self.dispatch, cases=cases,
-                                   profile_steps=profile_steps, debug_sites=False)[0]
+                                   profile_steps=profile_steps or self.profile_steps, debug_sites=False)[0]
 
     def close(self) -> None:
         if self.group is not None:
