@@ -242,7 +242,10 @@ class DraftRunner:
                 self._forward_static()
         torch.cuda.current_stream().wait_stream(s)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph), torch.no_grad():
+        # With NCCL collectives in the graph, other threads (NCCL's watchdog) keep querying events
+        # during capture: only this thread's calls must be capture-safe.
+        mode = {"capture_error_mode": "thread_local"} if self.model.layers[0].moe.group is not None else {}
+        with torch.cuda.graph(self.graph, **mode), torch.no_grad():
             self.static_out = self._forward_static()
 
     def embed(self, input_ids: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:

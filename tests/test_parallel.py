@@ -189,3 +189,18 @@ def test_cli_ep_rejects_bad_dispatch(capsys):
         cli.main(["ep", "--dispatch", "allreduce,deepep"])
     assert e.value.code == 2
     assert "--dispatch must be a comma list of allreduce, a2a_fixed, a2a_dynamic" in capsys.readouterr().err
+
+
+def test_run_ep_writes_a_run_file_with_the_group_in_its_header(group2, tmp_path):
+    from dspark_lab import store
+    from dspark_lab.parallel.run import run_ep
+
+    cfg = LabConfig(model="tiny", workload="tiny", steps=1, warmup=0, trials=1, batch_size=2, gamma=2)
+    res = run_ep(cfg, 2, ["a2a_dynamic"], [M.uniform("non_blocking", 2)], out=tmp_path, group=group2, profile_steps=2,
+                 fingerprint={"gpu": "none"})
+    header = store.read_header(res["path"])
+    assert header["world_size"] == 2 and header["dispatch"] == ["a2a_dynamic"] and header["backend"] == "gloo"
+    assert "nccl_version" in header
+    rows, _, _ = store.load_runs(res["path"])
+    assert set(rows["rank"]) == {0, 1} and set(rows["ep_mode"]) == {"real"} and set(rows["dispatch"]) == {"a2a_dynamic"}
+    assert group2.alive()  # a group passed in is left running
