@@ -204,3 +204,16 @@ def test_run_ep_writes_a_run_file_with_the_group_in_its_header(group2, tmp_path)
     rows, _, _ = store.load_runs(res["path"])
     assert set(rows["rank"]) == {0, 1} and set(rows["ep_mode"]) == {"real"} and set(rows["dispatch"]) == {"a2a_dynamic"}
     assert group2.alive()  # a group passed in is left running
+
+
+@pytest.mark.cuda
+def test_nccl_ranks_match_the_reference_on_two_gpus():
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    with WorkerGroup(2, "nccl") as g:
+        assert g.info[0]["nccl_version"]
+        for res in g.call(checks.equivalence, batch_sizes=[8, 5], model="small"):
+            for mode in dispatch.DISPATCH_MODES:
+                assert res[mode]["tokens_equal"] and res[mode]["padded_pairs_sent"] == 0, (res["rank"], mode)

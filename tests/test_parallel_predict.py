@@ -45,3 +45,9 @@ def test_bad_input_names_the_field():
         P.predict_step_ms([P.OneRank((1.0,))] * 2, host_delay_ms=(1.0,))
     with pytest.raises(ValueError, match="no one-rank timings for strategy 'x'"):
         P.predict_case({}, ["x"])
+
+
+def test_noise_can_be_left_out():
+    r = P.OneRank((5.0, 7.0) * 50)  # an alternating pattern: mean 6
+    assert P.predict_step_ms([r, r], noise=False) == pytest.approx(6.0)
+    assert P.predict_step_ms([r, r]) > 6.2

@@ -41,8 +41,10 @@ class OneRank:
 
 def predict_step_ms(per_rank: Sequence[OneRank], host_delay_ms: Sequence[float] = (),
                     host_jitter_ms: Sequence[float] = (), collective_ms: float = 0.0,
-                    resamples: int = RESAMPLES, seed: int = _SEED) -> float:
-    """Expected step time of len(per_rank) ranks, rank r running like per_rank[r]."""
+                    resamples: int = RESAMPLES, seed: int = _SEED, noise: bool = True) -> float:
+    """Expected step time of len(per_rank) ranks, rank r running like per_rank[r]. `noise=False`
+    leaves out the resampled per-step deviations (they overstate the maximum when they are common
+    to all ranks, e.g. a pipelining pattern the collectives keep in lockstep)."""
     n = len(per_rank)
     if n < 1:
         raise ValueError("per_rank must hold one OneRank per rank")
@@ -58,9 +60,10 @@ def predict_step_ms(per_rank: Sequence[OneRank], host_delay_ms: Sequence[float] 
         x = np.asarray(one.per_step_ms, float)
         if x.size == 0:
             raise ValueError(f"rank {r}: per_step_ms is empty")
-        noise = rng.choice(x - x.mean(), size=resamples)
+        dev = rng.choice(x - x.mean(), size=resamples)
+        dev = dev if noise else np.zeros(resamples)
         late = np.maximum(0.0, delays[r] + rng.uniform(0.0, 1.0, resamples) * jitters[r] - one.slack_ms)
-        per_step[:, r] = x.mean() + noise + late
+        per_step[:, r] = x.mean() + dev + late
     return float(per_step.max(axis=1).mean() + collective_ms)
 
 
@@ -75,11 +78,11 @@ def one_rank_from(rows, samples: Mapping[str, Mapping[int, Sequence[float]]]) ->
 
 
 def predict_case(one: Mapping[str, OneRank], strategies: Sequence[str], host_delay_ms: Sequence[float] = (),
-                 host_jitter_ms: Sequence[float] = (), collective_ms: float = 0.0) -> float:
+                 host_jitter_ms: Sequence[float] = (), collective_ms: float = 0.0, noise: bool = True) -> float:
     missing = [s for s in strategies if s not in one]
     if missing:
         raise ValueError(f"no one-rank timings for strategy {missing[0]!r}; measured: {', '.join(one)}")
-    return predict_step_ms([one[s] for s in strategies], host_delay_ms, host_jitter_ms, collective_ms)
+    return predict_step_ms([one[s] for s in strategies], host_delay_ms, host_jitter_ms, collective_ms, noise=noise)
 
 
 def predicted_rows(one: Mapping[str, OneRank], cases, base_row: Optional[dict] = None,
@@ -98,7 +101,8 @@ def predicted_rows(one: Mapping[str, OneRank], cases, base_row: Optional[dict] =
 
 def validate(one: Mapping[str, OneRank], real_rows, collective_ms: float = 0.0) -> list:
     """Predicted vs measured per case of a real run: dicts with case, predicted_ms, measured_ms
-    (median over trials of the max-rank step) and error_pct."""
+    (median over trials of the max-rank step) and error_pct; the same without per-step noise as
+    predicted_no_noise_ms / error_no_noise_pct."""
     by_case: dict = {}
     for r in real_rows:
         by_case.setdefault(r["rank_case"], []).append(r)
@@ -112,7 +116,9 @@ def validate(one: Mapping[str, OneRank], real_rows, collective_ms: float = 0.0) 
         for r in rs:
             delays[r["rank"]], jitters[r["rank"]] = r["host_delay_ms"], r["host_jitter_ms"]
         pred = predict_case(one, strategies, delays, jitters, collective_ms)
+        flat = predict_case(one, strategies, delays, jitters, collective_ms, noise=False)
         measured = float(np.median([r["step_ms_max_rank"] for r in rs if r["rank"] == 0]))
         out.append({"case": name, "world_size": n, "dispatch": first.get("dispatch"), "predicted_ms": pred,
-                    "measured_ms": measured, "error_pct": (pred / measured - 1) * 100})
+                    "measured_ms": measured, "error_pct": (pred / measured - 1) * 100,
+                    "predicted_no_noise_ms": flat, "error_no_noise_pct": (flat / measured - 1) * 100})
     return out
