@@ -246,8 +246,13 @@ class WorkerGroup:
                 _send(p.stdin, ("call", f"{fn.__module__}:{fn.__qualname__}", kwargs))
             try:
                 return self._collect(timeout_s)
-            except TimeoutError:
-                self.close()  # a late answer would be read as the next one's: the group is done
+            except WorkerError as e:
+                if "stopped answering" in str(e):
+                    self.close()
+                raise
+            except BaseException:
+                # Timeout or interrupt: a late answer would be read as the next one's, so the group is done.
+                self.close()
                 raise
 
     def submit(self, fn: Callable, **kwargs) -> concurrent.futures.Future:
