@@ -146,6 +146,10 @@ def test_close_ends_the_workers_and_coalesces():
     finally:
         g.close()
     assert all(_gone(p) for p in pids)
+    # A closed group starts again (its new workers must not die with the old spawner thread).
+    with g:
+        time.sleep(1.0)
+        assert g.alive() and g.call(checks.equivalence, batch_sizes=[1, 1], modes=("allreduce",))[1]["rank"] == 1
 
 
 def test_single_process_rows_say_how_ep_was_run():

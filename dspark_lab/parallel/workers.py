@@ -113,6 +113,10 @@ class WorkerGroup:
     def start(self) -> "WorkerGroup":
         if self.procs:
             return self
+        self._closing.clear()  # a restarted group gets a spawner thread that lives again
+        self._spawned.clear()
+        self._spawn_error = None
+        self._dispatcher = None
         env = apply_nccl_safe_env(dict(os.environ))
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
