@@ -235,6 +235,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--out", type=Path, default=DEFAULT_REPORT, metavar="FILE", help="HTML report to write")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=cmd_main)
+
+    from .parallel.cli_ep import add_ep_parser  # real EP ranks (parallel/)
+
+    add_ep_parser(sub, _Formatter)
     return parser
 
 

@@ -84,15 +84,37 @@ def route_top_k(router_logits: torch.Tensor, top_k: int, num_token_non_padded: O
 
 
 class MoE(nn.Module):
-    def __init__(self, hidden: int, experts: int, top_k: int):
+    """With a process group of world size > 1, this rank keeps experts [rank*E/N, (rank+1)*E/N)
+    of the same seeded weights and joins the ranks with `dispatch` (parallel/dispatch.py); with no
+    group (or world size 1) all experts are local and no collective runs."""
+
+    def __init__(self, hidden: int, experts: int, top_k: int, group=None, dispatch: str = "allreduce"):
         super().__init__()
         self.top_k = top_k
         self.gate = nn.Linear(hidden, experts, bias=False)
         self.w_in = nn.Parameter(torch.randn(experts, hidden, 2 * hidden) / math.sqrt(hidden))
         self.w_out = nn.Parameter(torch.randn(experts, 2 * hidden, hidden) / math.sqrt(2 * hidden))
+        self.group, self.dispatch, self.expert_lo = None, dispatch, 0
+        if group is not None and torch.distributed.get_world_size(group) > 1:
+            from .parallel.dispatch import check_mode  # lazily: parallel imports this module
+
+            check_mode(dispatch)
+            world, rank = torch.distributed.get_world_size(group), torch.distributed.get_rank(group)
+            if experts % world:
+                raise ValueError(f"ep world size must divide the model's {experts} experts; got {world}")
+            local = experts // world
+            # All experts are drawn first (same RNG stream as one process), then sliced.
+            self.expert_lo = rank * local
+            self.w_in = nn.Parameter(self.w_in.data[self.expert_lo:self.expert_lo + local].clone())
+            self.w_out = nn.Parameter(self.w_out.data[self.expert_lo:self.expert_lo + local].clone())
+            self.group = group
 
     def forward(self, x, num_token_non_padded):
         weights, ids = route_top_k(self.gate(x), self.top_k, num_token_non_padded)
+        if self.group is not None:
+            from .parallel.dispatch import dispatch
+
+            return dispatch(self.dispatch, x, weights, ids, self, self.group, num_token_non_padded), ids
         out = torch.zeros_like(x)
         # Dense over experts with per-row weights: static shapes, so it can be graph-captured.
         for e in range(self.w_in.shape[0]):
@@ -102,13 +124,13 @@ class MoE(nn.Module):
 
 
 class DraftLayer(nn.Module):
-    def __init__(self, m: ModelSize):
+    def __init__(self, m: ModelSize, group=None, dispatch: str = "allreduce"):
         super().__init__()
         self.heads = m.heads
         self.norm1, self.norm2 = RMSNorm(m.hidden), RMSNorm(m.hidden)
         self.qkv = nn.Linear(m.hidden, 3 * m.hidden, bias=False)
         self.o = nn.Linear(m.hidden, m.hidden, bias=False)
-        self.moe = MoE(m.hidden, m.experts, m.top_k)
+        self.moe = MoE(m.hidden, m.experts, m.top_k, group=group, dispatch=dispatch)
 
     def forward(self, x, k_prefix, v_prefix, key_mask, num_token_non_padded):
         bs, P, H, D = k_prefix.shape
@@ -124,12 +146,12 @@ class DraftLayer(nn.Module):
 
 
 class DraftModel(nn.Module):
-    def __init__(self, m: ModelSize, mask_token: int):
+    def __init__(self, m: ModelSize, mask_token: int, group=None, dispatch: str = "allreduce"):
         super().__init__()
         self.m = m
         self.mask_token = mask_token
         self.embed = nn.Embedding(m.vocab, m.hidden)
-        self.layers = nn.ModuleList(DraftLayer(m) for _ in range(m.layers))
+        self.layers = nn.ModuleList(DraftLayer(m, group, dispatch) for _ in range(m.layers))
         self.norm = RMSNorm(m.hidden)
         self.lm_head = nn.Linear(m.hidden, m.vocab, bias=False)
 
@@ -162,14 +184,19 @@ class DraftRunner:
     """
 
     def __init__(self, cfg: LabConfig, device: str, consume_num_token_non_padded: bool, dtype=None,
-                 share_weights_with: Optional["DraftRunner"] = None):
+                 share_weights_with: Optional["DraftRunner"] = None, *, group=None, dispatch: str = "allreduce",
+                 bucket: Optional[int] = None):
+        """`group`/`dispatch`: expert parallelism over a torch.distributed group (parallel/); `bucket`
+        overrides the capture bucket, so ranks with different batches pad to a common one."""
         self.cfg = cfg
         self.device = torch.device(device)
         self.consume = consume_num_token_non_padded
         m = cfg.model_size
         self.dtype = dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.q = cfg.query_token_num
-        self.bucket = cfg.bucket_batch_size
+        self.bucket = bucket or cfg.bucket_batch_size
+        if self.bucket < cfg.batch_size:
+            raise ValueError(f"bucket must be at least batch_size {cfg.batch_size}; got {bucket}")
         if share_weights_with is not None:
             # Strategies measured side by side read the same weights and KV prefix (built once).
             src = share_weights_with
@@ -178,7 +205,7 @@ class DraftRunner:
             # Built on the device itself (fast); the seed makes every runner of a config equal.
             with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []), self.device:
                 torch.manual_seed(cfg.seed)
-                self.model = DraftModel(m, mask_token=m.vocab - 1).to(self.dtype).eval().requires_grad_(False)
+                self.model = DraftModel(m, mask_token=m.vocab - 1, group=group, dispatch=dispatch).to(self.dtype).eval().requires_grad_(False)
                 hd = m.hidden // m.heads
                 shape = (m.layers, self.bucket, m.prefix_len, m.heads, hd)
                 self.k_cache = (torch.randn(shape) * 0.5).to(self.dtype)
@@ -189,6 +216,10 @@ class DraftRunner:
         self.static_seq_lens = torch.ones(self.bucket, dtype=torch.int64, device=self.device)
         self.static_num_token_non_padded = torch.zeros((), dtype=torch.int32, device=self.device)
         self.use_graph = cfg.graph and self.device.type == "cuda"
+        if group is not None and torch.distributed.get_world_size(group) > 1:
+            from .parallel.dispatch import GRAPH_CAPTURABLE
+
+            self.use_graph = self.use_graph and GRAPH_CAPTURABLE[dispatch]  # host-sized splits: eager
         self.graph: Optional[torch.cuda.CUDAGraph] = None
         self.static_out: Optional[tuple[torch.Tensor, torch.Tensor]] = None
 
@@ -211,7 +242,10 @@ class DraftRunner:
                 self._forward_static()
         torch.cuda.current_stream().wait_stream(s)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph), torch.no_grad():
+        # With NCCL collectives in the graph, other threads (NCCL's watchdog) keep querying events
+        # during capture: only this thread's calls must be capture-safe.
+        mode = {"capture_error_mode": "thread_local"} if self.model.layers[0].moe.group is not None else {}
+        with torch.cuda.graph(self.graph, **mode), torch.no_grad():
             self.static_out = self._forward_static()
 
     def embed(self, input_ids: torch.Tensor, out: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -19,6 +19,7 @@ import pandas as pd
 
 from . import strategies
 from .config import CAPTURE_BUCKETS, MODEL_PRESETS, WORKLOAD_PRESETS, LabConfig
+from .results.runs import point_label
 
 TIMELINE_FIELDS = ("lane", "part", "start_ms", "end_ms", "label")
 
@@ -38,10 +39,6 @@ def default_strategy(present) -> str:
     known = [s for s in strategies.names() if s in set(present)]
     order = known + sorted(s for s in set(present) if s not in known)
     return "persistent_fill" if "persistent_fill" in order else order[-1]
-
-
-def _label(row: dict) -> str:
-    return f"EP {row['ep_size']} · batch {row['batch_size']} · gamma {row['gamma']} · {row['workload']} · model {row['model']}"
 
 
 def _segments(timelines: list) -> pd.DataFrame:
@@ -161,8 +158,33 @@ class LiveBackend:
             return PointData(pre[1].rows, pre[1].timelines, pre[1].note, dict(settings))
         return self._point(cfg, settings, on_progress)
 
+    # EP sizes that fit the GPUs present run on real ranks (parallel.EPLive: a persistent worker
+    # group, one process per GPU); larger ones stay one process with the predicate flipped.
+    real_ep = True
+    _ep_live = None
+
+    def runs_real_ep(self, ep_size: int) -> bool:
+        from .parallel import workers
+
+        return self.real_ep and 1 < ep_size <= workers.device_count()
+
+    def _measure_real_ep(self, cfg: LabConfig):
+        from .parallel.run import EPLive
+
+        if self._ep_live is None:
+            self._ep_live = EPLive()
+        res = self._ep_live.measure(cfg, list(strategies.names()))
+        # Rank 0's rows and timelines stand for the point (the ranks run in lockstep; every row
+        # also carries step_ms_max_rank); timelines are keyed by strategy as the figures expect.
+        rows = [r for r in res.rows if r["rank"] == 0]
+        tls = [dict(t, strategy=t["rank_case"].split(",")[0]) for t in res.timelines if t["rank"] == 0]
+        return type(res)(rows, tls, res.samples, res.info)
+
     def _point(self, cfg: LabConfig, settings: dict, on_progress: Optional[Callable]) -> PointData:
-        result = self._measure(cfg, list(strategies.names()), on_progress=on_progress)
+        if self.runs_real_ep(cfg.ep_size):
+            result = self._measure_real_ep(cfg)
+        else:
+            result = self._measure(cfg, list(strategies.names()), on_progress=on_progress)
         rows = pd.DataFrame(result.rows)
         now = datetime.now(timezone.utc).isoformat(timespec="seconds")
         fp = self.fingerprint
@@ -173,4 +195,4 @@ class LiveBackend:
         failed = rows[rows["status"] != "ok"] if "status" in rows.columns else rows.iloc[0:0]
         if len(failed) and failed["strategy"].nunique() == rows["strategy"].nunique():
             raise RuntimeError(str(failed["error"].iloc[0]))
-        return PointData(rows, tl, f"measured now: {_label(rows.iloc[0])}", dict(settings))
+        return PointData(rows, tl, f"measured now: {point_label(rows.iloc[0])}", dict(settings))

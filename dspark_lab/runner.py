@@ -43,6 +43,8 @@ def config_columns(cfg: LabConfig, strategy: str) -> dict:
         device=cfg.resolved_device(), query_token_num=cfg.query_token_num,
         bucket_batch_size=cfg.bucket_batch_size, num_tokens=cfg.num_tokens,
         target_verify_ms=cfg.workload_costs.target_verify_ms, predicate=enable_num_token_non_padded(cfg.parallel),
+        # One process: EP > 1 only flips the predicate (schema.RANK_COLUMNS; parallel/ runs real ranks).
+        rank=0, world_size=1, ep_mode="predicate_only" if cfg.ep_size > 1 else "single", dispatch="",
     )
 
 

@@ -80,3 +80,25 @@ HOST_PARTS = ("host_prep_ms", "host_blocked_ms", "host_readback_ms", "host_copy_
 GPU_PARTS = ("gpu_busy_ms", "gpu_idle_ms")
 
 # Timeline record: {"kind": "timeline", "point_id", "strategy", "segments": [[lane, part, start_ms, end_ms, label], ...]}
+# Rank dimension (parallel/measure.py). Rows from one process carry rank 0, world_size 1 and
+# ep_mode "single" at EP 1 or "predicate_only" at EP > 1 (one process, the predicate flipped, all
+# experts local); "real" rows come from `world_size` rank processes joined by torch.distributed;
+# "predicted" rows from parallel/predict.py. Kept out of ROW_COLUMNS: the store keeps them as extras.
+RANK_COLUMNS = (
+    "rank", "world_size",
+    "ep_mode",  # "single" | "predicate_only" | "real" | "predicted"
+    "dispatch",  # "allreduce" | "a2a_fixed" | "a2a_dynamic" ("" when no ranks are joined)
+    "rank_case",  # the case's name: per-rank strategies, delays and jitter
+    "rank_strategies",  # every rank's strategy in rank order, e.g. "device_direct,non_blocking"
+    "host_delay_ms", "host_jitter_ms",  # this rank's added host delay and uniform jitter bound
+    # Time inside the MoE's collectives per step: NCCL kernels on GPU (its own GPU part, taken out
+    # of gpu_busy_ms), the collective calls' host wall time on gloo.
+    "gpu_collective_ms",
+    "step_ms_max_rank",  # this trial's step_ms, maximum over the ranks
+    # Who waits for whom: the rise of this rank's host wait (blocked + readback) and collective time
+    # over the case where every rank runs exactly as this one does (None if that case was not run).
+    "blocked_from_others_ms", "collective_from_others_ms",
+    "sync_sites",  # JSON {"file:line function": syncs per step} from sync debug mode, this rank (CUDA)
+)
+GPU_RANK_PARTS = ("gpu_busy_ms", "gpu_collective_ms", "gpu_idle_ms")
+EP_MODES = ("single", "predicate_only", "real", "predicted")

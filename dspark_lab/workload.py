@@ -186,7 +186,9 @@ class TargetVerify:
 class LabStep:
     """The measured callable: `step()` runs one decode step with the config's strategy."""
 
-    def __init__(self, cfg: LabConfig, strategy: Optional[str] = None, share_with: Optional["LabStep"] = None):
+    def __init__(self, cfg: LabConfig, strategy: Optional[str] = None, share_with: Optional["LabStep"] = None,
+                 *, group=None, dispatch: str = "allreduce", bucket: Optional[int] = None):
+        """`group`, `dispatch`, `bucket`: one EP rank of a torch.distributed group (see parallel/)."""
         self.cfg = cfg if strategy is None else cfg.with_(strategy=strategy)
         cfg = self.cfg
         self.device = torch.device(cfg.resolved_device())
@@ -196,13 +198,14 @@ class LabStep:
         m = cfg.model_size
         self.costs = cfg.workload_costs
         self.runner = DraftRunner(cfg, str(self.device), self.consume,
-                                  share_weights_with=share_with.runner if share_with else None)
+                                  share_weights_with=share_with.runner if share_with else None,
+                                  group=group, dispatch=dispatch, bucket=bucket)
         # Strategies measured side by side share the target verify (same GPU work, built once).
         self.target = share_with.target if share_with else TargetVerify(self.costs.target_verify_ms, self.device, m.vocab, cfg.batch_size)
         bs, q = cfg.batch_size, cfg.query_token_num
         dev = self.device
         # Persistent device state, as the scheduler keeps it: no per-step host-to-device copies.
-        self.block_ids = torch.full((cfg.bucket_batch_size, q), self.runner.model.mask_token, dtype=torch.int64, device=dev)
+        self.block_ids = torch.full((self.runner.bucket, q), self.runner.model.mask_token, dtype=torch.int64, device=dev)
         self.req_pool_indices = torch.arange(bs, dtype=torch.int64, device=dev)
         self.seq_lens = torch.arange(bs, dtype=torch.int64, device=dev) % (m.prefix_len - 1) + 1
         self.offsets = torch.arange(q, dtype=torch.int64, device=dev)

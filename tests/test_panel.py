@@ -265,7 +265,7 @@ def test_live_panel_measures_on_its_worker_thread():
     assert p.error.value == "", p.error.value
     assert p.last is not None and set(p.last.rows.strategy) == set(panel.strategies.names())
     assert not p.last.timelines.empty and len(p.figs["timeline"].data) > 0
-    assert p.progress.value == 1.0 and "measured now: EP 2 · batch 4 · gamma 2" in p.status.value
+    assert p.progress.value == 1.0 and "measured now: EP 2 (one GPU, predicate only) · batch 4 · gamma 2" in p.status.value
 
 
 def test_all_runs_are_set_side_by_side_never_stacked(data):

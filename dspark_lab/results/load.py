@@ -162,7 +162,9 @@ def read_file(path: Path, log: Optional[_Log] = None) -> FileRecords:
             if problems:
                 log(path, lineno, "row skipped: " + "; ".join(problems[:3]))
                 continue
-            key = (rec.get("attempt"), rec["point_id"], rec["strategy"], rec.get("trial"))
+            # A row is one trial of one strategy at one point, on one rank of one rank case.
+            key = (rec.get("attempt"), rec["point_id"], rec["strategy"], rec.get("trial"),
+                   rec.get("rank"), rec.get("rank_case"), rec.get("dispatch"))
             if key in seen_rows:
                 log(path, lineno, f"duplicate of the row on line {seen_rows[key]}, skipped")
                 continue

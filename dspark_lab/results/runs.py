@@ -52,10 +52,16 @@ def _is_true(v) -> bool:
     return isinstance(v, (bool, np.bool_)) and bool(v)
 
 
+EP_MODE_LABELS = {"real": "real ranks", "predicate_only": "one GPU, predicate only", "predicted": "predicted"}
+
+
 def point_label(row) -> str:
-    """'EP 2 · batch 8 · gamma 4 · sglang_profile' for a row (Series or dict)."""
+    """'EP 2 (real ranks) · batch 8 · gamma 4 · sglang_profile' for a row (Series or dict)."""
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
     parts = [f"EP {get('ep_size')}", f"batch {get('batch_size')}", f"gamma {get('gamma')}"]
+    mode = get("ep_mode")
+    if mode in EP_MODE_LABELS:  # how EP was run (schema.RANK_COLUMNS); nothing to say at EP 1
+        parts[0] += f" ({EP_MODE_LABELS[mode]})"
     if get("workload") is not None:
         parts.append(str(get("workload")))
     return " · ".join(parts)

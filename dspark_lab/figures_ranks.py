@@ -1,0 +1,115 @@
+"""Figures of real EP runs, one bar pair per rank (rows with schema.RANK_COLUMNS; plotly only here).
+
+  per_rank_breakdown(rows)  each rank's step: host parts and GPU parts, with the time inside the
+                            MoE's collectives as its own GPU part (waiting for peers is not "busy")
+  who_waits(rows)           how much host wait / collective time each rank got from the others
+  one_rank_share(rows)      table: what only rank 0's sync costs, as a share of all ranks' penalty
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from . import schema
+from .figures import PART_COLORS, PART_NAMES, _note, _title, ok_rows, point_label
+
+COLLECTIVE_NAME = "GPU: inside collectives (waiting for peers + transfer)"
+COLLECTIVE_NAME_CPU = "collectives (gloo: host wall time)"
+COLLECTIVE_COLOR = "#8c6d31"
+GPU_PARTS = ("gpu_busy_ms", "gpu_collective_ms", "gpu_idle_after_sync_ms", "gpu_idle_other_ms")
+
+
+def _real(rows: pd.DataFrame, dispatch: Optional[str]) -> pd.DataFrame:
+    r = ok_rows(rows)
+    if "ep_mode" not in r.columns or "rank" not in r.columns:
+        raise ValueError("rows must carry schema.RANK_COLUMNS (rows of a real EP run: parallel.measure)")
+    r = r[r["ep_mode"] == "real"]
+    if dispatch is not None:
+        r = r[r["dispatch"] == dispatch]
+    if r.empty:
+        raise ValueError(f"no rows with ep_mode 'real'{f' and dispatch {dispatch!r}' if dispatch else ''}")
+    if r["dispatch"].nunique() > 1:
+        raise ValueError(f"rows hold several dispatch modes ({', '.join(sorted(r['dispatch'].unique()))}): pick one with dispatch=")
+    return r
+
+
+def per_rank(rows: pd.DataFrame, dispatch: Optional[str] = None, cases: Optional[Sequence[str]] = None) -> pd.DataFrame:
+    """Means over trials per case x rank of the breakdown columns and step times."""
+    r = _real(rows, dispatch)
+    cols = [c for c in list(schema.HOST_PARTS) + ["gpu_busy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms",
+                                                   "gpu_collective_ms", "step_ms", "step_ms_max_rank",
+                                                   "blocked_from_others_ms", "collective_from_others_ms"] if c in r.columns]
+    agg = r.groupby(["rank_case", "rank"], sort=False)[cols].mean(numeric_only=True).reset_index()
+    order = list(cases) if cases is not None else list(dict.fromkeys(r["rank_case"]))
+    agg = agg[agg["rank_case"].isin(order)]
+    agg["_o"] = agg["rank_case"].map({c: i for i, c in enumerate(order)})
+    agg = agg.sort_values(["_o", "rank"]).drop(columns="_o").reset_index(drop=True)
+    strategies = r.drop_duplicates(["rank_case", "rank"]).set_index(["rank_case", "rank"])["strategy"]
+    agg["strategy"] = [strategies.get((c, k)) for c, k in zip(agg["rank_case"], agg["rank"])]
+    return agg
+
+
+def per_rank_breakdown(rows: pd.DataFrame, dispatch: Optional[str] = None, cases: Optional[Sequence[str]] = None) -> go.Figure:
+    agg = per_rank(rows, dispatch, cases)
+    r = _real(rows, dispatch)
+    cpu = (r["device"] == "cpu").all()
+    agg["gpu_idle_after_sync_ms"] = np.minimum(agg["gpu_idle_after_sync_ms"], agg["gpu_idle_ms"])
+    agg["gpu_idle_other_ms"] = agg["gpu_idle_ms"] - agg["gpu_idle_after_sync_ms"]
+    x = [agg["rank_case"].tolist(), [f"r{int(k)} {s}" for k, s in zip(agg["rank"], agg["strategy"])]]
+    fig = go.Figure()
+    names = dict(PART_NAMES, gpu_collective_ms=COLLECTIVE_NAME_CPU if cpu else COLLECTIVE_NAME)
+    colors = dict(PART_COLORS, gpu_collective_ms=COLLECTIVE_COLOR)
+    for group, parts in (("host", schema.HOST_PARTS), ("gpu", GPU_PARTS)):
+        base = np.zeros(len(agg))
+        for col in parts:
+            vals = agg[col].fillna(0).to_numpy(dtype=float)
+            fig.add_bar(x=x, y=vals.tolist(), base=base.tolist(), name=names[col], offsetgroup=group, legendgroup=group,
+                        marker=dict(color=colors[col], pattern_shape="x" if col == "gpu_idle_after_sync_ms" else ""),
+                        hovertemplate=f"{names[col]}: %{{y:.3f}} ms<extra>{group}</extra>")
+            base = base + vals
+    fig.add_scatter(x=x, y=agg["step_ms"].tolist(), mode="markers", name="this rank's step (median of trials)",
+                    marker=dict(symbol="diamond", size=10, color="black"), hovertemplate="step_ms: %{y:.3f}<extra></extra>")
+    fig.add_scatter(x=x, y=agg["step_ms_max_rank"].tolist(), mode="markers", name="step, max over ranks",
+                    marker=dict(symbol="line-ew-open", size=40, color="#d62728", line=dict(width=3, color="#d62728")),
+                    hovertemplate="max over ranks: %{y:.3f}<extra></extra>")
+    fig.update_layout(barmode="group", bargap=0.25, bargroupgap=0.05,
+                      yaxis_title="ms per step (left bar: host thread, right bar: GPU stream)")
+    if cpu:
+        _note(fig, "CPU ranks (gloo): the collective part is the collectives' host wall time, also inside the host bar")
+    first = r.iloc[0]
+    extra = f"{point_label(first)} · {first['world_size']} ranks · dispatch {first['dispatch']}"
+    return _title(fig, "One rank's sync costs every rank: each rank's step, host vs GPU", r, extra)
+
+
+def who_waits(rows: pd.DataFrame, dispatch: Optional[str] = None, cases: Optional[Sequence[str]] = None) -> go.Figure:
+    """Per case x rank: host wait and collective time added by the other ranks (against the case in
+    which every rank runs as this one does; cases without that baseline are left out)."""
+    agg = per_rank(rows, dispatch, cases).dropna(subset=["blocked_from_others_ms", "collective_from_others_ms"], how="all")
+    r = _real(rows, dispatch)
+    x = [agg["rank_case"].tolist(), [f"r{int(k)} {s}" for k, s in zip(agg["rank"], agg["strategy"])]]
+    fig = go.Figure()
+    fig.add_bar(x=x, y=agg["blocked_from_others_ms"].tolist(), name="host wait (blocked + readback) from others",
+                marker_color=PART_COLORS["host_blocked_ms"])
+    fig.add_bar(x=x, y=agg["collective_from_others_ms"].tolist(), name="collective time from others",
+                marker_color=COLLECTIVE_COLOR)
+    fig.update_layout(barmode="group", yaxis_title="ms per step, over the all-ranks-alike case")
+    first = r.iloc[0]
+    return _title(fig, "Who waits for whom", r, f"{point_label(first)} · dispatch {first['dispatch']}")
+
+
+def one_rank_share(rows: pd.DataFrame, strategy: str = "device_direct", others: str = "non_blocking") -> pd.DataFrame:
+    """Per dispatch mode: step (max over ranks, median of trials) with all ranks `others`, all
+    `strategy`, only rank 0 `strategy`, and the share of the all-ranks penalty that rank 0 alone costs."""
+    r = ok_rows(rows)
+    r = r[r["ep_mode"] == "real"]
+    out = []
+    for (d, n), g in r.groupby(["dispatch", "world_size"]):
+        med = lambda case: float(g[(g["rank_case"] == case) & (g["rank"] == 0)]["step_ms_max_rank"].median())  # noqa: E731
+        a, b = med(",".join([others] * n)), med(",".join([strategy] * n))
+        one = med(",".join([strategy] + [others] * (n - 1)))
+        out.append({"dispatch": d, "world_size": n, f"all {others}": a, f"all {strategy}": b,
+                    f"only rank 0 {strategy}": one, "share_of_penalty": (one - a) / (b - a) if b != a else np.nan})
+    return pd.DataFrame(out)

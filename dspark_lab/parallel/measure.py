@@ -1,0 +1,264 @@
+"""Every rank measures its own steps; rows gain a rank dimension (schema.RANK_COLUMNS).
+
+A point is (config, world size, dispatch mode) with a list of cases; a case says what each rank
+does (`RankCase`: strategy, added host delay, host jitter per rank). As in runner.measure_point,
+timing trials come first, interleaved across cases, with the device drained and the ranks
+joined by a barrier at every trial boundary (so all ranks run the same case at the same time),
+then one profiled pass over the cases in turn, analysed per rank by the measure/ code.
+
+Who waits for whom: a rank's `blocked_from_others_ms` / `collective_from_others_ms` are the rise
+of its host wait (blocked + readback) and of its collective time over the case in which every
+rank runs exactly as this rank does (same strategy, delay and jitter): what the others' being
+different cost it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+import numpy as np
+import torch
+
+from .. import strategies as strategy_registry
+from ..config import LabConfig
+from ..measure import intervals as iv
+from ..measure import syncs, timing, trace
+from ..predicate import enable_num_token_non_padded
+from ..runner import PROFILE_STEPS, STRATEGY_RANGE, analyse, profile_strategies
+from ..schema import RANK_COLUMNS, ROW_COLUMNS
+from .dispatch import check_mode
+from .ranks import RankContext, nccl_version
+from .step import RankStep
+
+# Host-side names of collective calls in a CPU trace (c10d ops, gloo ranges, torch's comms record).
+_HOST_COLLECTIVE_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms")
+
+
+@dataclass(frozen=True)
+class RankCase:
+    strategies: tuple  # one strategy name per rank
+    host_delay_ms: tuple = ()  # per rank; empty = all 0
+    host_jitter_ms: tuple = ()  # per rank, uniform 0..J ms each step; empty = all 0
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        n = len(self.strategies)
+        if n < 1:
+            raise ValueError("strategies must name one strategy per rank")
+        for s in self.strategies:
+            strategy_registry.get(s)
+        for fname in ("host_delay_ms", "host_jitter_ms"):
+            v = tuple(float(x) for x in (getattr(self, fname) or (0.0,) * n))
+            if len(v) != n or any(x < 0 for x in v):
+                raise ValueError(f"{fname} must give one value >= 0 per rank ({n}); got {getattr(self, fname)!r}")
+            object.__setattr__(self, fname, v)
+        object.__setattr__(self, "strategies", tuple(self.strategies))
+        if not self.name:
+            object.__setattr__(self, "name", self.default_name())
+
+    @property
+    def world_size(self) -> int:
+        return len(self.strategies)
+
+    def default_name(self) -> str:
+        name = ",".join(self.strategies)
+        if any(self.host_delay_ms):
+            name += " delay=" + ",".join(f"{d:g}" for d in self.host_delay_ms)
+        if any(self.host_jitter_ms):
+            name += " jitter=" + ",".join(f"{j:g}" for j in self.host_jitter_ms)
+        return name
+
+    def rank_settings(self, rank: int) -> tuple:
+        return self.strategies[rank], self.host_delay_ms[rank], self.host_jitter_ms[rank]
+
+    def baseline_for(self, rank: int) -> "RankCase":
+        """Every rank runs as `rank` does here."""
+        s, d, j = self.rank_settings(rank)
+        n = self.world_size
+        return RankCase((s,) * n, (d,) * n, (j,) * n)
+
+
+def uniform(strategy: str, world: int, delay_ms: float = 0.0, jitter_ms: float = 0.0) -> RankCase:
+    return RankCase((strategy,) * world, (delay_ms,) * world, (jitter_ms,) * world)
+
+
+def only_rank0(strategy: str, others: str, world: int) -> RankCase:
+    return RankCase((strategy,) + (others,) * (world - 1))
+
+
+def delay_rank0(strategy: str, world: int, delay_ms: float) -> RankCase:
+    return RankCase((strategy,) * world, (delay_ms,) + (0.0,) * (world - 1))
+
+
+def ep_mode_for(ep_size: int, world_size: int) -> str:
+    if world_size > 1:
+        return "real"
+    return "predicate_only" if ep_size > 1 else "single"
+
+
+def rank_point_id(cfg: LabConfig, world_size: int, dispatch: str) -> str:
+    d = cfg.to_dict()
+    d.pop("strategy")
+    d.update(world_size=world_size, dispatch=dispatch)
+    return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def collective_ms_per_step(ev, cuda: bool) -> float:
+    """Time inside collectives per step: NCCL kernels on the GPU, else collective calls' host wall time."""
+    wins = syncs.step_windows(ev)
+    if not wins:
+        return 0.0
+    if cuda:
+        sel = ev[(ev.cat == "kernel") & ev.name.str.lower().str.contains("nccl")]
+    else:
+        host = syncs.host_events(ev)
+        sel = host[host.name.str.startswith(_HOST_COLLECTIVE_PREFIXES) & (host.ph == "X")]
+    spans = iv.union(zip(sel.ts, sel.end))
+    inside = sum(e - s for s, e in iv.union(iv.clip(spans, wins[0][0], wins[-1][1])))
+    return inside / 1e3 / len(wins)
+
+
+@dataclass
+class RanksResult:
+    rows: list
+    timelines: list
+    samples: dict = field(default_factory=dict)  # case -> rank -> per-step host-clock ms (all trials)
+    info: dict = field(default_factory=dict)
+
+
+def _row_base(cfg: LabConfig, ctx: RankContext, dispatch: str, case: RankCase, pid: str) -> dict:
+    s, d, j = case.rank_settings(ctx.rank)
+    r = {c: None for c in ROW_COLUMNS + RANK_COLUMNS}
+    r.update(
+        point_id=pid, ep_size=cfg.ep_size, batch_size=cfg.batch_size, gamma=cfg.gamma, strategy=s, model=cfg.model,
+        workload=cfg.workload, graph=cfg.graph, device=ctx.device, query_token_num=cfg.query_token_num,
+        bucket_batch_size=cfg.bucket_batch_size, num_tokens=cfg.num_tokens,
+        target_verify_ms=cfg.workload_costs.target_verify_ms, predicate=enable_num_token_non_padded(cfg.parallel),
+        rank=ctx.rank, world_size=ctx.world_size, ep_mode=ep_mode_for(cfg.ep_size, ctx.world_size),
+        dispatch=dispatch if ctx.world_size > 1 else "", rank_case=case.name,
+        rank_strategies=",".join(case.strategies), host_delay_ms=d, host_jitter_ms=j,
+    )
+    return r
+
+
+def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequence[RankCase], *,
+                  batch_sizes: Optional[Sequence[int]] = None, profile_steps: int = PROFILE_STEPS,
+                  debug_sites: bool = True, on_progress=None) -> Optional[RanksResult]:
+    """Run on every rank (or once, with `RankContext.single()`). Returns the rows of all ranks on
+    rank 0 and None elsewhere. `batch_sizes` gives each rank its own real batch (they pad to the
+    largest one's capture bucket); by default every rank runs `cfg.batch_size`."""
+    check_mode(dispatch)
+    world, rank = ctx.world_size, ctx.rank
+    cases = [c if isinstance(c, RankCase) else RankCase(**c) for c in cases]
+    if not cases:
+        raise ValueError("cases must hold at least one RankCase")
+    for c in cases:
+        if c.world_size != world:
+            raise ValueError(f"case {c.name!r} has {c.world_size} ranks; the group has {world}")
+    if len({c.name for c in cases}) != len(cases):
+        raise ValueError("case names must be distinct")
+    batch_sizes = list(batch_sizes or [cfg.batch_size] * world)
+    if len(batch_sizes) != world:
+        raise ValueError(f"batch_sizes must give one batch per rank ({world}); got {batch_sizes!r}")
+    ep = world if world > 1 else cfg.ep_size
+    base = cfg.with_(ep_size=ep, device=ctx.device)
+    bucket = max(base.with_(batch_size=b).bucket_batch_size for b in batch_sizes)
+    my_cfg = base.with_(batch_size=batch_sizes[rank])
+    pid = rank_point_id(base, world, dispatch)
+    progress = on_progress or (lambda msg, frac: None)
+
+    steps: dict[str, RankStep] = {}
+    first = None
+    for i, c in enumerate(cases):
+        s, d, j = c.rank_settings(rank)
+        steps[c.name] = RankStep(my_cfg, s, group=ctx.group, dispatch=dispatch, bucket=bucket, host_delay_ms=d,
+                                 host_jitter_ms=j, jitter_seed=cfg.seed * 7919 + rank * 104729 + i, share_with=first)
+        first = first or steps[c.name]
+
+    def sync() -> None:
+        first.drain()
+        ctx.barrier()
+
+    sync()
+    timings = timing.interleaved_trials(
+        {n: s.step for n, s in steps.items()}, trials=cfg.trials, steps=cfg.steps, warmup=cfg.warmup, sync=sync,
+        on_trial=lambda n, t: progress(f"trial {t + 1}/{cfg.trials}: {n}", t / cfg.trials))
+    sync()
+    progress("profiling", 0.9)
+    whole = profile_strategies(steps, profile_steps)
+    sync()
+    cuda = ctx.device == "cuda"
+    rows, timelines = [], []
+    for c in cases:
+        tr = trace.window(whole, STRATEGY_RANGE + c.name)
+        stats, tl = analyse(tr)
+        stats["gpu_collective_ms"] = collective_ms_per_step(trace.events(tr), cuda)
+        if cuda and stats.get("gpu_busy_ms") is not None:
+            stats["gpu_busy_ms"] = max(0.0, stats["gpu_busy_ms"] - stats["gpu_collective_ms"])
+        if cuda and debug_sites:  # every rank runs these steps, so the collectives stay matched
+            debug = syncs.debug_sites_per_step(steps[c.name].step, steps=3)
+            sync()
+            if debug:
+                stats["sync_site"] = max(debug, key=debug.get)
+                stats["sync_sites"] = json.dumps(debug, sort_keys=True)
+        timelines.append({"kind": "timeline", "point_id": pid, "strategy": f"{c.name} · rank {rank}",
+                          "rank": rank, "rank_case": c.name, "segments": tl})
+        for t in timings[c.name]:
+            r = _row_base(my_cfg, ctx, dispatch, c, pid)
+            r["graph"] = bool(steps[c.name].runner.use_graph)  # a2a_dynamic and CPU run eagerly
+            r.update(status="ok", error="", trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50,
+                     step_ms_p90=t.p90)
+            r.update({k: v for k, v in stats.items() if k in r})
+            r["sync_sites"] = stats.get("sync_sites", "{}")
+            rows.append(r)
+    samples = {c.name: np.concatenate([t.per_step_ms for t in timings[c.name]]).tolist() for c in cases}
+    gathered = ctx.all_gather_object((rows, timelines, samples))
+    if rank != 0:
+        return None
+    all_rows = [r for g in gathered for r in g[0]]
+    _cross_rank_columns(all_rows, cases)
+    info = {"world_size": world, "backend": ctx.backend, "dispatch": dispatch, "nccl_version": nccl_version(),
+            "bucket_batch_size": bucket, "batch_sizes": batch_sizes, "point_id": pid,
+            "graph": bool(first.runner.use_graph)}
+    return RanksResult(all_rows, [t for g in gathered for t in g[1]],
+                       {c.name: {r: g[2][c.name] for r, g in enumerate(gathered)} for c in cases}, info)
+
+
+def _mean(rows: list, key: str) -> Optional[float]:
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def _cross_rank_columns(rows: list, cases: Sequence[RankCase]) -> None:
+    """step_ms_max_rank per case x trial; who-waits-for-whom against each rank's uniform baseline."""
+    by_key: dict = {}
+    for r in rows:
+        by_key.setdefault((r["rank_case"], r["trial"]), []).append(r)
+    for group in by_key.values():
+        m = max(r["step_ms"] for r in group)
+        for r in group:
+            r["step_ms_max_rank"] = m
+    names = {c.name: c for c in cases}
+    by_case_rank: dict = {}
+    for r in rows:
+        by_case_rank.setdefault((r["rank_case"], r["rank"]), []).append(r)
+    for (name, rank), rs in by_case_rank.items():
+        base = names[name].baseline_for(rank)
+        base_rows = next((by_case_rank.get((c.name, rank)) for c in cases if
+                          (c.strategies, c.host_delay_ms, c.host_jitter_ms) ==
+                          (base.strategies, base.host_delay_ms, base.host_jitter_ms)), None)
+        if not base_rows:
+            continue
+        wait = lambda rr: (_mean(rr, "host_blocked_ms") or 0.0) + (_mean(rr, "host_readback_ms") or 0.0)  # noqa: E731
+        blocked = wait(rs) - wait(base_rows)
+        coll = (_mean(rs, "gpu_collective_ms") or 0.0) - (_mean(base_rows, "gpu_collective_ms") or 0.0)
+        for r in rs:
+            r["blocked_from_others_ms"], r["collective_from_others_ms"] = blocked, coll
+
+
+def measure_single(cfg: LabConfig, dispatch: str, strategies: Sequence[str], **kw) -> RanksResult:
+    """The world-size-1 case of the same code, in this process (ep_mode "single" or "predicate_only")."""
+    return measure_ranks(RankContext.single(cfg.resolved_device()), cfg, dispatch,
+                         [uniform(s, 1) for s in strategies], **kw)

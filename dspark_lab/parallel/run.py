@@ -1,0 +1,118 @@
+"""Headless EP runs on real ranks (the CLI's `dspark-lab ep` and scripts/gpu_ep.py), and the
+persistent group the live panel drives (`EPLive`)."""
+from __future__ import annotations
+
+import threading
+from typing import Callable, Optional, Sequence
+
+from .. import store
+from .. import strategies as strategy_registry
+from ..config import LabConfig
+from .dispatch import DISPATCH_MODES, check_mode
+from .measure import RankCase, RanksResult, delay_rank0, measure_ranks, only_rank0, uniform
+from .workers import WorkerGroup, device_count, resolve_backend
+
+
+def standard_cases(world: int, strategies: Optional[Sequence[str]] = None, *, rank0_only: Sequence[str] = ("device_direct",),
+                   others: str = "non_blocking", rank0_delay_ms: float = 0.0,
+                   delay_strategies: Sequence[str] = ("non_blocking", "device_direct"),
+                   jitter_ms: float = 0.0) -> list[RankCase]:
+    """Every strategy on all ranks; then `rank0_only` strategies on rank 0 alone (the others run
+    `others`); a host delay on rank 0; random host jitter on every rank."""
+    names = list(strategies or strategy_registry.BUILTIN)
+    cases = [uniform(s, world) for s in names]
+    if world > 1:
+        cases += [only_rank0(s, others, world) for s in rank0_only if s != others]
+        if rank0_delay_ms:
+            cases += [delay_rank0(s, world, rank0_delay_ms) for s in delay_strategies]
+        if jitter_ms:
+            cases += [uniform(s, world, jitter_ms=jitter_ms) for s in delay_strategies]
+    out, seen = [], set()
+    for c in cases:
+        if c.name not in seen:
+            seen.add(c.name)
+            out.append(c)
+    return out
+
+
+def check_world(world: int, backend: str) -> None:
+    if backend == "nccl" and world > device_count():
+        raise ValueError(f"ep world size must be at most the {device_count()} GPUs present; got {world} "
+                         "(larger EP sizes: ep_mode predicate_only through `dspark-lab sweep`, or parallel.predict)")
+
+
+def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODES, cases: Optional[Sequence[RankCase]] = None,
+           *, out=None, backend: str = "auto", batch_sizes=None, group: Optional[WorkerGroup] = None,
+           profile_steps: int = 12, on_point: Optional[Callable[[str, RanksResult], None]] = None,
+           fingerprint: Optional[dict] = None, timeout_s: Optional[float] = None) -> dict:
+    """Measure every dispatch mode x case on `world` real ranks; write one run file (under `out`,
+    default data/runs/) with world size, backend, NCCL version and dispatch modes in its header.
+    Returns {dispatch: RanksResult} and the run file's path under "path"."""
+    for d in dispatches:
+        check_mode(d)
+    backend = resolve_backend(backend)
+    check_world(world, backend)
+    cases = list(cases or standard_cases(world))
+    own = group is None
+    group = group or WorkerGroup(world, backend).start()
+    try:
+        if group.world_size != world:
+            raise ValueError(f"group has {group.world_size} ranks; world is {world}")
+        info = group.info[0] if group.info else {}
+        if fingerprint is None:
+            from ..measure.probe import fingerprint as fp
+
+            fingerprint = fp()
+        writer = store.RunWriter.create(
+            out, fingerprint=fingerprint,
+            sweep={"base": cfg.to_dict(), "world_size": world, "dispatch": list(dispatches),
+                   "cases": [c.name for c in cases], "batch_sizes": batch_sizes},
+            world_size=world, backend=backend, nccl_version=info.get("nccl_version"), dispatch=list(dispatches),
+            ep_mode="real", torch_ranks=info.get("torch"))
+        results: dict = {}
+        with writer:
+            for d in dispatches:
+                res = group.call(measure_ranks, cfg=cfg, dispatch=d, cases=cases, batch_sizes=batch_sizes,
+                                 profile_steps=profile_steps, timeout_s=timeout_s)[0]
+                writer.write_point(res.info["point_id"], res.rows, res.timelines)
+                results[d] = res
+                if on_point:
+                    on_point(d, res)
+        results["path"] = writer.path
+        return results
+    finally:
+        if own:
+            group.close()
+
+
+# A live update measures every strategy at one setting, sized like panel.LIVE_* (~3 s on an H200).
+EP_LIVE_STEPS, EP_LIVE_WARMUP, EP_LIVE_TRIALS, EP_LIVE_PROFILE_STEPS = 8, 2, 3, 4
+
+
+class EPLive:
+    """Real ranks for the live panel: one persistent WorkerGroup, restarted when the EP size changes."""
+
+    def __init__(self, backend: str = "auto", dispatch: str = "allreduce", profile_steps: int = EP_LIVE_PROFILE_STEPS):
+        self.backend = resolve_backend(backend)
+        self.profile_steps = profile_steps
+        self.dispatch = check_mode(dispatch)
+        self.group: Optional[WorkerGroup] = None
+        self._lock = threading.Lock()
+
+    def fits(self, ep_size: int) -> bool:
+        """EP sizes that run for real here: 2 .. the GPUs present (gloo: any size, for tests)."""
+        return ep_size > 1 and (self.backend == "gloo" or ep_size <= device_count())
+
+    def measure(self, cfg: LabConfig, strategies: Sequence[str], *, profile_steps: Optional[int] = None) -> RanksResult:
+        with self._lock:
+            if self.group is None or self.group.world_size != cfg.ep_size or not self.group.alive():
+                self.close()
+                self.group = WorkerGroup(cfg.ep_size, self.backend).start()
+            cases = [uniform(s, cfg.ep_size) for s in strategies]
+            return self.group.call(measure_ranks, cfg=cfg, dispatch=self.dispatch, cases=cases,
+                                   profile_steps=profile_steps or self.profile_steps, debug_sites=False)[0]
+
+    def close(self) -> None:
+        if self.group is not None:
+            self.group.close()
+            self.group = None
