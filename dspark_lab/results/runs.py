@@ -34,7 +34,20 @@ class ReferencePoint:
     gamma: int = 4
 
     def describe(self) -> str:
-        return f"{self.workload}, batch {self.batch_size}, gamma {self.gamma}, the largest recorded EP > 1"
+        return (f"{self.workload}, batch {self.batch_size}, gamma {self.gamma}, the largest recorded EP > 1, "
+                "measured in one process; real-rank and predicted runs are shown apart")
+
+
+# Rows of the one-process measurement (EP flips the predicate); "real" rows come from rank processes
+# and "predicted" rows from parallel.predict: neither stands for the reference point.
+SEPARATE_EP_MODES = ("real", "predicted")
+
+
+def one_process(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows measured in one process (no ep_mode recorded, "single" or "predicate_only")."""
+    if "ep_mode" not in rows.columns:
+        return rows
+    return rows[~rows["ep_mode"].isin(SEPARATE_EP_MODES)]
 
 
 REFERENCE = ReferencePoint()
@@ -231,11 +244,13 @@ class Runs:
         return rows
 
     def nearest(self, *, ep_size=None, batch_size=None, gamma=None, workload=None, model=None,
-                run_id=None, ok_only: bool = True) -> pd.DataFrame:
+                run_id=None, ok_only: bool = True, one_process_only: bool = False) -> pd.DataFrame:
         """The rows of the recorded point nearest to the asked settings, per run; the runs kept are
         those holding the overall-nearest (EP, batch, gamma). Workload, model and run match exactly;
         EP, batch and gamma by log2 distance; ties go to the smaller point."""
         df = self.ok if ok_only else self.rows
+        if one_process_only:
+            df = one_process(df)
         if df.empty:
             raise ValueError("no recorded rows to select from")
         for col, want in (("workload", workload), ("model", model), ("run_id", run_id)):
@@ -256,7 +271,7 @@ class Runs:
     def reference(self, run_id: Optional[str] = None, ep_size: Optional[int] = None) -> pd.DataFrame:
         """The reference point (REFERENCE) in every run holding it, or in one run. `ep_size=1`
         gives its EP-1 twin. Falls back to the nearest recorded point when it was not recorded."""
-        ok = self.ok if run_id is None else self.ok[self.ok["run_id"] == run_id]
+        ok = one_process(self.ok if run_id is None else self.ok[self.ok["run_id"] == run_id])
         if ok.empty:
             raise ValueError("no successful recorded rows" + (f" in run {run_id!r}" if run_id else ""))
         wl = REFERENCE.workload if REFERENCE.workload in set(ok["workload"]) else ok["workload"].value_counts().index[0]
@@ -265,7 +280,7 @@ class Runs:
             eps = ok["ep_size"].astype(int)
             ep_size = int(eps[eps > 1].max()) if (eps > 1).any() else int(eps.max())
         return self.nearest(ep_size=ep_size, batch_size=REFERENCE.batch_size, gamma=REFERENCE.gamma,
-                            workload=wl, run_id=run_id)
+                            workload=wl, run_id=run_id, one_process_only=True)
 
     def featured_points(self) -> list[tuple[str, str]]:
         """(run_id, point_id) pairs to present: the reference point and its EP-1 twin, per run."""
@@ -343,8 +358,12 @@ class Runs:
     def headline(self, baseline: str = BASELINE) -> Headline:
         """The reference point's numbers by HEADLINE_RULE (printed with them)."""
         head = Headline(HEADLINE_RULE)
-        ok = self.ok
+        ok = one_process(self.ok)
         if ok.empty:
+            return head
+        try:  # the reference EP size is the largest recorded over all runs of the machine's kind
+            ref_ep = int(self.reference()["ep_size"].iloc[0])
+        except ValueError:
             return head
         when = {str(h.get("run_id")): str(h.get("created_at") or h.get("recorded_at") or "") for h in self.headers}
         machines = ok.drop_duplicates("run_id")[["run_id", *MACHINE_COLUMNS]].astype(str)
@@ -352,11 +371,11 @@ class Runs:
             ids = sorted(m["run_id"], key=lambda r: (when.get(r, ""), r), reverse=True)
             for rid in ids:  # the most recent run holding the reference point
                 try:
-                    rows = self.reference(run_id=rid)
+                    rows = self.reference(run_id=rid, ep_size=ref_ep)
                 except ValueError:
                     continue
-                if (rows["workload"] != REFERENCE.workload).any() or \
-                        (rows[["batch_size", "gamma"]].iloc[0].tolist() != [REFERENCE.batch_size, REFERENCE.gamma]):
+                if (rows["workload"] != REFERENCE.workload).any() or (rows[["ep_size", "batch_size", "gamma"]].iloc[0]
+                                                                      .tolist() != [ref_ep, REFERENCE.batch_size, REFERENCE.gamma]):
                     continue
                 summ = self.summary(rows)
                 entry = {"run_id": rid, "label": self._labels.get(rid, rid), "point": point_label(rows.iloc[0]),
