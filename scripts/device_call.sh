@@ -35,9 +35,9 @@ for s in "${stages[@]}"; do
     gallery) stage gallery 150 $py scripts/gpu_gallery.py ;;
     sync_cost) stage sync_cost 150 $py scripts/gpu_sync_cost.py ;;
     cuda_tests) stage cuda_tests 240 $py scripts/gpu_session.py cuda_tests ;;
-    noise) stage noise 330 $py scripts/gpu_noise.py reference live overhead ;;
-    sweep) stage sweep 300 $py scripts/gpu_session.py sweep ;;
-    notebooks) DSPARK_NOTEBOOKS=01_onboarding.ipynb,04_sync_gallery.ipynb stage notebooks 200 $py scripts/gpu_session.py notebooks ;;
+    noise) stage noise 190 $py scripts/gpu_noise.py reference live overhead ;;
+    sweep) stage sweep 260 $py scripts/gpu_session.py sweep ;;
+    notebooks) DSPARK_NOTEBOOKS=01_onboarding.ipynb,04_sync_gallery.ipynb stage notebooks 120 $py scripts/gpu_session.py notebooks ;;
     *) echo "unknown stage $s" | tee -a "$W/summary.txt" ;;
   esac
 done
