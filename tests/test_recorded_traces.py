@@ -173,3 +173,19 @@ def test_cupti_sync_events_agree_with_the_counted_api_calls(name):
     kinds = {"Stream Sync": "stream", "Event Sync": "event", "Context Sync": "device"}
     assert sorted(kinds[k] for k in cupti.name) == sorted(calls.kind)
     assert set(cupti.correlation) == set(calls.correlation)
+
+
+def test_attribution_skips_torch_frames_named_relative_to_site_packages():
+    """The profiler may name torch's files relative to site-packages ("torch/cuda/streams.py"):
+    such a frame is torch's own, and the site is the caller's (seen on the H200: an event sync inside
+    torch.cuda.Event.synchronize was attributed to torch/cuda/streams.py)."""
+    import pandas as pd
+
+    from dspark_lab.measure import syncs
+
+    host = pd.DataFrame([
+        dict(name="dspark_lab/gallery/cases.py(287): read_back", cat="python_function", ts=0.0, end=10.0),
+        dict(name="torch/cuda/streams.py(245): synchronize", cat="python_function", ts=1.0, end=9.0),
+        dict(name="cudaEventSynchronize", cat="cuda_runtime", ts=2.0, end=8.0),
+    ])
+    assert syncs.attribute(host, host.iloc[2]) == "gallery/cases.py(287): read_back"

@@ -68,7 +68,9 @@ def attribute(host: pd.DataFrame, call: pd.Series) -> str:
     frames = around[around.cat == "python_function"].sort_values("ts")
     for name in reversed(frames.name.tolist()):
         f = python_frame(name)
-        if f and not any(p in f[0] for p in _TORCH_PATH_PARTS):
+        # The profiler names files relative to site-packages ("torch/cuda/streams.py"): rooted
+        # here so that torch's own frames match "/torch/" as absolute paths do.
+        if f and not any(p in "/" + f[0].lstrip("/") for p in _TORCH_PATH_PARTS):
             path = Path(f[0])
             short = "/".join(path.parts[-2:]) if len(path.parts) >= 2 else path.name
             return f"{short}({f[1]}): {f[2]}"
