@@ -158,13 +158,20 @@ def pageable_blocks(probe: Optional[dict]) -> Optional[bool]:
     return None if v is None else bool(v)
 
 
+def _latest_run(runs: Runs) -> str:
+    """The most recent run with a successful point: by its rows' recorded_at, then the headers' order."""
+    ok = runs.ok.assign(run_id=runs.ok["run_id"].astype(str))
+    at = ok.groupby("run_id")["recorded_at"].max().astype(str) if "recorded_at" in ok.columns else pd.Series(dtype=str)
+    order = {r: i for i, r in enumerate(runs.run_ids())}
+    return max(set(ok["run_id"]), key=lambda r: (at.get(r, ""), order.get(r, -1)))
+
+
 def recommend(rows: pd.DataFrame, probe: Optional[dict] = None) -> Recommendation:
     """The strategy to use on the machine of `rows` (its most recent run), by RULE, with evidence."""
     runs = rows if isinstance(rows, Runs) else Runs(rows)
     if runs.ok.empty:
         raise ValueError("rows hold no successful trial: record a run first (dspark-lab sweep)")
-    with_rows = set(runs.ok["run_id"].astype(str))
-    rid = [r for r in runs.run_ids() if r in with_rows][-1]  # the most recent run with a successful point
+    rid = _latest_run(runs)
     label = runs.labels().get(rid, rid)
     points = []
     ep_sizes = set(runs.ok.loc[runs.ok["run_id"] == rid, "ep_size"].astype(int))
