@@ -22,7 +22,7 @@ from typing import Optional
 
 import pandas as pd
 
-from .results.runs import Runs, ok_rows, point_label
+from .results.runs import Runs, ok_rows, one_process, point_label
 
 RULE = ("rule: at each EP regime of the run (EP > 1, where the MoE top-k reads the scalar; EP 1, where nothing "
         "reads it), keep the strategies that are sync-free there and not measurably slower than the fastest "
@@ -158,8 +158,17 @@ def pageable_blocks(probe: Optional[dict]) -> Optional[bool]:
     return None if v is None else bool(v)
 
 
-def _latest_run(runs: Runs) -> str:
+def measured_in_one_process(runs: Runs) -> Runs:
+    """`runs` without the rows of real ranks and predictions (results.runs.SEPARATE_EP_MODES): the
+    strategy comparisons here are one-process measurements; notebook 01 shows EP on real ranks apart."""
+    keep = one_process(runs.rows)
+    return runs if len(keep) == len(runs.rows) else Runs(keep, runs.timelines, runs.headers, runs.warnings)
+
+
+def latest_run(runs: Runs) -> str:
     """The most recent run with a successful point: by its rows' recorded_at, then the headers' order."""
+    if runs.ok.empty:
+        raise ValueError("no successful recorded rows: record a run first (dspark-lab sweep)")
     ok = runs.ok.assign(run_id=runs.ok["run_id"].astype(str))
     at = ok.groupby("run_id")["recorded_at"].max().astype(str) if "recorded_at" in ok.columns else pd.Series(dtype=str)
     order = {r: i for i, r in enumerate(runs.run_ids())}
@@ -167,11 +176,12 @@ def _latest_run(runs: Runs) -> str:
 
 
 def recommend(rows: pd.DataFrame, probe: Optional[dict] = None) -> Recommendation:
-    """The strategy to use on the machine of `rows` (its most recent run), by RULE, with evidence."""
-    runs = rows if isinstance(rows, Runs) else Runs(rows)
+    """The strategy to use on the machine of `rows` (its most recent run measured in one process), by
+    RULE, with evidence."""
+    runs = measured_in_one_process(rows if isinstance(rows, Runs) else Runs(rows))
     if runs.ok.empty:
-        raise ValueError("rows hold no successful trial: record a run first (dspark-lab sweep)")
-    rid = _latest_run(runs)
+        raise ValueError("rows hold no successful trial measured in one process: record a run first (dspark-lab sweep)")
+    rid = latest_run(runs)
     label = runs.labels().get(rid, rid)
     points = []
     ep_sizes = set(runs.ok.loc[runs.ok["run_id"] == rid, "ep_size"].astype(int))

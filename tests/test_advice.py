@@ -125,3 +125,23 @@ def test_recorded_probe_matches_gpu_and_driver(tmp_path):
     assert got["pageable_nonblocking_blocks"] is False and got["recorded"] == "2026-11-30"
     assert got["source"].endswith("a.json")
     assert advice.recorded_probe({"gpu": "G", "driver": "2"}, tmp_path) is None
+
+
+def test_rows_of_real_ranks_and_predictions_are_left_out_of_the_choice_and_the_headline():
+    from dspark_lab.results import Runs
+
+    base = pd.concat([_rows({"device_direct": 8.0, "non_blocking": 6.0, "persistent_fill": 6.5}),
+                      _rows({"device_direct": 8.0, "non_blocking": 6.0, "persistent_fill": 6.5}, ep_size=1, seed=3)])
+    base["ep_mode"] = np.where(base.ep_size > 1, "predicate_only", "single")
+    # A later real-EP run at the reference batch and gamma (two ranks, persistent_fill fastest there) and
+    # a prediction at EP 8: as the GPU stage records them on the same machine.
+    real = pd.concat([_rows({"device_direct": 8.0, "non_blocking": 7.0, "persistent_fill": 5.0}, ep_size=2,
+                            run_id="ep", recorded_at="2026-11-30T12:00:00").assign(rank=k) for k in (0, 1)])
+    real = real.assign(ep_mode="real", rank_case="x")
+    pred = _rows({"device_direct": 8.0, "persistent_fill": 4.0}, run_id="pred", recorded_at="2026-11-30T13:00:00",
+                 trials=1).assign(ep_mode="predicted")
+    both = pd.concat([base, real, pred], ignore_index=True)
+    assert advice.recommend(both).strategy == advice.recommend(base).strategy == "non_blocking"
+    assert advice.latest_run(advice.measured_in_one_process(Runs(both))) == "r1"
+    head = Runs(both).headline()
+    assert [e["run_id"] for e in head.entries] == ["r1"] and head.lines() == Runs(base).headline().lines()

@@ -73,6 +73,16 @@ def gpu_name(gpu) -> str:
     return "CPU only (no GPU)" if g.lower() in ("", "none", "cpu") else g
 
 
+# Rows of real ranks (one per rank and rank case) and predicted rows answer the EP questions and are
+# shown apart (figures_ranks); the reference point and the headline are one-process measurements.
+SEPARATE_EP_MODES = ("real", "predicted")
+
+
+def one_process(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows measured in one process (ep_mode "single", "predicate_only", or none recorded)."""
+    return rows if "ep_mode" not in rows.columns else rows[~rows["ep_mode"].isin(SEPARATE_EP_MODES)]
+
+
 def ok_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return rows if "status" not in rows.columns else rows[rows["status"] == "ok"]
 
@@ -256,7 +266,7 @@ class Runs:
     def reference(self, run_id: Optional[str] = None, ep_size: Optional[int] = None) -> pd.DataFrame:
         """The reference point (REFERENCE) in every run holding it, or in one run. `ep_size=1`
         gives its EP-1 twin. Falls back to the nearest recorded point when it was not recorded."""
-        ok = self.ok if run_id is None else self.ok[self.ok["run_id"] == run_id]
+        ok = one_process(self.ok if run_id is None else self.ok[self.ok["run_id"] == run_id])
         if ok.empty:
             raise ValueError("no successful recorded rows" + (f" in run {run_id!r}" if run_id else ""))
         wl = REFERENCE.workload if REFERENCE.workload in set(ok["workload"]) else ok["workload"].value_counts().index[0]
@@ -264,8 +274,11 @@ class Runs:
         if ep_size is None:
             eps = ok["ep_size"].astype(int)
             ep_size = int(eps[eps > 1].max()) if (eps > 1).any() else int(eps.max())
-        return self.nearest(ep_size=ep_size, batch_size=REFERENCE.batch_size, gamma=REFERENCE.gamma,
-                            workload=wl, run_id=run_id)
+        rows = one_process(self.nearest(ep_size=ep_size, batch_size=REFERENCE.batch_size, gamma=REFERENCE.gamma,
+                                        workload=wl, run_id=run_id))
+        if rows.empty:
+            raise ValueError("the reference point's nearest recorded point holds only real-rank or predicted rows")
+        return rows
 
     def featured_points(self) -> list[tuple[str, str]]:
         """(run_id, point_id) pairs to present: the reference point and its EP-1 twin, per run."""
