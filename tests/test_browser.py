@@ -2,7 +2,8 @@
 and 03, runs all cells, and in 01 and 03 moves each control of the panel (EP, batch, gamma, strategy,
 workload, run), checking after each move that the strategy-comparison figure shows the recorded medians
 of the point the settings map to, and that the run labels in the run dropdown are unique.
-Screenshots land under out/ (CI artifacts).
+Screenshots land under out/ (CI artifacts): each notebook after Run All, screen by screen
+(browser_<nn>_page_<kk>.png), and the panels' first render and final state.
 
 Run with `pytest -m browser`. Needs Chromium at /usr/bin/chromium (never downloaded by this test).
 """
