@@ -148,29 +148,21 @@ def _n_lines(text) -> int:
 
 
 def legend_entries(fig: go.Figure) -> list[str]:
-    """The names the legend shows (one per legend group), in order."""
-    seen, out = set(), []
-    for tr in fig.data:
-        if tr.showlegend is False or not tr.name:
-            continue
-        key = tr.legendgroup or tr.name
-        if key not in seen:
-            seen.add(key)
-            out.append(str(tr.name))
-    return out
+    """The names the legend shows, in order: one entry per trace with a name, unless hidden with
+    showlegend=False (a legend group only toggles its traces together; each still has its entry)."""
+    return [str(tr.name) for tr in fig.data if tr.showlegend is not False and tr.name]
 
 
 def legend_rows(names: Sequence[str], width_px: float) -> int:
-    """Rows a horizontal legend of `names` takes at `width_px` (entry ≈ 7 px a character + the swatch)."""
+    """Rows a horizontal legend of `names` takes at `width_px` (entry ≈ 7 px a character + the swatch).
+    When the entries do not fit on one row, plotly sets them in columns as wide as the widest entry."""
     if not names:
         return 0
-    rows, used = 1, 0.0
-    for n in names:
-        w = 7.0 * len(n) + 50
-        if used and used + w > width_px:
-            rows, used = rows + 1, 0.0
-        used += w
-    return rows
+    widths = [7.0 * len(n) + 50 for n in names]
+    if sum(widths) <= width_px:
+        return 1
+    per_row = max(1, int(width_px // max(widths)))
+    return -(-len(names) // per_row)
 
 
 def fit_layout(fig: go.Figure, width: Optional[int] = None, height: Optional[int] = None) -> go.Figure:
@@ -478,10 +470,10 @@ def strategy_comparison(rows: pd.DataFrame) -> go.Figure:
     fig.update_layout(barmode="group", scattermode="group", yaxis_title="step time, ms (median of quiet trials, 95% CI)",
                       showlegend=True, legend_title="run")
     pt = point_label(df.iloc[0]) if not df.empty else ""
-    note = _failed_note(rows)
+    note = _failed_note(rows)  # counts the disturbed trials left out; where they are drawn is said here
     if n_disturbed:
-        note = (note + " " if note else "") + (f"{n_disturbed} disturbed trial(s) left out of the bars "
-                                                f"(red crosses; rule in dspark_lab/results/noise.py).")
+        note = "; ".join(t for t in (note, "disturbed trials drawn as red crosses beside the bars "
+                                               "(rule in dspark_lab/results/noise.py)") if t)
     _note(fig, note)
     return _title(fig, "Step time by strategy", rows, pt)
 

@@ -107,6 +107,7 @@ def one_rank_share(rows: pd.DataFrame, strategy: str = "device_direct", others: 
     r = r[r["ep_mode"] == "real"]
     out = []
     for (d, n), g in r.groupby(["dispatch", "world_size"]):
+        n = int(n)  # loaded runs hold world_size as float (NaN in runs recorded before ranks existed)
         med = lambda case: float(g[(g["rank_case"] == case) & (g["rank"] == 0)]["step_ms_max_rank"].median())  # noqa: E731
         a, b = med(",".join([others] * n)), med(",".join([strategy] * n))
         one = med(",".join([strategy] + [others] * (n - 1)))

@@ -2,7 +2,8 @@
 and 03, runs all cells, and in 01 and 03 moves each control of the panel (EP, batch, gamma, strategy,
 workload, run), checking after each move that the strategy-comparison figure shows the recorded medians
 of the point the settings map to, and that the run labels in the run dropdown are unique.
-Screenshots land under out/ (CI artifacts).
+Screenshots land under out/ (CI artifacts): each notebook after Run All, screen by screen
+(browser_<nn>_page_<kk>.png), and the panels' first render and final state.
 
 Run with `pytest -m browser`. Needs Chromium at /usr/bin/chromium (never downloaded by this test).
 """
@@ -83,7 +84,7 @@ JS_STATE = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return null;
   for (const gd of cell.querySelectorAll('.js-plotly-plot')) {{
     const t = gd.layout && gd.layout.title && (gd.layout.title.text || gd.layout.title);
     if (typeof t === 'string' && t.startsWith('Step time by strategy')) out.comparison = {{
-      traces: gd.data.map(d => ({{name: d.name, x: Array.from(d.x), y: Array.from(d.y),
+      traces: gd.data.filter(d => d.type === 'bar').map(d => ({{name: d.name, x: Array.from(d.x), y: Array.from(d.y),
                                  lw: d.marker && d.marker.line ? Array.from([].concat(d.marker.line.width)) : []}}))}};
     if (typeof t === 'string' && t.startsWith('Timeline')) out.timeline_lanes = Array.from(new Set(
       gd.data.flatMap(d => d.y ? Array.from(d.y) : [])));
@@ -131,10 +132,12 @@ def _expected(backend, settings: dict):
     except ValueError as e:
         return {"error": str(e)}
     ok = figures.ok_rows(data.rows).assign(run_id=lambda d: d["run_id"].astype(str))
-    labels = figures.run_labels(ok)
-    traces = []  # in the panel's order (runs as first seen); matched by position, labels may repeat
+    labels = backend.runs.labels()  # results.Runs: one short unique label per run
+    traces = []  # in the panel's order (runs as first seen)
     for rid, g in ok.groupby("run_id", sort=False):
-        med = g.groupby("strategy").step_ms.median()
+        # Disturbed trials (results.noise) are left out of the bars, unless all of a strategy's are.
+        med = g.groupby("strategy").apply(lambda t: t.step_ms[~t.disturbed].median() if (~t.disturbed).any()
+                                          else t.step_ms.median())
         order = figures.strategy_order(med.index)
         traces.append((labels.get(rid, rid), order, [float(med[s]) for s in order]))
     return {"traces": traces, "point": str(ok["point_id"].iloc[0])}
@@ -197,6 +200,26 @@ def _open_and_run_all(page, lab, name) -> float:
     return time.time() - t0
 
 
+JS_SCROLLER = "() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer')"
+
+
+def _page_through(page, stem: str, max_pages: int = 30) -> int:
+    """Scroll the notebook from top to bottom a screen at a time, a screenshot per screen
+    (out/browser_<stem>_page_NN.png), waiting for lazily drawn plots; back to the top after."""
+    for old in OUT.glob(f"browser_{stem}_page_*.png"):
+        old.unlink()
+    scroller = page.evaluate_handle(JS_SCROLLER)
+    n = 0
+    for n in range(max_pages):
+        scroller.evaluate(f"el => {{ el.scrollTop = {n} * (el.clientHeight - 60); }}")
+        page.wait_for_timeout(1200)
+        page.screenshot(path=str(OUT / f"browser_{stem}_page_{n:02d}.png"))
+        if scroller.evaluate("el => el.scrollTop + el.clientHeight >= el.scrollHeight - 2"):
+            break
+    scroller.evaluate("el => { el.scrollTop = 0; }")
+    return n + 1
+
+
 def _exercise_panel(page, name, backend, store_rows):
     """Move each control once and check the figure after each move; return the run dropdown's labels."""
     from dspark_lab import panel as panel_mod
@@ -232,7 +255,7 @@ def _exercise_panel(page, name, backend, store_rows):
     _choose(controls["strategy"], other)
     _wait_for_expected(page, controls, backend, run_ids, "strategy")
     # Every recorded run side by side, then another workload, then one run that has it.
-    _choose(controls["run"], "all recorded runs")
+    _choose(controls["run"], next(lab for lab, rid in opts["run"] if rid == panel_mod.ALL_RUNS))
     _wait_for_expected(page, controls, backend, run_ids, "run (all)")
     cur = _settings(controls, run_ids)
     wl = next((w for w in opts["workload"] if w != cur["workload"]), None)
@@ -281,6 +304,8 @@ def test_lab_sh_kit_runs_all_three_notebooks_and_every_control_moves_the_figures
                 took = _open_and_run_all(page, lab, name)
                 print(f"{name}: run all {took:.1f} s")
                 page.screenshot(path=str(OUT / f"browser_{name.split('_')[0]}.png"))
+                pages = _page_through(page, name.split("_")[0])
+                print(f"{name}: {pages} screenshots of the whole notebook")
                 if name in PANEL_NOTEBOOKS:
                     labels[name] = _exercise_panel(page, name, backend, rows)
                 page.evaluate(JS_SHUTDOWN)
