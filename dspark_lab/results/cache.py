@@ -7,7 +7,8 @@ view asks for them. An entry is used only when its key matches the run file as i
 
     key = resolved path, size, modification time (ns), LOADER_VERSION, the schema versions read
 
-so an appended, rewritten or touched run file is parsed again and its entry rewritten. An entry that
+so an appended, rewritten or touched run file is parsed again and its entry rewritten; a file
+modified in the last RACY_S seconds is not cached yet (its timestamp may not show a change to come). An entry that
 cannot be read (corrupt, truncated, written by another pyarrow, of another key) is ignored and
 rebuilt; the cache is never trusted over the file. Entries are written to a temporary name and
 renamed, so a reader never sees half an entry.
@@ -22,6 +23,7 @@ import hashlib
 import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -37,6 +39,7 @@ ENV = "DSPARK_CACHE"
 OFF = ("off", "0", "none", "no", "false")
 _META = b"dspark_cache"
 _JSON_PREFIX = "__json__"  # an extra column of mixed types, stored as JSON text under this prefix
+RACY_S = 2.0  # see racy()
 DISTURBED_COLUMN = "__disturbed"  # the verdict per row (recorded, else results.noise's rule)
 
 
@@ -78,6 +81,12 @@ def file_key(path: Path) -> Optional[dict]:
         return None
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
             "loader": LOADER_VERSION, "schemas": list(schema.READABLE_SCHEMA_VERSIONS)}
+
+
+def racy(key: Optional[dict]) -> bool:
+    """A file modified within RACY_S of now may change again without its size or time changing
+    (timestamps are coarse); like git's racy-clean rule, such a file is parsed but not cached."""
+    return key is not None and time.time() - key["mtime_ns"] / 1e9 < RACY_S
 
 
 def _stem(cache_dir: Path, key: dict) -> Path:

@@ -303,8 +303,8 @@ def parse_file(path: Path):
         entry.rows, entry.n_rows = df, len(df)
         seg_rows = [(fpv["run_id"], t["point_id"], t.get("strategy"), *seg) for t in timelines for seg in t["segments"]]
         entry.timelines = pd.DataFrame.from_records(seg_rows, columns=list(TIMELINE_COLUMNS))
-    if _cache.file_key(path) != key:  # written to while read: never cache what may be torn
-        entry.key = None
+    if _cache.file_key(path) != key or _cache.racy(key):  # written to while read, or may still be
+        entry.key = None  # changed within its timestamp's tick: never cached
     return entry
 
 
