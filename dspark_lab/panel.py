@@ -111,7 +111,8 @@ class RecordedBackend:
                 words.append(tok.lower())
         sub = self.runs.select(**kw) if kw else self.runs
         with_rows = set(self.rows["run_id"].astype(str))
-        ids = [r for r in self.runs.ranked_run_ids() if r in set(sub.run_ids()) and r in with_rows]
+        matched = set(sub.run_ids()) & with_rows
+        ids = [r for r in self.runs.ranked_run_ids() if r in matched]
         if words:
             info = self.runs.run_info().set_index("run_id")
             hay = {rid: " ".join(str(v) for v in r.values).lower() for rid, r in info.iterrows()}

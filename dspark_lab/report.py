@@ -222,10 +222,11 @@ def chosen_runs(runs: Runs, compare=None, max_compared: int = MAX_COMPARED) -> l
     if compare is None:
         return runs.default_selection(max_compared)
     ids = compare.run_ids() if isinstance(compare, Runs) else [str(r) for r in ([compare] if isinstance(compare, str) else compare)]
-    unknown = [r for r in ids if r not in set(runs.run_ids())]
+    known, wanted = set(runs.run_ids()), set(ids)
+    unknown = [r for r in ids if r not in known]
     if unknown:
         raise ValueError(f"compare: run {unknown[0]!r} is not among the loaded runs")
-    return [r for r in runs.ranked_run_ids() if r in set(ids)][:max_compared]
+    return [r for r in runs.ranked_run_ids() if r in wanted][:max_compared]
 
 
 def build_html(runs, timelines_df: Optional[pd.DataFrame] = None, headers=None, *,
@@ -335,7 +336,8 @@ def build_html(runs, timelines_df: Optional[pd.DataFrame] = None, headers=None, 
                  "“failed points” counts every run's failures.</p>")
     table = all_runs.table()
     if not table.empty:
-        table.insert(1, "compared", ["yes" if r in set(ids) else "" for r in table["run id"]])
+        shown = set(ids)
+        table.insert(1, "compared", ["yes" if r in shown else "" for r in table["run id"]])
         parts.append(_table(table.iloc[::-1]))
     parts.append("</body></html>")
     return "\n".join(parts)

@@ -13,6 +13,10 @@ cannot be read (corrupt, truncated, written by another pyarrow, of another key) 
 rebuilt; the cache is never trusted over the file. Entries are written to a temporary name and
 renamed, so a reader never sees half an entry.
 
+Loading a set of files also writes a bundle: every kept row of that set in one Parquet file, with
+each file's key and what its loading said. A later load of the same paths reads the bundle in one go
+when every file's key still matches (500 runs: one read instead of 500), else the per-file entries.
+
 Where: $DSPARK_CACHE, else $XDG_CACHE_HOME/dspark-lab/runs, else ~/.cache/dspark-lab/runs; never
 inside a folder being loaded (ValueError naming DSPARK_CACHE). DSPARK_CACHE=off (or 0, none)
 turns it off. Without pyarrow there is no cache: loading gives the same rows, parsed every time.
@@ -224,3 +228,45 @@ def read_timelines(cache_dir: Path, key: dict) -> Optional["pd.DataFrame"]:
     if meta.get("key") != key:
         return None
     return table.replace_schema_metadata(None).to_pandas()
+
+
+# -- the bundle: one load's rows in one file ----------------------------------------------------
+
+def bundle_path(cache_dir: Path, files) -> Path:
+    """The bundle of this list of run files (one per list: a changed list overwrites it)."""
+    digest = hashlib.sha256("\n".join(str(Path(f).resolve()) for f in files).encode()).hexdigest()[:24]
+    return cache_dir / f"bundle-{digest}.parquet"
+
+
+def read_bundle(cache_dir: Path, files, keys: list) -> Optional[tuple]:
+    """(entries without rows, the kept rows as one Table) when the bundle of `files` exists and every
+    file's key matches; else None."""
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(bundle_path(cache_dir, files))
+        meta = json.loads((table.schema.metadata or {})[_META])
+    except Exception:  # noqa: BLE001
+        return None
+    if meta.get("loader") != LOADER_VERSION or [e.get("key") for e in meta.get("entries", [])] != keys:
+        return None
+    entries = [Entry(key=e["key"], header=e.get("header"), header_line=e.get("header_line"),
+                     unreadable=e.get("unreadable"), read_problems=e.get("read_problems") or [],
+                     select_problems=e.get("select_problems") or [], run_id=e.get("run_id") or "",
+                     n_rows=e.get("n_rows", 0)) for e in meta["entries"]]
+    if sum(e.n_rows for e in entries) < table.num_rows:
+        return None
+    return entries, table.replace_schema_metadata(None)
+
+
+def write_bundle(cache_dir: Path, files, entries: list, table) -> bool:
+    """Write the bundle of `files`; False when it cannot be written (loading goes on without it)."""
+    if any(e.key is None for e in entries):
+        return False
+    meta = {"loader": LOADER_VERSION, "entries": [{**_meta(e), "n_rows": e.n_rows} for e in entries]}
+    try:
+        _atomic_write(bundle_path(cache_dir, files),
+                      table.replace_schema_metadata({_META: json.dumps(meta, default=str)}))
+    except Exception:  # noqa: BLE001
+        return False
+    return True

@@ -335,6 +335,10 @@ class TimelineSource:
     def run_ids(self) -> list:
         return list(self._loaders)
 
+    def read_runs(self) -> list:
+        """The runs whose segments have been read so far."""
+        return [r for r in self._loaders if r in self._memo]
+
     def subset(self, run_ids) -> "TimelineSource":
         out = TimelineSource({r: self._loaders[r] for r in run_ids if r in self._loaders})
         out._memo = self._memo  # shared: a run read through one view is not read again
@@ -408,39 +412,42 @@ def _cache_dir(cache, paths, default) -> Optional[Path]:
     return cdir
 
 
-def _assemble(parts: list) -> "pd.DataFrame":
+def _concat_tables(parts: list):
+    """Per-file rows as one pyarrow Table, or None when some are DataFrames or their types clash."""
+    if not all(hasattr(p, "num_rows") for p in parts):
+        return None
+    import pyarrow as pa
+
+    parts = [p for p in parts if p.num_rows]
+    if not parts:
+        return None
+    try:
+        return pa.concat_tables(parts, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, NotImplementedError):
+        return None  # a column typed differently across files: join them as frames
+
+
+def _assemble(parts: list, table=None) -> "pd.DataFrame":
     """Per-file rows (pyarrow Tables from the cache, or DataFrames) -> one DataFrame, in file order."""
     import pandas as pd
 
     from . import cache as _cache
 
+    if table is not None:
+        return _cache.from_table(table)
     parts = [p for p in parts if (p.num_rows if hasattr(p, "num_rows") else len(p))]
     if not parts:
         return _frame([])
-    if all(hasattr(p, "num_rows") for p in parts):
-        import pyarrow as pa
-
-        try:
-            return _cache.from_table(pa.concat_tables(parts, promote_options="permissive"))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, NotImplementedError):
-            pass  # a column typed differently across files: join them as frames
     frames = [_cache.from_table(p) if hasattr(p, "num_rows") else p for p in parts]
     return pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
 
 
-def load(paths=None, *, default: Optional[Path] = None, cache=None) -> Loaded:
-    """Load run files (or every run file under folders). Never raises for a file's content;
-    FileNotFoundError only for a path that does not exist; ValueError for a cache folder inside a
-    folder being loaded. `cache`: None (the default folder, results/cache.py), a folder, or False."""
+def _entries(files: list, cache_dir: Optional[Path]) -> list:
+    """Per run file its cache.Entry: from the cache when its key matches, else parsed (and cached)."""
     from . import cache as _cache
 
-    cache_dir = _cache_dir(cache, paths, default)
-    log = _Log()
-    parts: list = []
-    headers: list[dict] = []
-    run_ids: dict[str, Path] = {}
-    source = TimelineSource()
-    for path in run_files(paths, default):
+    out = []
+    for path in files:
         entry = None
         if cache_dir is not None:
             key = _cache.file_key(path)
@@ -451,6 +458,29 @@ def load(paths=None, *, default: Optional[Path] = None, cache=None) -> Loaded:
                 written = _cache.write(cache_dir, entry, entry.rows)
                 if written is not None:  # read back lazily from the cache, not kept in memory
                     entry.rows, entry.timelines = written, None
+        out.append(entry)
+    return out
+
+
+def load(paths=None, *, default: Optional[Path] = None, cache=None) -> Loaded:
+    """Load run files (or every run file under folders). Never raises for a file's content;
+    FileNotFoundError only for a path that does not exist; ValueError for a cache folder inside a
+    folder being loaded. `cache`: None (the default folder, results/cache.py), a folder, or False."""
+    from . import cache as _cache
+
+    cache_dir = _cache_dir(cache, paths, default)
+    files = run_files(paths, default)
+    bundle = None
+    if cache_dir is not None and files:
+        keys = [_cache.file_key(p) for p in files]
+        bundle = _cache.read_bundle(cache_dir, files, keys) if None not in keys else None
+    entries, table = bundle if bundle is not None else (_entries(files, cache_dir), None)
+    log = _Log()
+    parts: list = []
+    headers: list[dict] = []
+    run_ids: dict[str, Path] = {}
+    source = TimelineSource()
+    for path, entry in zip(files, entries):
         for line, msg in entry.read_problems:
             log(path, line, msg)
         if entry.unreadable is not None:
@@ -466,7 +496,11 @@ def load(paths=None, *, default: Optional[Path] = None, cache=None) -> Loaded:
             headers.append({**entry.header, "path": str(path)})
         parts.append(entry.rows)
         source.add(entry.run_id, _timeline_loader(path, entry, cache_dir))
-    rows_df = _assemble(parts)
+    if bundle is None:
+        table = _concat_tables(parts)
+        if table is not None and cache_dir is not None:
+            _cache.write_bundle(cache_dir, files, entries, table)
+    rows_df = _assemble(parts, table)
     disturbed = rows_df.pop(_cache.DISTURBED_COLUMN).astype(bool) if _cache.DISTURBED_COLUMN in rows_df else None
     base_cols = list(schema.ROW_COLUMNS) + list(schema.FINGERPRINT_COLUMNS)
     rows_df = rows_df[base_cols + [c for c in rows_df.columns if c not in base_cols]]

@@ -243,27 +243,39 @@ class Runs:
         return {rid: self._labels[rid] for rid in self.run_ids()}
 
     def run_ids(self) -> list[str]:
-        when = {str(h.get("run_id")): str(h.get("created_at") or h.get("recorded_at") or "") for h in self.headers}
-        ids = list(dict.fromkeys(self.rows["run_id"].astype(str))) if len(self.rows) else []
-        ids += [r for r in when if r not in ids]
-        return sorted(ids, key=lambda r: (when.get(r, ""), r))
+        memo = (id(self.rows), len(self.rows), len(self.headers))  # recomputed if rows/headers are replaced
+        if getattr(self, "_run_ids_memo", (None,))[0] != memo:
+            when = {str(h.get("run_id")): str(h.get("created_at") or h.get("recorded_at") or "") for h in self.headers}
+            ids = list(pd.unique(self.rows["run_id"].astype(str))) if len(self.rows) else []
+            seen = set(ids)
+            ids += [r for r in when if r not in seen]
+            self._run_ids_memo = (memo, sorted(ids, key=lambda r: (when.get(r, ""), r)))
+        return list(self._run_ids_memo[1])
 
     def table(self) -> pd.DataFrame:
         """One row per run: label, machine, when, points (failed too), model / workload, sweep."""
         out = []
         by_id = {str(h.get("run_id")): h for h in self.headers}
-        groups = dict(list(self.rows.groupby(self.rows["run_id"].astype(str), sort=False))) if len(self.rows) else {}
-        for rid in self.run_ids():
-            h = by_id.get(rid, {})
+        rows = self.rows
+        rid = rows["run_id"].astype(str)
+        points = rows.groupby(rid, sort=False)["point_id"].nunique() if len(rows) else {}
+        bad = failed_rows(rows)
+        failed = bad.groupby(bad["run_id"].astype(str), sort=False)["point_id"].nunique() if len(bad) else {}
+        mw: dict = {}
+        if len(rows) and "model" in rows.columns and "workload" in rows.columns:
+            pairs = pd.DataFrame({"r": rid, "m": rows["model"], "w": rows["workload"]}).drop_duplicates()
+            for r, m, w in zip(pairs["r"], pairs["m"], pairs["w"]):
+                mw.setdefault(r, set()).add(f"{m} / {w}")
+        for rid_ in self.run_ids():
+            h = by_id.get(rid_, {})
             fp = h.get("fingerprint") or h
-            sub = groups.get(rid, self.rows.iloc[0:0])
             sweep = h.get("sweep") or {}
             out.append({
-                "run": self._labels.get(rid, rid), "run id": rid, "GPU": gpu_name(fp.get("gpu")),
+                "run": self._labels.get(rid_, rid_), "run id": rid_, "GPU": gpu_name(fp.get("gpu")),
                 "driver": fp.get("driver"), "CUDA": fp.get("cuda"), "torch": fp.get("torch"),
-                "recorded": h.get("created_at") or h.get("recorded_at"), "points": int(sub["point_id"].nunique()),
-                "failed points": int(failed_rows(sub)["point_id"].nunique()),
-                "model / workload": ", ".join(sorted({f"{m} / {w}" for m, w in zip(sub.get("model", []), sub.get("workload", []))})),
+                "recorded": h.get("created_at") or h.get("recorded_at"), "points": int(points.get(rid_, 0)),
+                "failed points": int(failed.get(rid_, 0)),
+                "model / workload": ", ".join(sorted(mw.get(rid_, ()))),
                 "sweep": (f"EP {sweep.get('ep_size')} × batch {sweep.get('batch_size')} × gamma {sweep.get('gamma')}"
                           if sweep else ""),
             })
@@ -271,6 +283,12 @@ class Runs:
 
     # -- choosing runs to compare ----------------------------------------------------------------
     def run_info(self) -> pd.DataFrame:
+        memo = (id(self.rows), len(self.rows), len(self.headers))
+        if getattr(self, "_run_info_memo", (None,))[0] != memo:
+            self._run_info_memo = (memo, self._run_info())
+        return self._run_info_memo[1].copy()
+
+    def _run_info(self) -> pd.DataFrame:
         """One row per run (oldest first): run_id, label, name, file (its stem), gpu, driver, cuda, torch, created."""
         by_id = {str(h.get("run_id")): h for h in self.headers}
         first = self.rows.drop_duplicates("run_id").set_index(self.rows.drop_duplicates("run_id")["run_id"].astype(str)) \
@@ -298,7 +316,8 @@ class Runs:
         torch), newest machine first; then every other run, newest first."""
         info = self.run_info().iloc[::-1]  # newest first (run_ids is oldest first)
         latest = info.drop_duplicates(list(MACHINE_COLUMNS))["run_id"].tolist()
-        return latest + [r for r in info["run_id"] if r not in set(latest)]
+        first = set(latest)
+        return latest + [r for r in info["run_id"] if r not in first]
 
     def default_selection(self, limit: int = MAX_COMPARED) -> list[str]:
         """The runs compared when none are chosen: the latest run of each machine, then, while there
@@ -349,7 +368,8 @@ class Runs:
             keep &= hit
         if run_id is not None:
             ids = [run_id] if isinstance(run_id, str) else [str(r) for r in run_id]
-            unknown = [r for r in ids if r not in set(info["run_id"])]
+            known = set(info["run_id"])
+            unknown = [r for r in ids if r not in known]
             if unknown:
                 fail("run_id", unknown[0], info["run_id"])
             keep &= info["run_id"].isin(ids)
@@ -372,7 +392,8 @@ class Runs:
         ranked = [r for r in self.ranked_run_ids() if r in ids]
         if latest_per_machine:
             per = chosen.iloc[::-1].drop_duplicates(list(MACHINE_COLUMNS))["run_id"]
-            ranked = [r for r in ranked if r in set(per)]
+            per = set(per)
+            ranked = [r for r in ranked if r in per]
         if limit is not None:
             if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
                 raise ValueError(f"limit must be a positive integer, got {limit!r}")
@@ -382,11 +403,13 @@ class Runs:
     def subset(self, run_ids: Iterable[str]) -> "Runs":
         """These runs only, as a Runs with the same labels and verdicts; timelines read lazily."""
         ids = [str(r) for r in run_ids]
-        unknown = [r for r in ids if r not in set(self.run_ids())]
+        known = set(self.run_ids())
+        unknown = [r for r in ids if r not in known]
         if unknown:
             raise ValueError(f"run_id {unknown[0]!r} is not a recorded run; recorded: {', '.join(self.run_ids()[:20])}")
         rows = self.rows[self.rows["run_id"].astype(str).isin(ids)]
-        headers = [h for h in self.headers if str(h.get("run_id")) in set(ids)]
+        wanted = set(ids)
+        headers = [h for h in self.headers if str(h.get("run_id")) in wanted]
         tl = self._source.subset(ids) if self._source is not None else (
             self._timelines[self._timelines["run_id"].astype(str).isin(ids)]
             if "run_id" in self._timelines.columns else self._timelines)
