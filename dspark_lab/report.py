@@ -258,7 +258,7 @@ def build_html(runs, timelines_df: Optional[pd.DataFrame] = None, headers=None, 
                     "<code>Runs.select(...)</code>.</p>" if n_all > len(ids) else "</p>"))
 
     parts.append("<h2>Headline</h2><div class='headline'>")
-    head = runs.headline()
+    head = all_runs.headline()  # over every run, as the CLI and the notebooks print it (one line a machine)
     parts.append("".join(f"<p>{esc(line)}</p>" for line in head.lines()))
     parts.append(f"<p class='muted rule'>{esc(head.rule)}</p></div>")
 
