@@ -510,6 +510,9 @@ def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=
 # ---------------------------------------------------------------------------------------------
 # A short text summary of recorded rows
 # ---------------------------------------------------------------------------------------------
+SUMMARY_RUNS = 20  # runs listed by summary_table, the newest
+
+
 def summary_table(runs) -> str:
     """The headline (with its rule), then per machine the headline's run at the reference batch and
     gamma: median step time over trials and syncs/step by strategy x EP size. Same rule, same
@@ -523,9 +526,13 @@ def summary_table(runs) -> str:
     if runs.rows.empty:
         return "(no rows)"
     head = runs.headline()
+    table = runs.table().to_dict("records")
+    older = max(0, len(table) - SUMMARY_RUNS)  # a team's worth of runs: the newest listed, the rest counted
     listing = ["recorded runs:"] + [
         f"  {r['run']}: {r['GPU']} | driver {r['driver']} | CUDA {r['CUDA']} | torch {r['torch']} | "
-        f"{r['points']} points, {r['failed points']} failed" for r in runs.table().to_dict("records")]
+        f"{r['points']} points, {r['failed points']} failed" for r in table[older:]]
+    if older:
+        listing.insert(1, f"  ({older} older run(s) not listed; the report's table lists every run)")
     blocks = ["\n".join(listing), head.text()]
     for e in head.entries:
         rows = runs.ok[(runs.ok["run_id"] == e["run_id"]) & (runs.ok["workload"] == REFERENCE.workload)

@@ -350,3 +350,13 @@ def test_the_cache_never_lives_inside_the_runs_being_loaded(one_run, monkeypatch
     shutil.rmtree(tmp_path / "home")
     Runs.load(folder)
     assert not (tmp_path / "home").exists()
+
+
+def test_cli_summary_lists_the_newest_runs_and_counts_the_rest(many):
+    from dspark_lab import cli
+
+    runs, made = many[100]
+    text = cli.summary_table(runs)
+    listed = [m["name"] for m in made if f"  {m['name']}:" in text]
+    assert listed == [f"run-{i:03d}" for i in range(100 - cli.SUMMARY_RUNS, 100)]
+    assert f"({100 - cli.SUMMARY_RUNS} older run(s) not listed" in text
