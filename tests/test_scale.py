@@ -71,11 +71,10 @@ def expected_default(made: list[dict], k: int = MAX_COMPARED) -> list[str]:
 
 
 def split_report(doc: str) -> tuple[str, str]:
-    """(what the report draws and says about the compared runs, the all-runs table). The machines
-    table (each machine's latest run) is left out of both."""
+    """(what the report draws and says about the compared runs, the all-runs table). The headline
+    (over every run, one line a machine) and the machines table come before both."""
     a, b = doc.split("id='all-runs'", 1)
-    head, rest = a.split("<h2>Machines</h2>", 1)
-    return head + rest.split("<h2>Runs compared</h2>", 1)[1], b
+    return a.split("<h2>Runs compared</h2>", 1)[1], b
 
 
 # -- the report ------------------------------------------------------------------------------------
