@@ -414,7 +414,7 @@ def _cache_dir(cache, paths, default) -> Optional[Path]:
 
 def _concat_tables(parts: list):
     """Per-file rows as one pyarrow Table, or None when some are DataFrames or their types clash."""
-    if not all(hasattr(p, "num_rows") for p in parts):
+    if not parts or not all(hasattr(p, "num_rows") for p in parts):
         return None
     import pyarrow as pa
 
