@@ -208,6 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run files or folders (default: the data dir, data/ or $DSPARK_DATA)")
     p.add_argument("-o", "--out", type=Path, default=DEFAULT_REPORT, metavar="FILE", help="HTML file to write")
     p.add_argument("--summary", action="store_true", help="also print a text summary table of the runs")
+    # Which runs the figures compare (every run is listed in the report's tables); as Runs.select.
+    g = p.add_argument_group("runs compared in the figures (default: the latest run of each machine, then the newest)")
+    g.add_argument("--gpu", metavar="TEXT", help="GPU name contains TEXT (case-insensitive), e.g. H200")
+    g.add_argument("--driver", metavar="VERSION", help="driver version or its prefix, e.g. 580")
+    g.add_argument("--torch", metavar="VERSION", help="torch version or its prefix, e.g. 2.11")
+    g.add_argument("--since", metavar="DATE", help="recorded on or after DATE (2026-11-30, or 2026-11)")
+    g.add_argument("--until", metavar="DATE", help="recorded on or before DATE (that day included)")
+    g.add_argument("--name", metavar="TEXT", help="run label, recorded name or file name contains TEXT")
+    g.add_argument("--compare", type=int, default=None, metavar="N",
+                   help="draw at most N runs side by side (default 4)")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser(
@@ -374,7 +384,7 @@ def _load(paths):
     return runs
 
 
-def write_report(runs, out: Path) -> tuple[Path | None, int]:
+def write_report(runs, out: Path, **options) -> tuple[Path | None, int]:
     """Render the HTML report to `out`: (path, 0), or (None, exit status) with a one-line error."""
     from .results.output import OutputError, check_output
 
@@ -388,7 +398,7 @@ def write_report(runs, out: Path) -> tuple[Path | None, int]:
         _err(f"the HTML report needs dspark_lab.report, which is not available here ({e})")
         return None, EXIT_FAILED
     try:
-        return report.write_html(out, runs), EXIT_OK
+        return report.write_html(out, runs, **options), EXIT_OK
     except OutputError as e:
         _err(str(e))
         return None, EXIT_REFUSED if e.refused else EXIT_CANNOT_WRITE
@@ -403,7 +413,19 @@ def cmd_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if runs.rows.empty:
         _err(f"no recorded rows in {', '.join(map(str, paths))}")
         return EXIT_FAILED
-    out, status = write_report(runs, args.out)
+    options = {}
+    filters = {k: getattr(args, k) for k in ("gpu", "driver", "torch", "since", "until", "name")
+               if getattr(args, k, None) is not None}
+    try:
+        if filters:
+            options["compare"] = runs.select(**filters)
+        if args.compare is not None:
+            options["max_compared"] = args.compare
+            if args.compare < 1:
+                raise ValueError(f"--compare must be a positive integer, got {args.compare}")
+    except ValueError as e:
+        parser.error(str(e))
+    out, status = write_report(runs, args.out, **options)
     if args.summary:
         print(summary_table(runs))
     if out is None:
@@ -488,6 +510,9 @@ def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=
 # ---------------------------------------------------------------------------------------------
 # A short text summary of recorded rows
 # ---------------------------------------------------------------------------------------------
+SUMMARY_RUNS = 20  # runs listed by summary_table, the newest
+
+
 def summary_table(runs) -> str:
     """The headline (with its rule), then per machine the headline's run at the reference batch and
     gamma: median step time over trials and syncs/step by strategy x EP size. Same rule, same
@@ -501,9 +526,13 @@ def summary_table(runs) -> str:
     if runs.rows.empty:
         return "(no rows)"
     head = runs.headline()
+    table = runs.table().to_dict("records")
+    older = max(0, len(table) - SUMMARY_RUNS)  # a team's worth of runs: the newest listed, the rest counted
     listing = ["recorded runs:"] + [
         f"  {r['run']}: {r['GPU']} | driver {r['driver']} | CUDA {r['CUDA']} | torch {r['torch']} | "
-        f"{r['points']} points, {r['failed points']} failed" for r in runs.table().to_dict("records")]
+        f"{r['points']} points, {r['failed points']} failed" for r in table[older:]]
+    if older:
+        listing.insert(1, f"  ({older} older run(s) not listed; the report's table lists every run)")
     blocks = ["\n".join(listing), head.text()]
     for e in head.entries:
         rows = runs.ok[(runs.ok["run_id"] == e["run_id"]) & (runs.ok["workload"] == REFERENCE.workload)

@@ -478,9 +478,17 @@ def strategy_comparison(rows: pd.DataFrame) -> go.Figure:
     return _title(fig, "Step time by strategy", rows, pt)
 
 
-def sweep(rows: pd.DataFrame, workload: Optional[str] = None, model: Optional[str] = None) -> go.Figure:
+MAX_SWEEP_RUNS = 4  # rows of sweep subplots at most; the other runs are named in a note
+
+
+def sweep(rows: pd.DataFrame, workload: Optional[str] = None, model: Optional[str] = None,
+          max_runs: int = MAX_SWEEP_RUNS) -> go.Figure:
     """Median step time (over trials) against batch size, one line per strategy and gamma, one
-    column per EP size, one row per run. Shows one workload and model (the most recorded if not given)."""
+    column per EP size, one row per run. Shows one workload and model (the most recorded if not given).
+    At most `max_runs` runs are drawn, the most recently recorded; a note says how many were left
+    out (choose runs with results.Runs.select)."""
+    if not isinstance(max_runs, int) or isinstance(max_runs, bool) or max_runs < 1:
+        raise ValueError(f"max_runs must be a positive integer, got {max_runs!r}")
     df = _kept(rows)
     extra = []
     for col, want in (("workload", workload), ("model", model)):
@@ -490,6 +498,13 @@ def sweep(rows: pd.DataFrame, workload: Optional[str] = None, model: Optional[st
             extra.append(f"{col} {pick}")
     labels = _run_names(df)
     df = df.assign(run_id=_run_key(df))
+    left_out = []
+    all_runs = list(dict.fromkeys(df["run_id"]))
+    if len(all_runs) > max_runs:
+        when = df.groupby("run_id", sort=False)["recorded_at"].max().astype(str) if "recorded_at" in df else {}
+        newest = sorted(all_runs, key=lambda r: (str(when.get(r, "")), r), reverse=True)[:max_runs]
+        left_out = [r for r in all_runs if r not in set(newest)]
+        df = df[df["run_id"].isin(newest)]
     agg = (df.groupby(["run_id", "ep_size", "batch_size", "gamma", "strategy"], sort=False)["step_ms"]
            .median().reset_index())
     runs = list(dict.fromkeys(agg["run_id"])) or [""]
@@ -497,7 +512,7 @@ def sweep(rows: pd.DataFrame, workload: Optional[str] = None, model: Optional[st
     fig = make_subplots(rows=len(runs), cols=len(eps), shared_yaxes=True, shared_xaxes=True,
                         column_titles=[f"EP {e}" for e in eps],
                         row_titles=[labels.get(r, r) for r in runs] if len(runs) > 1 else None,
-                        horizontal_spacing=0.04, vertical_spacing=0.08)
+                        horizontal_spacing=0.04, vertical_spacing=min(0.08, 0.5 / max(1, len(runs) - 1)))
     gammas = sorted(agg["gamma"].unique())
     seen = set()
     for ri, rid in enumerate(runs):
@@ -522,8 +537,13 @@ def sweep(rows: pd.DataFrame, workload: Optional[str] = None, model: Optional[st
     fig.update_xaxes(title_text="batch size", row=len(runs))
     fig.update_yaxes(title_text="median step time, ms", col=1)
     fig.update_layout(height=max(420, 300 * len(runs), 24 * len(seen) + 160))  # room for the legend
-    _note(fig, _failed_note(rows))
-    return _title(fig, "Sweep: median step time over batch size × gamma", rows, ", ".join(extra))
+    note = _failed_note(rows)
+    if left_out:
+        note = (note + "; " if note else "") + (f"{len(left_out)} more run(s) not drawn (the {len(runs)} most recent "
+                                                 "are; choose runs with results.Runs.select)")
+    _note(fig, note)
+    shown = rows[_run_key(rows).isin(set(runs))] if left_out else rows
+    return _title(fig, "Sweep: median step time over batch size × gamma", shown, ", ".join(extra))
 
 
 # -- timeline ------------------------------------------------------------------------------------

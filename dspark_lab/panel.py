@@ -46,14 +46,24 @@ def _short_error(e: BaseException) -> str:
 
 # -- backends -------------------------------------------------------------------------------------
 
+MAX_RUN_OPTIONS = 10  # runs listed in the run dropdown (the rest: narrow the run filter)
+FILTER_KEYS = ("gpu", "driver", "cuda", "torch", "since", "until", "name")
+
+
 class RecordedBackend:
     """Recorded runs: each setting maps to the nearest recorded point of each selected run
-    (results.Runs.nearest); runs are named by their unique labels (Runs.labels)."""
+    (results.Runs.nearest); runs are named by their unique labels (Runs.labels).
+
+    Scales with the number of runs: the run dropdown lists at most `max_options` runs of the current
+    selection (all runs until `filter_runs` narrows it), ranked as Runs.ranked_run_ids (the latest
+    run of each machine first), and "all selected side by side" draws the first `side_by_side` of
+    them. Timelines are read only for the runs and point drawn (Runs.timeline)."""
 
     mode = "recorded"
 
-    def __init__(self, rows, timelines: Optional[pd.DataFrame] = None, headers=None):
-        from .results.runs import Runs
+    def __init__(self, rows, timelines: Optional[pd.DataFrame] = None, headers=None, *,
+                 max_options: int = MAX_RUN_OPTIONS, side_by_side: Optional[int] = None):
+        from .results.runs import MAX_COMPARED, Runs
 
         runs = rows if isinstance(rows, Runs) else None
         if runs is None:
@@ -62,28 +72,92 @@ class RecordedBackend:
             runs = Runs(rows, figures.flatten_timelines(timelines), headers or [])
         if runs.rows.empty:
             raise ValueError("no recorded rows: record a run (dspark-lab sweep) or point DSPARK_DATA at recorded data")
+        side_by_side = MAX_COMPARED if side_by_side is None else side_by_side
+        for name, v in (("max_options", max_options), ("side_by_side", side_by_side)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
         self.runs = runs
         self.rows = runs.rows
-        self.timelines = figures.flatten_timelines(runs.timelines)
         self.headers = runs.headers
-        self._tl_by_point = ({pid: g for pid, g in self.timelines.groupby("point_id", sort=False)}
-                             if not self.timelines.empty else {})
+        self.max_options, self.side_by_side = max_options, side_by_side
+        with_rows = set(runs.rows["run_id"].astype(str))
+        self.selection: list[str] = [r for r in runs.ranked_run_ids() if r in with_rows]
+        self.filter_text = ""
+        self._views: dict = {}
 
+    @property
+    def timelines(self) -> pd.DataFrame:
+        """Every run's timeline segments (reads them all; get() reads only the runs it draws)."""
+        return figures.flatten_timelines(self.runs.timelines)
+
+    # -- choosing runs --------------------------------------------------------------------------
+    def side_by_side_runs(self) -> list[str]:
+        return self.selection[:self.side_by_side]
+
+    def filter_runs(self, text: str) -> str:
+        """Narrow the runs offered: words separated by spaces, each `key=value` (keys: gpu, driver,
+        cuda, torch, since, until, name; as Runs.select) or a bare word every listed run's label,
+        machine, date or file name must contain. "" offers every run again. Returns what is offered;
+        ValueError (naming the key or the word) when nothing matches."""
+        text = (text or "").strip()
+        kw, words = {}, []
+        for tok in text.replace(",", " ").split():
+            if "=" in tok:
+                k, v = tok.split("=", 1)
+                if k.strip().lower() not in FILTER_KEYS:
+                    raise ValueError(f"run filter key {k!r} is not known; allowed: {', '.join(FILTER_KEYS)}")
+                kw[k.strip().lower()] = v.strip()
+            else:
+                words.append(tok.lower())
+        sub = self.runs.select(**kw) if kw else self.runs
+        with_rows = set(self.rows["run_id"].astype(str))
+        matched = set(sub.run_ids()) & with_rows
+        ids = [r for r in self.runs.ranked_run_ids() if r in matched]
+        if words:
+            info = self.runs.run_info().set_index("run_id")
+            hay = {rid: " ".join(str(v) for v in r.values).lower() for rid, r in info.iterrows()}
+            ids = [r for r in ids if all(w in hay.get(r, "") for w in words)]
+            if not ids:
+                raise ValueError(f"no recorded run matches the run filter {text!r} (every word must appear "
+                                 "in a run's label, GPU, driver, CUDA, torch, date or file name)")
+        self.selection, self.filter_text = ids, text
+        return self.selection_note()
+
+    def selection_note(self) -> str:
+        n_all, n = len(self.runs.run_ids()), len(self.selection)
+        listed = min(n, self.max_options)
+        note = f"{n} of {n_all} run(s) selected" + (f" (filter: {self.filter_text})" if self.filter_text else "")
+        if n > listed:
+            note += f"; the {listed} listed first: the latest of each machine, then the newest (narrow the filter for others)"
+        return note + f"; side by side: the first {min(n, self.side_by_side)}"
+
+    def _view(self, ids: list[str]):
+        key = tuple(ids)
+        if key not in self._views:
+            self._views = {key: self.runs.subset(ids)}  # one view kept: the latest selection
+        return self._views[key]
+
+    # -- the backend interface ------------------------------------------------------------------
     def options(self) -> dict:
         r = self.rows
+        labels = self.runs.labels()
+        listed = self.selection[:self.max_options]
+        k = len(self.side_by_side_runs())
         return {
             "ep_size": sorted(int(v) for v in r["ep_size"].dropna().unique()),
             "batch_size": sorted(int(v) for v in r["batch_size"].dropna().unique()),
             "gamma": sorted(int(v) for v in r["gamma"].dropna().unique()),
             "strategy": figures.strategy_order(r["strategy"].dropna().unique()),
             "workload": [w for w in r["workload"].value_counts().index],
-            "run": [("all recorded runs, side by side", ALL_RUNS)] + [(lab, rid) for rid, lab in self.runs.labels().items()],
+            "run": [(f"all selected, side by side ({k} run{'s' if k != 1 else ''})", ALL_RUNS)]
+                   + [(labels.get(rid, rid), rid) for rid in listed],
         }
 
     def defaults(self) -> dict:
-        """The reference point (results.REFERENCE) of the headline's run."""
-        head = self.runs.headline()
-        run = head.entries[-1]["run_id"] if head.entries else self.runs.run_ids()[-1]
+        """The reference point (results.REFERENCE) of the headline's run among the runs listed."""
+        listed = self.selection[:self.max_options]
+        head = self._view(listed).headline()
+        run = head.entries[-1]["run_id"] if head.entries else listed[0]
         try:
             pt = self.runs.reference(run_id=run)
         except ValueError:
@@ -94,25 +168,30 @@ class RecordedBackend:
                 "workload": r0["workload"], "run": run}
 
     def describe(self) -> str:
-        return (f"RECORDED data ({len(self.runs.labels())} run(s): "
-                + figures.fingerprint_label(self.rows)
-                + "). Each setting shows the nearest recorded point.")
+        n = len(self.runs.labels())
+        machines = self.runs.machines()
+        if len(machines) <= 3:
+            where = figures.fingerprint_label(self.rows) if n <= 3 else "; ".join(
+                f"{m.GPU} · driver {m.driver} · torch {m.torch}" for m in machines.itertuples())
+        else:
+            where = f"{len(machines)} machines"
+        return f"RECORDED data ({n} run(s): {where}). Each setting shows the nearest recorded point."
 
     def get(self, settings: dict, on_progress: Optional[Callable] = None) -> PointData:
         wl = settings.get("workload")
         wl = wl if wl in set(self.rows["workload"]) else None
         run = settings.get("run")
+        runs = self._view(self.side_by_side_runs()) if run in (None, ALL_RUNS) else self.runs
         run = None if run in (None, ALL_RUNS) else run
         try:
-            rows = self.runs.nearest(ep_size=settings.get("ep_size"), batch_size=settings.get("batch_size"),
-                                     gamma=settings.get("gamma"), workload=wl, run_id=run, ok_only=False)
+            rows = runs.nearest(ep_size=settings.get("ep_size"), batch_size=settings.get("batch_size"),
+                                gamma=settings.get("gamma"), workload=wl, run_id=run, ok_only=False)
         except ValueError as e:
             raise ValueError(f"run {run!r} has no recorded point for workload {wl!r} ({e})") from None
-        keep = set(zip(rows["run_id"], rows["point_id"]))
-        tl_parts = [self._tl_by_point[pid] for pid in dict.fromkeys(rows["point_id"]) if pid in self._tl_by_point]
-        tl = pd.concat(tl_parts) if tl_parts else self.timelines.iloc[0:0]
-        if "run_id" in tl.columns and not tl.empty:
-            tl = tl[[(r, p) in keep for r, p in zip(tl["run_id"], tl["point_id"])]]
+        parts = [figures.flatten_timelines(self.runs.timeline(r, p))
+                 for r, p in dict.fromkeys(zip(rows["run_id"].astype(str), rows["point_id"]))]
+        parts = [t for t in parts if not t.empty]
+        tl = pd.concat(parts, ignore_index=True) if parts else figures.flatten_timelines(None)
         r0 = rows.iloc[0]
         asked = {k: settings.get(k) for k in ("ep_size", "batch_size", "gamma")}
         got = {"ep_size": int(r0["ep_size"]), "batch_size": int(r0["batch_size"]), "gamma": int(r0["gamma"])}
@@ -228,6 +307,14 @@ class Panel:
         if "run" in opts:
             self.controls["run"] = W.Dropdown(options=opts["run"], value=dflt.get("run"), description="run",
                                               style={"description_width": "80px"})
+        # Many recorded runs: a filter narrows the (bounded) run dropdown; Enter applies it.
+        self.run_filter = self.run_note = None
+        if "run" in opts and hasattr(backend, "filter_runs"):
+            self.run_filter = W.Text(value="", description="runs", continuous_update=False,
+                                     placeholder="filter: H200 torch=2.11 since=2026-11-01 name=…",
+                                     style={"description_width": "80px"}, layout=W.Layout(width="340px"))
+            self.run_note = W.HTML(f"<span class='dspark-runs'>{html.escape(backend.selection_note())}</span>")
+            self.run_filter.observe(self._on_filter, names="value")
         self.mode_html = W.HTML(self._mode_banner())
         self.status = W.HTML("")
         self.error = W.HTML("")
@@ -241,7 +328,8 @@ class Panel:
         self.widget = W.VBox([
             self.mode_html,
             W.HBox([W.VBox([c["ep_size"], c["batch_size"], c["gamma"]]),
-                    W.VBox([c["strategy"], c["workload"]] + ([c["run"]] if "run" in c else []))]),
+                    W.VBox([c["strategy"], c["workload"]] + ([c["run"]] if "run" in c else [])
+                           + ([self.run_filter, self.run_note] if self.run_filter is not None else []))]),
             W.HBox([self.progress, self.status]),
             self.error,
             self.figs["comparison"],
@@ -274,6 +362,29 @@ class Panel:
         color = "#1a7f37" if self.mode == "live" else "#555"
         return (f"<div class='dspark-mode' style='padding:4px 8px;border-left:4px solid {color};background:#f6f8fa'>"
                 f"<b>{'LIVE' if self.mode == 'live' else 'RECORDED'} mode.</b> {html.escape(self.backend.describe())}</div>")
+
+    def filter_runs(self, text: str) -> None:
+        """Apply a run filter (RecordedBackend.filter_runs) as if typed into the filter box."""
+        self.run_filter.value = text
+
+    def _on_filter(self, change) -> None:
+        try:
+            note = self.backend.filter_runs(change["new"])
+        except ValueError as e:
+            self.run_note.value = f"<span class='dspark-runs'>{html.escape(self.backend.selection_note())}</span>"
+            self.show_error(e, "Cannot filter the runs")
+            return
+        self.run_note.value = f"<span class='dspark-runs'>{html.escape(note)}</span>"
+        dd = self.controls["run"]
+        keep = dd.value if dd.value in set(self.backend.selection[:self.backend.max_options]) else ALL_RUNS
+        self._hold = True
+        try:
+            dd.options = self.backend.options()["run"]
+            dd.value = keep
+        finally:
+            self._hold = False
+        self.error.value = ""
+        self.refresh()
 
     def _on_change(self, change) -> None:
         if not self._hold:

@@ -17,7 +17,7 @@ from typing import Iterable, Optional
 import pandas as pd
 
 from . import figures
-from .results.runs import Runs, failed_rows, ok_rows, point_label
+from .results.runs import MAX_COMPARED, Runs, failed_rows, ok_rows, point_label
 from .results.strategy_info import BASELINE, BUILTIN_INFO, strategy_order
 
 # Both forms the measurement writes: "path(line): function" (trace attribution) and
@@ -211,32 +211,68 @@ def _table(df: pd.DataFrame) -> str:
     return df.to_html(index=False, escape=True, border=0, na_rep="")
 
 
+MAX_WARNINGS_SHOWN = 50  # problems listed in the report; the CLI prints every one
+
+
+def chosen_runs(runs: Runs, compare=None, max_compared: int = MAX_COMPARED) -> list[str]:
+    """The run ids the report draws: `compare` (run ids, or a Runs from Runs.select) or the default
+    selection (the latest run of each machine, then the most recent), at most `max_compared`."""
+    if not isinstance(max_compared, int) or isinstance(max_compared, bool) or max_compared < 1:
+        raise ValueError(f"max_compared must be a positive integer, got {max_compared!r}")
+    if compare is None:
+        return runs.default_selection(max_compared)
+    ids = compare.run_ids() if isinstance(compare, Runs) else [str(r) for r in ([compare] if isinstance(compare, str) else compare)]
+    known, wanted = set(runs.run_ids()), set(ids)
+    unknown = [r for r in ids if r not in known]
+    if unknown:
+        raise ValueError(f"compare: run {unknown[0]!r} is not among the loaded runs")
+    return [r for r in runs.ranked_run_ids() if r in wanted][:max_compared]
+
+
 def build_html(runs, timelines_df: Optional[pd.DataFrame] = None, headers=None, *,
-               title: str = "dspark-lab: how num_token_non_padded is made, measured") -> str:
-    """The standalone report as one HTML string (plotly.js inline, opens offline). Takes a
-    results.Runs (or rows, timelines, headers frames)."""
-    runs = _as_runs(runs, timelines_df, headers)
+               title: str = "dspark-lab: how num_token_non_padded is made, measured",
+               compare=None, max_compared: int = MAX_COMPARED) -> str:
+    """The standalone report as one HTML string (plotly.js inline, once; opens offline). Takes a
+    results.Runs (or rows, timelines, headers frames). Figures and comparisons are drawn for the
+    chosen runs only (`compare`, else the default selection: chosen_runs); every run is listed in
+    the tables, so the file grows with what it shows, not with the number of runs loaded."""
+    all_runs = _as_runs(runs, timelines_df, headers)
+    ids = chosen_runs(all_runs, compare, max_compared) if all_runs.run_ids() else []
+    runs = all_runs.subset(ids) if ids else all_runs
     rows = runs.rows
-    tl = figures.flatten_timelines(runs.timelines)
     esc = html.escape
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
              f"<style>{_CSS}</style></head><body>", f"<h1>{esc(title)}</h1>"]
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    parts.append(f"<p class='muted'>Generated {esc(now)} from {len(rows)} recorded rows "
-                 f"({rows['point_id'].nunique() if len(rows) else 0} config points). Every number below "
-                 "comes from these recorded runs; each figure names the GPU, driver, torch and date it shows.</p>")
+    n_all, n_machines = len(all_runs.run_ids()), len(all_runs.machines())
+    labels = all_runs.labels()
+    parts.append(f"<p class='muted'>Generated {esc(now)} from {n_all} recorded run(s) on {n_machines} machine(s) "
+                 f"({len(all_runs.rows)} rows). Every number below comes from these recorded runs; each figure "
+                 "names the GPU, driver, torch and date it shows.</p>")
+    how = ("chosen" if compare is not None else
+           "by default: the latest run of each machine, then the most recent runs")
+    parts.append(f"<p class='compared'>Compared in the figures: {len(ids)} of {n_all} run(s) ({esc(how)}; at most "
+                 f"{max_compared}): " + ", ".join(f"<b>{esc(labels.get(r, r))}</b>" for r in ids) + ". "
+                 + ("Every run is listed under <a href='#all-runs'>All runs</a>; choose others with "
+                    "<code>dspark-lab report --gpu/--driver/--torch/--since/--until/--name</code> or "
+                    "<code>Runs.select(...)</code>.</p>" if n_all > len(ids) else "</p>"))
 
     parts.append("<h2>Headline</h2><div class='headline'>")
-    head = runs.headline()
+    head = all_runs.headline()  # over every run, as the CLI and the notebooks print it (one line a machine)
     parts.append("".join(f"<p>{esc(line)}</p>" for line in head.lines()))
     parts.append(f"<p class='muted rule'>{esc(head.rule)}</p></div>")
 
-    if runs.warnings:
+    if all_runs.warnings:
         parts.append("<h2>Skipped while loading</h2><ul class='skipped'>")
-        parts.append("".join(f"<li><code>{esc(w)}</code></li>" for w in runs.warnings))
+        parts.append("".join(f"<li><code>{esc(w)}</code></li>" for w in all_runs.warnings[:MAX_WARNINGS_SHOWN]))
+        if len(all_runs.warnings) > MAX_WARNINGS_SHOWN:
+            parts.append(f"<li>… and {len(all_runs.warnings) - MAX_WARNINGS_SHOWN} more (`dspark-lab report` "
+                         "prints every one)</li>")
         parts.append("</ul>")
 
-    parts.append("<h2>Machines and runs</h2>")
+    parts.append("<h2>Machines</h2>")
+    parts.append(_table(all_runs.machines()))
+    parts.append("<h2>Runs compared</h2>")
     parts.append(_table(runs.table()))
 
     parts.append("<h2>Strategies</h2>")
@@ -278,9 +314,7 @@ def build_html(runs, timelines_df: Optional[pd.DataFrame] = None, headers=None, 
         for make in (figures.strategy_comparison, figures.sync_counts, figures.step_breakdown):
             parts.append(fig_html(make(pt)))
         for rid in dict.fromkeys(figures._run_key(pt)):
-            t = tl[tl["point_id"] == pid] if not tl.empty else tl
-            if "run_id" in t.columns and rid:
-                t = t[t["run_id"] == rid]
+            t = runs.timeline(rid, pid)  # this run's segments only, read now
             if not t.empty:
                 prow = pt[figures._run_key(pt) == rid]
                 parts.append(fig_html(figures.timeline(t, prow, point_id=pid)))
@@ -296,6 +330,15 @@ def build_html(runs, timelines_df: Optional[pd.DataFrame] = None, headers=None, 
         parts.append("<h2>Failed points</h2>")
         cols = [c for c in ("run_label", "gpu", "ep_size", "batch_size", "gamma", "workload", "strategy", "error") if c in bad]
         parts.append(_table(bad.drop_duplicates(["point_id", "strategy", "run_id"])[cols]))
+
+    parts.append(f"<h2 id='all-runs'>All runs ({n_all})</h2>")
+    parts.append("<p class='muted'>Newest first; <b>yes</b> under “compared” marks the runs drawn above. "
+                 "“failed points” counts every run's failures.</p>")
+    table = all_runs.table()
+    if not table.empty:
+        shown = set(ids)
+        table.insert(1, "compared", ["yes" if r in shown else "" for r in table["run id"]])
+        parts.append(_table(table.iloc[::-1]))
     parts.append("</body></html>")
     return "\n".join(parts)
 

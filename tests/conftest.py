@@ -1,6 +1,15 @@
+import atexit
+import os
+import shutil
+import tempfile
+
 import pytest
 import torch
 
+# The run-file cache (dspark_lab/results/cache.py) of this test session: its own folder, removed at
+# exit, never the user's ~/.cache (subprocesses inherit it).
+os.environ["DSPARK_CACHE"] = tempfile.mkdtemp(prefix="dspark-test-cache-")
+atexit.register(shutil.rmtree, os.environ["DSPARK_CACHE"], True)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -11,6 +11,7 @@ answers, so the same question gives the same number everywhere:
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
@@ -111,6 +112,19 @@ def point_distance(points: pd.DataFrame, ep_size=None, batch_size=None, gamma=No
     return d
 
 
+MAX_COMPARED = 4  # runs drawn side by side by default (report, panel "all selected"); the rest in tables
+_DATE = __import__("re").compile(r"^\d{4}(-\d{2}(-\d{2}([T ]\d{2}(:\d{2}(:\d{2})?)?)?)?)?$")
+
+
+def _date_text(field: str, value) -> str:
+    """A date filter as the ISO prefix it compares with: "2026-11-30", "2026-11", a date or datetime."""
+    text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+    text = text.replace(" ", "T")[:19]
+    if not _DATE.match(text):
+        raise ValueError(f"{field} must be a date like 2026-11-30 (or 2026-11, or a datetime), got {value!r}")
+    return text
+
+
 def run_labels(headers: Sequence[dict], rows: pd.DataFrame) -> dict:
     """run_id -> a short unique label: the header's `name` when given at record time, else the GPU
     with the date and time the run started (seconds, then the run id, added only to break ties)."""
@@ -175,29 +189,66 @@ class Runs:
     """Recorded runs: rows (one per point x strategy x trial, with a `run_label` column), timelines,
     headers, and the problems met while loading (`warnings`)."""
 
-    def __init__(self, rows: pd.DataFrame, timelines: Optional[pd.DataFrame] = None,
-                 headers: Optional[Sequence[dict]] = None, warnings: Iterable[str] = ()):
+    def __init__(self, rows: pd.DataFrame, timelines=None,
+                 headers: Optional[Sequence[dict]] = None, warnings: Iterable[str] = (), *,
+                 disturbed: Optional[pd.Series] = None, labels: Optional[dict] = None):
+        """`timelines`: a DataFrame of segments, or a load.TimelineSource that reads them when asked.
+        `disturbed`: the verdict per row when already known (the loader's, per file); `labels`: run
+        labels to keep (a selection keeps the labels of the runs it was chosen from)."""
+        from .load import TimelineSource
+
         self.headers = list(headers or [])
         rows = rows.reset_index(drop=True)
         if "run_id" not in rows.columns:
             rows = rows.assign(run_id="")
-        self._labels = run_labels(self.headers, rows)
+        self._labels = dict(labels) if labels is not None else run_labels(self.headers, rows)
         # Every row gets a verdict: the recorded one, or the rule applied to runs recorded before it
         # (results.noise), so every view leaves out the same trials.
-        flags = noise.disturbed_flags(rows) if len(rows) else pd.Series(dtype=bool)
+        if disturbed is not None and len(disturbed) == len(rows):
+            flags = pd.Series(np.asarray(disturbed, dtype=bool), index=rows.index)
+        else:
+            flags = noise.disturbed_flags(rows) if len(rows) else pd.Series(dtype=bool)
         self.rows = rows.assign(run_label=rows["run_id"].astype(str).map(self._labels), disturbed=flags)
-        tl = timelines if timelines is not None else pd.DataFrame()
-        self.timelines = tl.reset_index(drop=True)
+        self._source = timelines if isinstance(timelines, TimelineSource) else None
+        self._timelines = None if self._source is not None else (
+            timelines if timelines is not None else pd.DataFrame()).reset_index(drop=True)
         self.warnings = list(warnings)
 
     @classmethod
-    def load(cls, paths=None) -> "Runs":
-        """Load run files or folders (default: the data dir, data/ or $DSPARK_DATA)."""
+    def load(cls, paths=None, *, cache=None) -> "Runs":
+        """Load run files or folders (default: the data dir, data/ or $DSPARK_DATA), through the
+        columnar cache (results/cache.py; `cache=False` parses every file)."""
         from ..store import default_data_dir
         from .load import load
 
-        loaded = load(paths, default=default_data_dir())
-        return cls(loaded.rows, loaded.timelines, loaded.headers, loaded.warnings)
+        loaded = load(paths, default=default_data_dir(), cache=cache)
+        return cls(loaded.rows, loaded.timeline_source, loaded.headers, loaded.warnings, disturbed=loaded.disturbed)
+
+    # -- timelines (read only when asked for) ---------------------------------------------------
+    @property
+    def timelines(self) -> pd.DataFrame:
+        """Every run's timeline segments; reading them all is the slow path: prefer `timeline()`."""
+        if self._timelines is None:
+            self._timelines = self._source.all(self.run_ids())
+        return self._timelines
+
+    @timelines.setter
+    def timelines(self, value: pd.DataFrame) -> None:
+        self._source, self._timelines = None, value
+
+    def timeline(self, run_id: str, point_id: Optional[str] = None) -> pd.DataFrame:
+        """One run's timeline segments (one point's when `point_id` is given), read only for it."""
+        if self._timelines is None:
+            return self._source.get(str(run_id), point_id)
+        tl = self._timelines
+        if tl.empty:
+            return tl
+        keep = pd.Series(True, index=tl.index)
+        if "run_id" in tl.columns:
+            keep &= tl["run_id"].astype(str) == str(run_id)
+        if point_id is not None and "point_id" in tl.columns:
+            keep &= tl["point_id"] == point_id
+        return tl[keep]
 
     # -- runs ------------------------------------------------------------------------------------
     def labels(self) -> dict:
@@ -205,30 +256,188 @@ class Runs:
         return {rid: self._labels[rid] for rid in self.run_ids()}
 
     def run_ids(self) -> list[str]:
-        when = {str(h.get("run_id")): str(h.get("created_at") or h.get("recorded_at") or "") for h in self.headers}
-        ids = list(dict.fromkeys(self.rows["run_id"].astype(str))) if len(self.rows) else []
-        ids += [r for r in when if r not in ids]
-        return sorted(ids, key=lambda r: (when.get(r, ""), r))
+        memo = (id(self.rows), len(self.rows), len(self.headers))  # recomputed if rows/headers are replaced
+        if getattr(self, "_run_ids_memo", (None,))[0] != memo:
+            when = {str(h.get("run_id")): str(h.get("created_at") or h.get("recorded_at") or "") for h in self.headers}
+            ids = list(pd.unique(self.rows["run_id"].astype(str))) if len(self.rows) else []
+            seen = set(ids)
+            ids += [r for r in when if r not in seen]
+            self._run_ids_memo = (memo, sorted(ids, key=lambda r: (when.get(r, ""), r)))
+        return list(self._run_ids_memo[1])
 
     def table(self) -> pd.DataFrame:
         """One row per run: label, machine, when, points (failed too), model / workload, sweep."""
         out = []
         by_id = {str(h.get("run_id")): h for h in self.headers}
-        for rid in self.run_ids():
-            h = by_id.get(rid, {})
+        rows = self.rows
+        rid = rows["run_id"].astype(str)
+        points = rows.groupby(rid, sort=False)["point_id"].nunique() if len(rows) else {}
+        bad = failed_rows(rows)
+        failed = bad.groupby(bad["run_id"].astype(str), sort=False)["point_id"].nunique() if len(bad) else {}
+        mw: dict = {}
+        if len(rows) and "model" in rows.columns and "workload" in rows.columns:
+            pairs = pd.DataFrame({"r": rid, "m": rows["model"], "w": rows["workload"]}).drop_duplicates()
+            for r, m, w in zip(pairs["r"], pairs["m"], pairs["w"]):
+                mw.setdefault(r, set()).add(f"{m} / {w}")
+        for rid_ in self.run_ids():
+            h = by_id.get(rid_, {})
             fp = h.get("fingerprint") or h
-            sub = self.rows[self.rows["run_id"].astype(str) == rid]
             sweep = h.get("sweep") or {}
             out.append({
-                "run": self._labels.get(rid, rid), "run id": rid, "GPU": gpu_name(fp.get("gpu")),
+                "run": self._labels.get(rid_, rid_), "run id": rid_, "GPU": gpu_name(fp.get("gpu")),
                 "driver": fp.get("driver"), "CUDA": fp.get("cuda"), "torch": fp.get("torch"),
-                "recorded": h.get("created_at") or h.get("recorded_at"), "points": int(sub["point_id"].nunique()),
-                "failed points": int(failed_rows(sub)["point_id"].nunique()),
-                "model / workload": ", ".join(sorted({f"{m} / {w}" for m, w in zip(sub.get("model", []), sub.get("workload", []))})),
+                "recorded": h.get("created_at") or h.get("recorded_at"), "points": int(points.get(rid_, 0)),
+                "failed points": int(failed.get(rid_, 0)),
+                "model / workload": ", ".join(sorted(mw.get(rid_, ()))),
                 "sweep": (f"EP {sweep.get('ep_size')} × batch {sweep.get('batch_size')} × gamma {sweep.get('gamma')}"
                           if sweep else ""),
             })
         return pd.DataFrame(out)
+
+    # -- choosing runs to compare ----------------------------------------------------------------
+    def run_info(self) -> pd.DataFrame:
+        memo = (id(self.rows), len(self.rows), len(self.headers))
+        if getattr(self, "_run_info_memo", (None,))[0] != memo:
+            self._run_info_memo = (memo, self._run_info())
+        return self._run_info_memo[1].copy()
+
+    def _run_info(self) -> pd.DataFrame:
+        """One row per run (oldest first): run_id, label, name, file (its stem), gpu, driver, cuda, torch, created."""
+        by_id = {str(h.get("run_id")): h for h in self.headers}
+        first = self.rows.drop_duplicates("run_id").set_index(self.rows.drop_duplicates("run_id")["run_id"].astype(str)) \
+            if len(self.rows) else pd.DataFrame()
+        out = []
+        for rid in self.run_ids():
+            h = by_id.get(rid)
+            if h is not None:
+                fp = h.get("fingerprint") or h
+                vals = {k: fp.get(k) for k in MACHINE_COLUMNS}
+                created, name = h.get("created_at") or h.get("recorded_at") or "", h.get("name")
+                file = Path(str(h["path"])).stem if h.get("path") else ""
+            else:
+                file = ""
+                r = first.loc[rid] if rid in first.index else {}
+                vals = {k: r.get(k) for k in MACHINE_COLUMNS}
+                created, name = (r.get("recorded_at") if len(r) else "") or "", None
+            out.append({"run_id": rid, "label": self._labels.get(rid, rid), "name": name or "", "file": file,
+                        **{k: "unknown" if v is None or v != v else str(v) for k, v in vals.items()},
+                        "created": str(created).replace(" ", "T")})
+        return pd.DataFrame(out, columns=["run_id", "label", "name", "file", *MACHINE_COLUMNS, "created"])
+
+    def ranked_run_ids(self) -> list[str]:
+        """Runs in the order views offer them: the latest run of each machine (GPU, driver, CUDA,
+        torch), newest machine first; then every other run, newest first."""
+        info = self.run_info().iloc[::-1]  # newest first (run_ids is oldest first)
+        latest = info.drop_duplicates(list(MACHINE_COLUMNS))["run_id"].tolist()
+        first = set(latest)
+        return latest + [r for r in info["run_id"] if r not in first]
+
+    def default_selection(self, limit: int = MAX_COMPARED) -> list[str]:
+        """The runs compared when none are chosen: the latest run of each machine, then, while there
+        is room, the next most recent runs; at most `limit` (ranked_run_ids)."""
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ValueError(f"limit must be a positive integer, got {limit!r}")
+        return self.ranked_run_ids()[:limit]
+
+    def select(self, *, gpu: Optional[str] = None, driver: Optional[str] = None, cuda: Optional[str] = None,
+               torch: Optional[str] = None, since=None, until=None, name: Optional[str] = None,
+               run_id=None, latest_per_machine: bool = False, limit: Optional[int] = None) -> "Runs":
+        """The runs matching every filter given, as a Runs (labels kept; timelines still read lazily).
+
+        gpu, name: case-insensitive substring (of the GPU; of the run's label, recorded name or file name);
+        driver, cuda, torch: a version or its prefix ("2.11" matches "2.11.0+cu130");
+        since, until: dates ("2026-11-30", "2026-11", a datetime), both days included;
+        run_id: one id or a list; latest_per_machine: keep each machine's most recent run;
+        limit: keep the first `limit` runs in ranked_run_ids order.
+        A filter no run matches raises ValueError naming it and the recorded values."""
+        info = self.run_info()
+        keep = pd.Series(True, index=info.index)
+
+        def fail(field, want, values):
+            vals = sorted({str(v) for v in values})
+            shown = ", ".join(vals[:20]) + (f" … ({len(vals)} in all)" if len(vals) > 20 else "")
+            raise ValueError(f"{field}={want!r} matches no recorded run; recorded {field}: {shown}")
+
+        def contains(col_values, want):
+            return col_values.str.lower().str.contains(str(want).lower(), regex=False)
+
+        def version(col_values, want):
+            w = str(want)
+            return col_values.map(lambda v: v == w or (v.startswith(w) and v[len(w):len(w) + 1] in ".+-_ "))
+
+        for field, want, how, col in (("gpu", gpu, contains, "gpu"), ("driver", driver, version, "driver"),
+                                      ("cuda", cuda, version, "cuda"), ("torch", torch, version, "torch")):
+            if want is None:
+                continue
+            values = info[col].map(gpu_name) if col == "gpu" else info[col]
+            hit = how(values, want) | (how(info[col], want) if col == "gpu" else False)
+            if not hit.any():
+                fail(field, want, values)
+            keep &= hit
+        if name is not None:
+            hit = contains(info["label"], name) | contains(info["name"], name) | contains(info["file"], name)
+            if not hit.any():
+                fail("name", name, info["label"])
+            keep &= hit
+        if run_id is not None:
+            ids = [run_id] if isinstance(run_id, str) else [str(r) for r in run_id]
+            known = set(info["run_id"])
+            unknown = [r for r in ids if r not in known]
+            if unknown:
+                fail("run_id", unknown[0], info["run_id"])
+            keep &= info["run_id"].isin(ids)
+        for field, want in (("since", since), ("until", until)):
+            if want is None:
+                continue
+            w = _date_text(field, want)
+            day = info["created"].str.slice(0, len(w))
+            hit = day >= w if field == "since" else day <= w
+            if not hit.any():
+                fail(field, w, info["created"].str.slice(0, 10))
+            keep &= hit
+        chosen = info[keep]
+        if chosen.empty:
+            asked = {k: v for k, v in dict(gpu=gpu, driver=driver, cuda=cuda, torch=torch, since=since, until=until,
+                                            name=name, run_id=run_id).items() if v is not None}
+            raise ValueError("no recorded run matches " + ", ".join(f"{k}={v!r}" for k, v in asked.items())
+                             + " together")
+        ids = set(chosen["run_id"])
+        ranked = [r for r in self.ranked_run_ids() if r in ids]
+        if latest_per_machine:
+            per = chosen.iloc[::-1].drop_duplicates(list(MACHINE_COLUMNS))["run_id"]
+            per = set(per)
+            ranked = [r for r in ranked if r in per]
+        if limit is not None:
+            if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+                raise ValueError(f"limit must be a positive integer, got {limit!r}")
+            ranked = ranked[:limit]
+        return self.subset(ranked)
+
+    def subset(self, run_ids: Iterable[str]) -> "Runs":
+        """These runs only, as a Runs with the same labels and verdicts; timelines read lazily."""
+        ids = [str(r) for r in run_ids]
+        known = set(self.run_ids())
+        unknown = [r for r in ids if r not in known]
+        if unknown:
+            raise ValueError(f"run_id {unknown[0]!r} is not a recorded run; recorded: {', '.join(self.run_ids()[:20])}")
+        rows = self.rows[self.rows["run_id"].astype(str).isin(ids)]
+        wanted = set(ids)
+        headers = [h for h in self.headers if str(h.get("run_id")) in wanted]
+        tl = self._source.subset(ids) if self._source is not None else (
+            self._timelines[self._timelines["run_id"].astype(str).isin(ids)]
+            if "run_id" in self._timelines.columns else self._timelines)
+        return Runs(rows, tl, headers, self.warnings, disturbed=rows["disturbed"], labels=self._labels)
+
+    def machines(self) -> pd.DataFrame:
+        """One row per machine (GPU, driver, CUDA, torch): how many runs, first and last, the latest run."""
+        info = self.run_info()
+        out = []
+        for key, g in info.groupby(list(MACHINE_COLUMNS), sort=False):
+            out.append({"GPU": gpu_name(key[0]), "driver": key[1], "CUDA": key[2], "torch": key[3], "runs": len(g),
+                        "first": g["created"].min()[:16].replace("T", " "),
+                        "last": g["created"].max()[:16].replace("T", " "), "latest run": g["label"].iloc[-1]})
+        df = pd.DataFrame(out, columns=["GPU", "driver", "CUDA", "torch", "runs", "first", "last", "latest run"])
+        return df.sort_values("last", ascending=False, kind="stable").reset_index(drop=True)
 
     # -- selecting -------------------------------------------------------------------------------
     @property
