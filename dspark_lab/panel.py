@@ -63,7 +63,7 @@ class RecordedBackend:
 
     def __init__(self, rows, timelines: Optional[pd.DataFrame] = None, headers=None, *,
                  max_options: int = MAX_RUN_OPTIONS, side_by_side: Optional[int] = None):
-        from .results.runs import MAX_COMPARED, Runs
+        from .results.runs import MAX_COMPARED, Runs, one_process
 
         runs = rows if isinstance(rows, Runs) else None
         if runs is None:
@@ -77,10 +77,14 @@ class RecordedBackend:
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         self.runs = runs
-        self.rows = runs.rows
+        # The panel draws one-process points; real-rank and predicted rows (one per rank and rank
+        # case) are shown apart (figures_ranks, notebook 01), never mixed into these figures.
+        self.rows = one_process(runs.rows)
+        if self.rows.empty:
+            raise ValueError("no one-process recorded rows to show (only real-rank or predicted runs)")
         self.headers = runs.headers
         self.max_options, self.side_by_side = max_options, side_by_side
-        with_rows = set(runs.rows["run_id"].astype(str))
+        with_rows = set(self.rows["run_id"].astype(str))
         self.selection: list[str] = [r for r in runs.ranked_run_ids() if r in with_rows]
         self.filter_text = ""
         self._views: dict = {}
@@ -185,7 +189,8 @@ class RecordedBackend:
         run = None if run in (None, ALL_RUNS) else run
         try:
             rows = runs.nearest(ep_size=settings.get("ep_size"), batch_size=settings.get("batch_size"),
-                                gamma=settings.get("gamma"), workload=wl, run_id=run, ok_only=False)
+                                gamma=settings.get("gamma"), workload=wl, run_id=run, ok_only=False,
+                                one_process_only=True)
         except ValueError as e:
             raise ValueError(f"run {run!r} has no recorded point for workload {wl!r} ({e})") from None
         parts = [figures.flatten_timelines(self.runs.timeline(r, p))
