@@ -93,8 +93,9 @@ STOP_REASONS = ("ci_target", "time_cap", "fixed_trials")
 # prefixes of three H200 runs of the reference point that ran to the 40 s cap (48-50 rounds each;
 # data/runs/h200-reference-run*): after 6 rounds the prefixes were up to 3.7% off their full-run
 # ratio, after 8 up to 1.1%, and from 10 rounds on every prefix stayed within 1% of it. (A run
-# disturbed from start to end is a different matter: results.noise.RUN_RULE.) Ten sglang_profile rounds (5 strategies x 20 steps) take ~7 s on an H200,
-# inside the 8 s per-point cap of `sweep --target-ci`.
+# disturbed from start to end is a different matter: results.noise.RUN_RULE.) Ten sglang_profile
+# rounds (5 strategies x 20 steps) take ~7 s on an H200, inside the 8 s per-point cap of
+# `sweep --target-ci`.
 MIN_ADAPTIVE_ROUNDS = 10
 
 

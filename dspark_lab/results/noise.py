@@ -23,6 +23,13 @@ The headline of a point is the paired per-round ratio of one strategy's step tim
 (trial t of each ran in the same interleaved round): device_direct / non_blocking where both were
 measured, else the baseline over the fastest other strategy. Rounds where either trial is
 disturbed are left out of it, and the count is reported beside it.
+
+THE SECOND RULE, at the level of runs (RUN_RULE, `run_disturbance`): the trial rule cannot see a
+run disturbed from its first trial to its last, since it judges each trial against its own run. So
+a run's quiet median host work per step at a point is compared with the lowest among the runs of
+the same machine at the same point, with the same kind of bound (3 MADs of that quietest run, or a
+tenth of its median step). Runs.headline skips a run so disturbed. A point that only one run of its
+machine recorded cannot be judged this way and is said to be "not judged".
 """
 from __future__ import annotations
 
