@@ -505,7 +505,7 @@ def sweep(rows: pd.DataFrame, workload: Optional[str] = None, model: Optional[st
     fig = make_subplots(rows=len(runs), cols=len(eps), shared_yaxes=True, shared_xaxes=True,
                         column_titles=[f"EP {e}" for e in eps],
                         row_titles=[labels.get(r, r) for r in runs] if len(runs) > 1 else None,
-                        horizontal_spacing=0.04, vertical_spacing=0.08)
+                        horizontal_spacing=0.04, vertical_spacing=min(0.08, 0.5 / max(len(runs) - 1, 1)))  # plotly: <= 1/(rows-1)
     gammas = sorted(agg["gamma"].unique())
     seen = set()
     for ri, rid in enumerate(runs):
