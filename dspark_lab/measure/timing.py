@@ -88,8 +88,15 @@ def _round(steps_by_name, out, t: int, *, steps, warmup, sync, on_trial, diag) -
 
 STOP_REASONS = ("ci_target", "time_cap", "fixed_trials")
 # Below this many paired rounds a bootstrap CI of a median can only take the few sample values,
-# and may look narrow by chance: an adaptive point never stops on its CI before this.
-MIN_ADAPTIVE_ROUNDS = 6
+# and may look narrow by chance: an adaptive point never stops on its CI before this. Rounds drift
+# within a run, which a bootstrap (rounds taken as independent) cannot see, so the floor comes from
+# prefixes of three H200 runs of the reference point that ran to the 40 s cap (48-50 rounds each;
+# data/runs/h200-reference-run*): after 6 rounds the prefixes were up to 3.7% off their full-run
+# ratio, after 8 up to 1.1%, and from 10 rounds on every prefix stayed within 1% of it. (A run
+# disturbed from start to end is a different matter: results.noise.RUN_RULE.) Ten sglang_profile
+# rounds (5 strategies x 20 steps) take ~7 s on an H200, inside the 8 s per-point cap of
+# `sweep --target-ci`.
+MIN_ADAPTIVE_ROUNDS = 10
 
 
 @dataclass

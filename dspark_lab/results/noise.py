@@ -23,6 +23,13 @@ The headline of a point is the paired per-round ratio of one strategy's step tim
 (trial t of each ran in the same interleaved round): device_direct / non_blocking where both were
 measured, else the baseline over the fastest other strategy. Rounds where either trial is
 disturbed are left out of it, and the count is reported beside it.
+
+THE SECOND RULE, at the level of runs (RUN_RULE, `run_disturbance`): the trial rule cannot see a
+run disturbed from its first trial to its last, since it judges each trial against its own run. So
+a run's quiet median host work per step at a point is compared with the lowest among the runs of
+the same machine at the same point, with the same kind of bound (3 MADs of that quietest run, or a
+tenth of its median step). Runs.headline skips a run so disturbed. A point that only one run of its
+machine recorded cannot be judged this way and is said to be "not judged".
 """
 from __future__ import annotations
 
@@ -231,3 +238,66 @@ def profiler_inflation(rows: pd.DataFrame) -> pd.DataFrame:
     agg = quiet.groupby(keys, sort=False).agg(step_ms=("step_ms", "median"), profiled_step_ms=("profiled_step_ms", "first"))
     agg["inflation_pct"] = (pd.to_numeric(agg["profiled_step_ms"], errors="coerce") / agg["step_ms"] - 1) * 100
     return agg.reset_index()
+
+
+# -- run-long disturbance ----------------------------------------------------------------------------
+# The trial rule above compares a trial with its own run, so a run disturbed from its first trial to
+# its last (seen on the H200: a run started seconds after the machine booted did 4x the host work per
+# step in every trial) looks quiet to it. The second rule compares runs of the same machine and point.
+
+RUN_RULE = ("A run is disturbed at a point when its quiet trials' median host real-work time per step exceeds "
+            "the lowest such median among the runs of the same machine (GPU, driver, CUDA, torch) at the same "
+            "point by more than max(3 MADs of that lowest run's quiet trials, 10% of its median step time); "
+            "a point recorded by one run of its machine has no run to be compared with and is not judged.")
+MACHINE_KEYS = ("gpu", "driver", "cuda", "torch")
+# What makes two runs' points the same point (point_id is per run); those absent from the rows are skipped.
+POINT_KEYS = ("workload", "model", "ep_size", "batch_size", "gamma", "graph", "ep_mode", "dispatch", "rank")
+
+
+def run_disturbance(rows: pd.DataFrame) -> pd.DataFrame:
+    """One row per (run, point): the median host work per step of its quiet trials, the lowest such
+    median among the same machine's runs at the same point (`reference_run_id`), the excess over it,
+    the bound, and `run_disturbed` / `run_disturbed_reason` by RUN_RULE. Rows without host diagnostics
+    are not judged (run_disturbed False, reason says why)."""
+    cols = ["run_id", "point_id", "host_work_ms", "step_ms", "quiet_trials", "reference_run_id",
+            "excess_ms", "bound_ms", "run_disturbed", "run_disturbed_reason"]
+    ok = rows[_ok(rows)]
+    if ok.empty or "point_id" not in ok.columns:
+        return pd.DataFrame(columns=cols)
+    ok = ok.assign(_quiet=~disturbed_flags(ok).to_numpy(), _host=_num(ok, "host_work_ms"), _step=_num(ok, "step_ms"))
+    if "run_id" not in ok.columns:
+        ok = ok.assign(run_id="")
+    cfg = [c for c in (*MACHINE_KEYS, *POINT_KEYS) if c in ok.columns]
+    ok[cfg] = ok[cfg].astype(str)  # NaN and mixed types compare as text
+    per = []
+    for (rid, pid), g in ok.groupby(["run_id", "point_id"], sort=False):
+        q = g[g["_quiet"] & g["_host"].notna()]
+        host = q["_host"].to_numpy()
+        per.append({"run_id": rid, "point_id": pid, **{c: g[c].iloc[0] for c in cfg},
+                    "host_work_ms": float(np.median(host)) if host.size else np.nan,
+                    "host_mad_ms": _mad(host) if host.size else np.nan,
+                    "step_ms": float(g.loc[g["_quiet"], "_step"].median()), "quiet_trials": int(host.size)})
+    per = pd.DataFrame(per)
+    per["reference_run_id"], per["excess_ms"], per["bound_ms"] = None, np.nan, np.nan
+    per["run_disturbed"], per["run_disturbed_reason"] = False, ""
+    groups = per.groupby(cfg, sort=False, dropna=False).groups if cfg else {"": per.index}
+    for idx in groups.values():
+        g = per.loc[idx]
+        judged = g[g["quiet_trials"] >= MIN_TRIALS]
+        per.loc[g.index.difference(judged.index), "run_disturbed_reason"] = \
+            f"not judged: fewer than {MIN_TRIALS} quiet trials with host work"
+        if len(judged) < 2:
+            if len(judged):
+                per.loc[judged.index, "run_disturbed_reason"] = "not judged: no other run of this machine at this point"
+            continue
+        low = judged.loc[judged["host_work_ms"].idxmin()]
+        bound = max(MAD_K * float(low["host_mad_ms"]), STEP_FRACTION * float(low["step_ms"]))
+        for i in judged.index:
+            excess = float(per.at[i, "host_work_ms"] - low["host_work_ms"])
+            per.at[i, "reference_run_id"], per.at[i, "excess_ms"], per.at[i, "bound_ms"] = low["run_id"], excess, bound
+            if excess > bound:
+                per.at[i, "run_disturbed"] = True
+                per.at[i, "run_disturbed_reason"] = (
+                    f"host work {per.at[i, 'host_work_ms']:.2f} ms/step, +{excess:.2f} over the quietest run "
+                    f"of this machine at this point (bound {bound:.2f})")
+    return per[cols].reset_index(drop=True)

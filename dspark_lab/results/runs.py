@@ -58,7 +58,9 @@ HEADLINE_RULE = (
     f"({REFERENCE.describe()}); that run's trials only, not pooled across runs; trials marked disturbed "
     "left out (results.noise.RULE). Median step time over trials with a 95% bootstrap CI; device_direct "
     "against the fastest other strategy, paired by trial round; the headline ratio device_direct / "
-    "non_blocking per trial round, over rounds where neither trial is disturbed, with its 95% CI."
+    "non_blocking per trial round, over rounds where neither trial is disturbed, with its 95% CI. "
+    "A run disturbed as a whole at the point (results.noise.RUN_RULE) is skipped in favour of the most "
+    "recent undisturbed run of the machine holding it, and the line says which run was skipped and why."
 )
 
 
@@ -173,6 +175,8 @@ class Headline:
                 line += f"; {e['ratio']['text']}"
             if e.get("disturbed_left_out"):
                 line += f" ({e['disturbed_left_out']} disturbed trials left out)"
+            for sk in e.get("skipped_runs", []):
+                line += f"; skipped {sk['label']} (disturbed run: {sk['reason']})"
             out.append(line)
         if not self.entries:
             out.append("headline: no recorded run holds a successful point of the reference workload")
@@ -279,6 +283,9 @@ class Runs:
             pairs = pd.DataFrame({"r": rid, "m": rows["model"], "w": rows["workload"]}).drop_duplicates()
             for r, m, w in zip(pairs["r"], pairs["m"], pairs["w"]):
                 mw.setdefault(r, set()).add(f"{m} / {w}")
+        rd = self.run_disturbance()
+        disturbed_at = rd[rd["run_disturbed"]].groupby("run_id")["point_id"].nunique().to_dict() if len(rd) else {}
+        judged = rd[rd["reference_run_id"].notna()].groupby("run_id")["point_id"].nunique().to_dict() if len(rd) else {}
         for rid_ in self.run_ids():
             h = by_id.get(rid_, {})
             fp = h.get("fingerprint") or h
@@ -291,6 +298,9 @@ class Runs:
                 "model / workload": ", ".join(sorted(mw.get(rid_, ()))),
                 "sweep": (f"EP {sweep.get('ep_size')} × batch {sweep.get('batch_size')} × gamma {sweep.get('gamma')}"
                           if sweep else ""),
+                # results.noise.RUN_RULE: points where this whole run is disturbed, of those with a peer run to judge by
+                "disturbed run at": (f"{int(disturbed_at.get(rid_, 0))} of {int(judged[rid_])} points"
+                                     if rid_ in judged else "not judged"),
             })
         return pd.DataFrame(out)
 
@@ -365,14 +375,14 @@ class Runs:
             w = str(want)
             return col_values.map(lambda v: v == w or (v.startswith(w) and v[len(w):len(w) + 1] in ".+-_ "))
 
-        for field, want, how, col in (("gpu", gpu, contains, "gpu"), ("driver", driver, version, "driver"),
-                                      ("cuda", cuda, version, "cuda"), ("torch", torch, version, "torch")):
+        for key, want, how, col in (("gpu", gpu, contains, "gpu"), ("driver", driver, version, "driver"),
+                                    ("cuda", cuda, version, "cuda"), ("torch", torch, version, "torch")):
             if want is None:
                 continue
             values = info[col].map(gpu_name) if col == "gpu" else info[col]
             hit = how(values, want) | (how(info[col], want) if col == "gpu" else False)
             if not hit.any():
-                fail(field, want, values)
+                fail(key, want, values)
             keep &= hit
         if name is not None:
             hit = contains(info["label"], name) | contains(info["name"], name) | contains(info["file"], name)
@@ -563,6 +573,10 @@ class Runs:
             out.append({"run_id": rid, "label": self._labels.get(str(rid), rid), "best": best, **c})
         return out
 
+    def run_disturbance(self) -> pd.DataFrame:
+        """Per (run, point) of the one-process rows: the run-level verdict (results.noise.RUN_RULE)."""
+        return noise.run_disturbance(one_process(self.ok))
+
     # -- the headline ----------------------------------------------------------------------------
     def headline(self, baseline: str = BASELINE) -> Headline:
         """The reference point's numbers by HEADLINE_RULE (printed with them)."""
@@ -576,9 +590,13 @@ class Runs:
             return head
         when = {str(h.get("run_id")): str(h.get("created_at") or h.get("recorded_at") or "") for h in self.headers}
         machines = ok.drop_duplicates("run_id")[["run_id", *MACHINE_COLUMNS]].astype(str)
+        run_dist = self.run_disturbance()
+        run_dist = {(str(r), p): why for r, p, bad, why in zip(run_dist["run_id"], run_dist["point_id"],
+                                                              run_dist["run_disturbed"], run_dist["run_disturbed_reason"]) if bad}
         for _, m in machines.groupby(list(MACHINE_COLUMNS), sort=True):
             ids = sorted(m["run_id"], key=lambda r: (when.get(r, ""), r), reverse=True)
-            for rid in ids:  # the most recent run holding the reference point
+            skipped = []
+            for rid in ids:  # the most recent run holding the reference point, not disturbed as a whole
                 try:
                     rows = self.reference(run_id=rid, ep_size=ref_ep)
                 except ValueError:
@@ -586,8 +604,12 @@ class Runs:
                 if (rows["workload"] != REFERENCE.workload).any() or (rows[["ep_size", "batch_size", "gamma"]].iloc[0]
                                                                       .tolist() != [ref_ep, REFERENCE.batch_size, REFERENCE.gamma]):
                     continue
+                why = run_dist.get((rid, rows["point_id"].iloc[0]))
+                if why:
+                    skipped.append({"run_id": rid, "label": self._labels.get(rid, rid), "reason": why})
+                    continue
                 summ = self.summary(rows)
-                entry = {"run_id": rid, "label": self._labels.get(rid, rid), "point": point_label(rows.iloc[0]),
+                entry = {"skipped_runs": skipped, "run_id": rid, "label": self._labels.get(rid, rid), "point": point_label(rows.iloc[0]),
                          "point_id": rows["point_id"].iloc[0],
                          "strategies": summ.to_dict("records"),
                          "disturbed_left_out": int(summ["disturbed_left_out"].sum()), "comparison": None}
