@@ -25,6 +25,7 @@ stage() {  # name, time limit (s), command...
   OUT=$W/$name timeout --kill-after=10 "$limit" "$@" >"$W/$name.log" 2>&1
   local rc=$?
   echo "[$name] rc $rc in $((SECONDS - t0)) s" | tee -a "$W/summary.txt"
+  tar czf "$OUT/results.tar.gz" -C "$W" . 2>/dev/null  # after each stage: a call cut short keeps what ran
 }
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(ep gallery sync_cost cuda_tests noise sweep notebooks)
