@@ -41,6 +41,8 @@ NOTEBOOKS = (
                                 "machine, compared with the recorded GPUs"),
     ("03_design_review.ipynb", "for a design review: recorded runs side by side, slide-ready figures, "
                                "the standalone HTML report"),
+    ("04_sync_gallery.ipynb", "seven real sync pitfalls from public PRs, each beside its fix, measured; "
+                              "the no_host_syncs guard for your own code"),
 )
 START_NOTEBOOK = NOTEBOOKS[0][0]
 START_TIMEOUT_S = 120.0
