@@ -17,31 +17,17 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
+from .stats import median_ci
+
 CHARGED_COLUMN = "gpu_idle_sync_caused_ms"
 # Runs recorded before CHARGED_COLUMN existed only have the first gap after each sync.
 OLD_CHARGED_COLUMN = "gpu_idle_after_sync_ms"
-BOOTSTRAP_RESAMPLES = 4000
-_SEED = 20261130  # fixed: the same trials always give the same interval
 
 COLUMNS = (
     "strategy", "baseline", "rounds",
     "loss_ms", "loss_ci_low_ms", "loss_ci_high_ms", "ratio", "ratio_ci_low", "ratio_ci_high", "measurable",
     "charged_idle_ms", "idle_diff_ms", "host_blocked_ms", "charged_column",
 )
-
-
-def median_ci(x, level: float = 0.95, resamples: int = BOOTSTRAP_RESAMPLES) -> tuple[float, float, float]:
-    """Median of `x` and a percentile-bootstrap confidence interval of it."""
-    x = np.asarray(x, dtype=float)
-    if x.size == 0:
-        raise ValueError("median_ci needs at least one sample")
-    med = float(np.median(x))
-    if x.size == 1:
-        return med, med, med
-    rng = np.random.default_rng(_SEED)
-    boots = np.median(rng.choice(x, size=(resamples, x.size), replace=True), axis=1)
-    lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return med, float(lo), float(hi)
 
 
 def _one_point(rows: pd.DataFrame) -> pd.DataFrame:
