@@ -310,8 +310,10 @@ class Panel:
                                    style={"description_width": "80px"}),
         }
         if "run" in opts:
+            # Wide enough for a whole label ("NVIDIA H200 2026-11-30 06:47:53 [run id]"): labels that
+            # differ only in their seconds or run id must not look the same when cut.
             self.controls["run"] = W.Dropdown(options=opts["run"], value=dflt.get("run"), description="run",
-                                              style={"description_width": "80px"})
+                                              style={"description_width": "80px"}, layout=W.Layout(width="520px"))
         # Many recorded runs: a filter narrows the (bounded) run dropdown; Enter applies it.
         self.run_filter = self.run_note = None
         if "run" in opts and hasattr(backend, "filter_runs"):
