@@ -197,6 +197,8 @@ class RecordedBackend:
                  for r, p in dict.fromkeys(zip(rows["run_id"].astype(str), rows["point_id"]))]
         parts = [t for t in parts if not t.empty]
         tl = pd.concat(parts, ignore_index=True) if parts else figures.flatten_timelines(None)
+        if not tl.empty:  # one-process runs recorded by parallel.measure_single named them "<strategy> · rank 0"
+            tl = tl.assign(strategy=tl["strategy"].astype(str).str.replace(r" · rank 0$", "", regex=True))
         r0 = rows.iloc[0]
         asked = {k: settings.get(k) for k in ("ep_size", "batch_size", "gamma")}
         got = {"ep_size": int(r0["ep_size"]), "batch_size": int(r0["batch_size"]), "gamma": int(r0["gamma"])}

@@ -203,7 +203,9 @@ def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequen
             if debug:
                 stats["sync_site"] = max(debug, key=debug.get)
                 stats["sync_sites"] = json.dumps(debug, sort_keys=True)
-        timelines.append({"kind": "timeline", "point_id": pid, "strategy": f"{c.name} · rank {rank}",
+        # One process: timelines keyed by the strategy, as the one-process figures and panel expect.
+        name = c.name if ctx.world_size == 1 else f"{c.name} · rank {rank}"
+        timelines.append({"kind": "timeline", "point_id": pid, "strategy": name,
                           "rank": rank, "rank_case": c.name, "segments": tl})
         for t in timings[c.name]:
             r = _row_base(my_cfg, ctx, dispatch, c, pid)
