@@ -788,11 +788,4 @@ def save_image(fig: go.Figure, path, **kwargs) -> None:
     fig.write_image(str(path), **kwargs)
 
 
-def select_point(rows: pd.DataFrame, **settings) -> pd.DataFrame:
-    """Kept for notebook 02's callers: the nearest recorded point, chosen by results.Runs.nearest."""
-    from .results.runs import Runs
-
-    return Runs(rows).nearest(ok_only=False, **settings)
-
-
 apply_display_config()

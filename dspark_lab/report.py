@@ -189,14 +189,6 @@ def cross_run_comparisons(runs, baseline: str = BASELINE) -> list[str]:
     return out
 
 
-def fingerprint_table(runs, rows: Optional[pd.DataFrame] = None) -> pd.DataFrame:
-    """One row per run: its label, machine fingerprint, when, how many points (failed ones too), the sweep.
-    Takes a Runs, or (headers, rows) as older callers pass them."""
-    if not isinstance(runs, Runs):
-        runs = Runs(rows if rows is not None else pd.DataFrame(columns=["run_id"]), None, _header_list(runs))
-    return runs.table()
-
-
 # -- the document --------------------------------------------------------------------------------
 
 _CSS = """
