@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Opens the kit: JupyterLab on notebook 01, on 127.0.0.1 only, behind a printed token, on a free port
-# (dspark_lab/launch.py). The environment (.venv) is built on the first run, with progress on stderr.
+# (dspark_lab/cli/launch.py). The environment (.venv) is built on the first run, with progress on stderr.
 #   bash lab.sh                 JupyterLab (Ctrl-C stops it); DSPARK_NO_BROWSER=1: print the URL only
 #   bash lab.sh report [ARGS]   the report from the recorded runs (out/report.html) and a summary table
 #   bash lab.sh sweep [ARGS]    with a CUDA GPU: the default sweep into data/runs/, then the report
@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 py=$(bash scripts/ensure_env.sh)
 case "${1:-}" in
   report) shift; exec "$py" -m dspark_lab.cli report --summary "$@" ;;
-  sweep)  shift; exec "$py" -m dspark_lab.cli main "$@" ;;
+  sweep)  shift; exec "$py" -m dspark_lab.cli "$@" ;;
   cli)    shift; exec "$py" -m dspark_lab.cli "$@" ;;
-  *)      exec "$py" -m dspark_lab.launch "$@" ;;
+  *)      exec "$py" -m dspark_lab.cli.launch "$@" ;;
 esac

@@ -6,7 +6,7 @@ that `import dspark_lab` stays light."""
 
 def __getattr__(name):
     if name == "no_host_syncs":
-        from .guard import no_host_syncs
+        from dspark_lab.guard import no_host_syncs
 
         return no_host_syncs
     raise AttributeError(f"module 'dspark_lab' has no attribute {name!r}")

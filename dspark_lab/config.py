@@ -1,11 +1,26 @@
 """One frozen config for a lab run, its presets, and validation with messages that name the field."""
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from . import strategies
-from .predicate import MOE_A2A_BACKENDS, ParallelSettings
+from dspark_lab import strategies
+from dspark_lab.predicate import MOE_A2A_BACKENDS, ParallelSettings
+
+MODE_ENV = "DSPARK_LAB_MODE"  # "recorded" forces recorded mode (e.g. headless notebook runs)
+
+
+def choose_mode() -> str:
+    """"live" when a CUDA device is available and DSPARK_LAB_MODE is not "recorded", else "recorded"."""
+    if os.environ.get(MODE_ENV, "").lower() == "recorded":
+        return "recorded"
+    try:
+        import torch  # here, not at the top: validating a config needs no torch
+
+        return "live" if torch.cuda.is_available() else "recorded"
+    except Exception:  # noqa: BLE001 - a broken torch install: nothing can be measured here
+        return "recorded"
 
 # SGLang's draft forward runs ONE forward over `gamma` rows per request (or gamma + 1).
 QUERY_MODES = ("gamma", "gamma+1")

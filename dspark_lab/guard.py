@@ -38,8 +38,8 @@ from typing import Iterable, Iterator, Optional, Sequence
 import pandas as pd
 import torch
 
-from .measure import syncs as _syncs
-from .measure import trace as _trace
+from dspark_lab.measure import syncs as _syncs
+from dspark_lab.measure import trace as _trace
 
 GUARD_RANGE = "dspark_lab.guard.block"
 DEBUG_MODE, CUPTI, TRACE = "sync debug mode", "CUDA sync events", "trace copies"

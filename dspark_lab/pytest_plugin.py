@@ -16,7 +16,7 @@ import functools
 
 import pytest
 
-from .guard import no_host_syncs as _guard
+from dspark_lab.guard import no_host_syncs as _guard
 
 
 def pytest_addoption(parser):

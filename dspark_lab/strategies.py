@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .predicate import ParallelSettings, enable_num_token_non_padded
+from dspark_lab.predicate import ParallelSettings, enable_num_token_non_padded
 
 StrategyFn = Callable[..., Optional[torch.Tensor]]
 
@@ -72,7 +72,7 @@ def register(strategy: Strategy) -> None:
 
 
 # Imported here, below the functions, so their recorded line numbers (sync sites) stay put.
-from .results.strategy_info import BUILTIN_INFO  # noqa: E402
+from dspark_lab.results.strategy_info import BUILTIN_INFO  # noqa: E402
 
 _FUNCTIONS = {f.__name__: f for f in (device_direct, non_blocking, on_demand, on_demand_pinned, persistent_fill)}
 for _name, (_description, _source) in BUILTIN_INFO.items():  # names and lines live torch-free

@@ -60,7 +60,8 @@ def timed(fn):
 
 
 def bench(n: int, src: list[Path], work: Path, machines: int) -> dict:
-    from dspark_lab import panel, report
+    from dspark_lab.results.backend import RecordedBackend
+    from dspark_lab.views import panel, report
     from dspark_lab.results import Runs
 
     folder, cache = work / f"runs-{n}", work / f"cache-{n}"
@@ -72,7 +73,7 @@ def bench(n: int, src: list[Path], work: Path, machines: int) -> dict:
     assert len(runs.run_ids()) == n, f"loaded {len(runs.run_ids())} runs of {n}"
     out = work / f"report-{n}.html"
     _, t_report = timed(lambda: report.write_html(out, runs))
-    backend, t_panel = timed(lambda: panel.RecordedBackend(runs))
+    backend, t_panel = timed(lambda: RecordedBackend(runs))
     _, t_get = timed(lambda: backend.get(backend.defaults()))
     cache_mb = sum(p.stat().st_size for p in cache.glob("*.parquet")) / 1e6
     row = {"runs": n, "run files MB": size / 1e6, "cache MB": cache_mb, "load cold s": t_cold, "load warm s": t_warm,

@@ -3,9 +3,9 @@
   python scripts/ep_validate_recorded.py [RUNS_DIR]   # default data/runs, files h200x2-ep2-*.jsonl
 
 Two models, both with inputs that exclude the case they predict:
-  held-out      parallel.predict.validate_held_out: inputs = the uniform cases of the same dispatch's run,
+  held-out      results.ep_predict.validate_held_out: inputs = the uniform cases of the same dispatch's run,
                 predicted = its mixed-strategy and host-delay cases.
-  one process   parallel.predict.validate on the one-process (predicate only) run, plus the dispatch's
+  one process   results.ep_predict.validate on the one-process (predicate only) run, plus the dispatch's
                 per-step cost measured once (all non_blocking EP run minus one-process non_blocking);
                 predicted = every other case (the non_blocking uniform case is its input).
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dspark_lab.parallel import predict  # noqa: E402
+from dspark_lab.results import ep_predict as predict  # noqa: E402
 
 
 def load(path):

@@ -56,12 +56,12 @@ def child(args: list[str], env: dict | None = None) -> dict:
 # -- reference -----------------------------------------------------------------------------------
 
 def reference_one(smoke: bool, index: int) -> dict:
-    from dspark_lab import store
+    from dspark_lab.results import store
     from dspark_lab.config import LabConfig
     from dspark_lab.measure import probe
     from dspark_lab.results import noise
-    from dspark_lab.runner import measure_point, point_id
-    from dspark_lab.sweep import SweepSpec
+    from dspark_lab.run.point import measure_point, point_id
+    from dspark_lab.run.sweep import SweepSpec
 
     import pandas as pd
 
@@ -125,7 +125,7 @@ def live_one(smoke: bool, after_warm: bool = False) -> dict:
     setting (as when the user moves a slider after the notebook has opened)."""
     t_import = time.perf_counter()
     from dspark_lab.config import LabConfig
-    from dspark_lab.live import LiveBackend
+    from dspark_lab.run.live import LiveBackend
 
     z = sizes(smoke)
     base = (LabConfig(model=z["model"], workload=z["workload"], steps=4, warmup=1, trials=2, device="cpu")
@@ -189,7 +189,7 @@ def stage_overhead(smoke: bool) -> str:
 
     from dspark_lab.config import LabConfig
     from dspark_lab.measure import diagnostics, timing
-    from dspark_lab.workload import LabStep
+    from dspark_lab.model.workload import LabStep
 
     z = sizes(smoke)
     cfg = LabConfig(**dict(REFERENCE, workload=z["workload"]), model=z["model"], device=z["device"])

@@ -23,10 +23,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dspark_lab import strategies  # noqa: E402
 from dspark_lab.config import LabConfig  # noqa: E402
-from dspark_lab.draft import INVALID_EXPERT  # noqa: E402
+from dspark_lab.model.draft import INVALID_EXPERT  # noqa: E402
 from dspark_lab.measure import probe, timing, trace  # noqa: E402
-from dspark_lab.runner import analyse, measure_point, point_id  # noqa: E402
-from dspark_lab.workload import STEP_RANGE, LabStep  # noqa: E402
+from dspark_lab.measure.profile import analyse  # noqa: E402
+from dspark_lab.run.point import measure_point, point_id  # noqa: E402
+from dspark_lab.measure.ranges import STEP_RANGE  # noqa: E402
+from dspark_lab.model.workload import LabStep  # noqa: E402
 
 OUT = Path(os.environ.get("OUT", "out/gpu"))
 OUT.mkdir(parents=True, exist_ok=True)
@@ -84,7 +86,7 @@ def run_stage_sweep() -> str:
     import subprocess
 
     t0 = time.time()
-    rc = subprocess.call([sys.executable, "-m", "dspark_lab.cli", "sweep", "--preset", "default",
+    rc = subprocess.call([sys.executable, "-m", "dspark_lab.cli.main", "sweep", "--preset", "default",
                           "--out", str(OUT / "runs.jsonl"), "--no-progress"])
     return f"default sweep: rc {rc}, wall {time.time() - t0:.1f} s"
 
@@ -101,7 +103,7 @@ def run_stage_cuda_tests() -> str:
 def run_stage_live() -> str:
     """How long a live panel update takes: all strategies at one setting, measured (the panel's
     redraw is timed on CPU by the tests)."""
-    from dspark_lab import live  # the panel's backend without plotly (absent on the GPU box)
+    from dspark_lab.run import live  # the panel's backend without plotly (absent on the GPU box)
 
     b = live.LiveBackend()
     d = b.defaults()
@@ -155,7 +157,7 @@ def run_stage_check() -> str:
     dc = draft_check()
     traces_dir = OUT / "traces"
     traces_dir.mkdir(exist_ok=True)
-    from dspark_lab import store
+    from dspark_lab.results import store
 
     with store.RunWriter.create(OUT / "presets.jsonl", fingerprint=probe.fingerprint(),
                                 sweep={"preset": "sglang_profile", "ep_size": [1, 8], "batch_size": [8], "gamma": [4]},

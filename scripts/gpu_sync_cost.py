@@ -3,7 +3,7 @@
   python scripts/gpu_sync_cost.py [--smoke]
 
 Measures EP 8, batch 8, gamma 4 with the workloads sglang_profile, gpu_bound and host_bound
-(runner.measure_point, all strategies), writes the three points into one run file under $OUT
+(run.point.measure_point, all strategies), writes the three points into one run file under $OUT
 (default out/gpu) via store.RunWriter with the machine's fingerprint in the header, keeps the first
 5 profiled steps of each strategy's trace under $OUT/traces/ (test fixtures), and prints a table
 last: per point type, device_direct's GPU idle charged to its sync (profiled) against its measured
@@ -25,12 +25,12 @@ for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "
     os.environ.setdefault(_k, _v)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dspark_lab import store  # noqa: E402
+from dspark_lab.results import store  # noqa: E402
 from dspark_lab.config import LabConfig  # noqa: E402
 from dspark_lab.measure import probe, trace  # noqa: E402
 from dspark_lab.results import sync_cost  # noqa: E402
-from dspark_lab.runner import measure_point, point_id  # noqa: E402
-from dspark_lab.workload import STEP_RANGE  # noqa: E402
+from dspark_lab.run.point import measure_point, point_id  # noqa: E402
+from dspark_lab.measure.ranges import STEP_RANGE  # noqa: E402
 
 POINT_TYPES = ("sglang_profile", "gpu_bound", "host_bound")
 FULL = dict(steps=30, warmup=5, trials=6)

@@ -125,7 +125,7 @@ def _settings(controls, run_ids: list) -> dict:
 def _expected(backend, settings: dict):
     """What the panel must draw for `settings`: per run label, strategies and recorded median step
     times of the nearest recorded point; or the error the panel must show."""
-    from dspark_lab import figures
+    from dspark_lab.views import figures
 
     try:
         data = backend.get(settings)
@@ -226,7 +226,7 @@ def _page_through(page, stem: str, max_pages: int = 30) -> int:
 
 def _exercise_panel(page, name, backend, store_rows):
     """Move each control once and check the figure after each move; return the run dropdown's labels."""
-    from dspark_lab import panel as panel_mod
+    from dspark_lab.results.backend import ALL_RUNS
 
     stem = name.split("_")[0]
     cell = page.locator(".jp-Notebook .jp-CodeCell", has=page.locator(".dspark-mode")).first
@@ -259,7 +259,7 @@ def _exercise_panel(page, name, backend, store_rows):
     _choose(controls["strategy"], other)
     _wait_for_expected(page, controls, backend, run_ids, "strategy")
     # Every recorded run side by side, then another workload, then one run that has it.
-    _choose(controls["run"], next(lab for lab, rid in opts["run"] if rid == panel_mod.ALL_RUNS))
+    _choose(controls["run"], next(lab for lab, rid in opts["run"] if rid == ALL_RUNS))
     _wait_for_expected(page, controls, backend, run_ids, "run (all)")
     cur = _settings(controls, run_ids)
     wl = next((w for w in opts["workload"] if w != cur["workload"]), None)
@@ -268,7 +268,7 @@ def _exercise_panel(page, name, backend, store_rows):
         _wait_for_expected(page, controls, backend, run_ids, "workload")
     cur = _settings(controls, run_ids)
     has = set(store_rows.loc[store_rows.workload == cur["workload"], "run_id"].astype(str))
-    one = next(i for i, (_, rid) in enumerate(opts["run"]) if rid != panel_mod.ALL_RUNS and rid in has)
+    one = next(i for i, (_, rid) in enumerate(opts["run"]) if rid != ALL_RUNS and rid in has)
     controls["run"].locator("select").select_option(index=one)
     _wait_for_expected(page, controls, backend, run_ids, "run (one)")
     after = _title_boxes(cell)
@@ -293,11 +293,13 @@ def _title_boxes(cell):
 def test_lab_sh_kit_runs_all_three_notebooks_and_every_control_moves_the_figures(lab):
     from playwright.sync_api import sync_playwright
 
-    from dspark_lab import panel, store
+    from dspark_lab.results import store
+    from dspark_lab.results.backend import RecordedBackend
+    from dspark_lab.views import panel
 
     data_dir = lab["env"].get("DSPARK_DATA")
     rows, tl, headers = store.load_runs(data_dir) if data_dir else store.load_runs()
-    backend = panel.RecordedBackend(rows, tl, headers)
+    backend = RecordedBackend(rows, tl, headers)
     OUT.mkdir(parents=True, exist_ok=True)
     labels = {}
     with sync_playwright() as pw:

@@ -14,9 +14,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from dspark_lab import cli, schema
+from dspark_lab.cli import main as cli
+from dspark_lab.results import schema
 from dspark_lab.config import LabConfig
-from dspark_lab.store import DataWarning, RunWriter, load_runs
+from dspark_lab.results.store import DataWarning, RunWriter, load_runs
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_ARGS = ["--model", "tiny", "--workload", "tiny", "--steps", "3", "--warmup", "1", "--trials", "2",
@@ -78,7 +79,7 @@ def test_bad_arguments_name_the_option_and_the_allowed_values(argv, expected, ca
 
 
 def test_bad_arguments_in_a_subprocess_exit_2_without_a_traceback():
-    p = subprocess.run([sys.executable, "-m", "dspark_lab.cli", "sweep", "--gamma", "zero"],
+    p = subprocess.run([sys.executable, "-m", "dspark_lab.cli.main", "sweep", "--gamma", "zero"],
                        capture_output=True, text=True, cwd=REPO, env=_env(REPO / "unused"))
     assert p.returncode == 2 and "argument --gamma" in p.stderr and "Traceback" not in p.stderr
 
@@ -124,7 +125,7 @@ def _committed(path: Path) -> int:
 
 def _start(args, path: Path, tmp_path: Path, name: str) -> subprocess.Popen:
     log = open(tmp_path / f"{name}.log", "w")
-    return subprocess.Popen([sys.executable, "-m", "dspark_lab.cli", "sweep", *args, "--out", str(path)],
+    return subprocess.Popen([sys.executable, "-m", "dspark_lab.cli.main", "sweep", *args, "--out", str(path)],
                             cwd=tmp_path, env=_env(tmp_path / "data"), stdout=log, stderr=subprocess.STDOUT)
 
 
@@ -136,7 +137,7 @@ def _wait_for_commits(proc: subprocess.Popen, path: Path, n: int, log: Path) -> 
 
 
 def test_killed_sweep_resumes_without_losing_or_doubling_rows(tmp_path):
-    pytest.importorskip("dspark_lab.runner")
+    pytest.importorskip("dspark_lab.run.point")
     path = tmp_path / "run.jsonl"
     grid = ["--ep", "1,8", "--batch", "1,2", "--gamma", "2"]  # 4 points x 2 strategies x 2 trials
     expected = {(ep, bs, s, t) for ep in (1, 8) for bs in (1, 2)
@@ -214,7 +215,7 @@ def _fake_measure(fail_ep=None):
 
 @pytest.fixture
 def fake_runner(monkeypatch):
-    from dspark_lab import runner
+    from dspark_lab.run import point as runner
 
     def install(fail_ep=None):
         monkeypatch.setattr(runner, "measure_point", _fake_measure(fail_ep))
@@ -299,7 +300,7 @@ def _recorded(tmp_path: Path) -> Path:
 
 
 def test_report_writes_html_and_warns_on_damaged_files(tmp_path, capsys):
-    pytest.importorskip("dspark_lab.report")
+    pytest.importorskip("dspark_lab.views.report")
     path = _recorded(tmp_path)
     last = len(path.read_text().splitlines()) + 1
     with open(path, "ab") as f:
@@ -341,7 +342,7 @@ def test_main_without_cuda_reports_the_recorded_runs(tmp_path, capsys, monkeypat
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: main would run the sweep")
-    pytest.importorskip("dspark_lab.report")
+    pytest.importorskip("dspark_lab.views.report")
     _recorded(tmp_path)
     out = tmp_path / "out" / "report.html"
     code, stdout, err = run_main(["main", "-o", str(out)], capsys)
@@ -361,12 +362,12 @@ def test_main_without_cuda_and_without_recorded_runs(tmp_path, capsys):
 
 def test_report_module_missing_is_a_clear_message(tmp_path, capsys, monkeypatch):
     _recorded(tmp_path)
-    import dspark_lab
+    import dspark_lab.views
 
-    monkeypatch.setitem(sys.modules, "dspark_lab.report", None)  # import fails
-    monkeypatch.delattr(dspark_lab, "report", raising=False)
+    monkeypatch.setitem(sys.modules, "dspark_lab.views.report", None)  # import fails
+    monkeypatch.delattr(dspark_lab.views, "report", raising=False)
     code, _, err = run_main(["report", "-o", str(tmp_path / "r.html")], capsys)
-    assert code == 1 and "dspark_lab.report" in err
+    assert code == 1 and "dspark_lab.views.report" in err
 
 
 def test_doctor_prints_the_fingerprint(capsys):
@@ -386,7 +387,7 @@ def test_main_with_cuda_runs_the_sweep_into_data_runs_then_reports(tmp_path, cap
 
     from dspark_lab.measure import probe
 
-    pytest.importorskip("dspark_lab.report")
+    pytest.importorskip("dspark_lab.views.report")
     fake_runner()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(probe, "fingerprint", lambda: {"gpu": "Fake GPU", "driver": "1", "cuda": "13.0", "torch": "2.x"})

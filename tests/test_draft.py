@@ -3,8 +3,8 @@ import torch
 
 from dspark_lab import strategies
 from dspark_lab.config import LabConfig
-from dspark_lab.draft import INVALID_EXPERT, DraftForwardBatch, MissingNumTokenNonPadded, route_top_k
-from dspark_lab.workload import LabStep
+from dspark_lab.model.draft import INVALID_EXPERT, DraftForwardBatch, MissingNumTokenNonPadded, route_top_k
+from dspark_lab.model.workload import LabStep
 
 TINY = dict(model="tiny", workload="tiny", device="cpu")
 

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from dspark_lab import figures
+from dspark_lab.views import figures
 from test_figures import a_point, data  # noqa: F401  (the synthetic-runs fixture)
 
 
@@ -90,15 +90,16 @@ def test_no_share_button_anywhere(data):  # noqa: F811
     for name in ("notebook", "notebook_connected", "browser", "iframe"):
         assert pio.renderers[name].config["showSendToCloud"] is False, name
     # the report's HTML
-    from dspark_lab import report
+    from dspark_lab.views import report
 
     doc = report.build_html(rows, tl, headers)
     assert '"showSendToCloud": false' in doc and '"sendChartToCloud"' in doc
     # the panel's FigureWidgets
     pytest.importorskip("ipywidgets")
-    from dspark_lab import panel
+    from dspark_lab.results.backend import RecordedBackend
+    from dspark_lab.views import panel
 
-    p = panel.Panel(panel.RecordedBackend(rows, tl, headers))
+    p = panel.Panel(RecordedBackend(rows, tl, headers))
     for fw in p.figs.values():
         assert fw._config["showSendToCloud"] is False
 

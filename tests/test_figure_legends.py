@@ -2,7 +2,7 @@
 widest, so a legend below the plot never runs into the note above it (seen in notebook 01's breakdown)."""
 import plotly.graph_objects as go
 
-from dspark_lab import figures
+from dspark_lab.views import figures
 
 
 def test_every_trace_of_a_legend_group_has_its_entry():

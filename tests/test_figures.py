@@ -11,7 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dspark_lab import figures, schema, strategies
+from dspark_lab.views import figures
+from dspark_lab.results import frames, schema
+from dspark_lab import strategies
 from dspark_lab.results import Runs
 from dspark_lab.results.stats import median_ci
 
@@ -76,7 +78,7 @@ def synthetic_runs(runs=(("run-a", "SYNTH-GPU-A", "1.0"), ("run-b", "SYNTH-GPU-B
 
 def write_synthetic_runs(folder) -> Path:
     """Write the synthetic set as run files (store format) under folder/runs; returns folder."""
-    from dspark_lab import store
+    from dspark_lab.results import store
 
     rows, tl, headers = synthetic_runs()
     folder = Path(folder)
@@ -297,7 +299,7 @@ def test_static_export_renders(tmp_path, data):
 
 
 def test_report_is_standalone_and_states_its_data(data):
-    from dspark_lab import report
+    from dspark_lab.views import report
 
     rows, tl, headers, _ = data
     doc = report.build_html(rows, tl, headers)
@@ -307,7 +309,7 @@ def test_report_is_standalone_and_states_its_data(data):
     js = get_plotlyjs()
     assert js[:300] in doc and len(js) < len(doc) < 2 * len(js)  # plotly.js inline, exactly once
     assert "<script src=\"http" not in doc and "cdn.plot.ly" not in doc.split("</head>")[0]
-    for fp in figures.fingerprints(rows).itertuples():
+    for fp in frames.fingerprints(rows).itertuples():
         assert fp.gpu in doc and fp.driver in doc and fp.torch in doc
     # The key comparison sentences carry compare()'s numbers for the featured point.
     pid = report.featured_points(rows)[0]
@@ -320,7 +322,7 @@ def test_report_is_standalone_and_states_its_data(data):
 
 
 def test_sync_site_resolves_to_the_line_in_this_checkout():
-    from dspark_lab import report
+    from dspark_lab.views import report
 
     import inspect
     from dspark_lab import strategies as st

@@ -2,8 +2,8 @@
 import pandas as pd
 import pytest
 
-from dspark_lab import figures_ranks as FR
-from dspark_lab import schema
+from dspark_lab.views import figures_ranks as FR
+from dspark_lab.results import schema
 
 
 def _rows():

@@ -16,7 +16,7 @@ from dspark_lab import gallery
 from dspark_lab.gallery import cases as C
 from dspark_lab.gallery import report
 from dspark_lab.measure import syncs, trace
-from dspark_lab.workload import STEP_RANGE
+from dspark_lab.measure.ranges import STEP_RANGE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -110,7 +110,7 @@ def test_a_blocking_pageable_copy_counts_as_a_host_sync_and_its_wait_as_blocked_
 
 
 def test_d2h_columns_are_in_the_schema():
-    from dspark_lab import schema
+    from dspark_lab.results import schema
 
     assert {"d2h_per_step", "d2h_pageable_per_step"} <= set(schema.TRACE_COLUMNS)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark_lab import launch
+from dspark_lab.cli import launch
 
 ROOT = Path(__file__).resolve().parents[1]
 URL_RE = re.compile(r"http://(?P<host>[^:/\s]+):(?P<port>\d+)/lab/tree/(?P<path>\S+)\?token=(?P<token>[0-9a-f]+)")

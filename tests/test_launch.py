@@ -1,11 +1,11 @@
-"""dspark_lab.launch: the pieces `bash lab.sh` is made of (port, token, JupyterLab argv, URL, banner)."""
+"""dspark_lab.cli.launch: the pieces `bash lab.sh` is made of (port, token, JupyterLab argv, URL, banner)."""
 from __future__ import annotations
 
 import socket
 
 import pytest
 
-from dspark_lab import launch
+from dspark_lab.cli import launch
 
 
 def test_free_port_is_bindable_on_localhost():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dspark_lab import store
+from dspark_lab.results import store
 from dspark_lab.results.load import DataWarning, load
 from dspark_lab.results.rows import build_row
 
@@ -271,7 +271,7 @@ def test_a_full_disk_mid_point_leaves_no_torn_point(tmp_path, monkeypatch):
 
 
 def test_sync_site_lines_come_only_from_the_package():
-    from dspark_lab import report
+    from dspark_lab.views import report
 
     for site in ("/etc/passwd:1 root", "dspark_lab/../../../../etc/passwd:1 x", "dspark_lab/../README.md:1 x",
                  "../dspark_lab/strategies.txt(1): x", "/etc/shadow:1 x", "dspark_lab/../../../../etc/hostname(1): x"):
@@ -283,7 +283,7 @@ def test_sync_site_lines_come_only_from_the_package():
 
 
 def test_every_string_of_a_run_file_is_escaped_in_the_report(tmp_path):
-    from dspark_lab import report
+    from dspark_lab.views import report
     from dspark_lab.results import Runs
 
     _script_everywhere(tmp_path)
@@ -296,7 +296,7 @@ def test_every_string_of_a_run_file_is_escaped_in_the_report(tmp_path):
 
 
 def test_report_on_good_runs_plus_bad_ones_exits_0_and_says_what_it_skipped(folder, capsys):
-    from dspark_lab import cli
+    from dspark_lab.cli import main as cli
 
     bad = _nested(folder)
     wrong = base(folder, "wrong-version")

@@ -12,11 +12,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dspark_lab import calibration, cli, figures, schema, workload
+from dspark_lab.model import calibration, workload
+from dspark_lab.cli import main as cli
+from dspark_lab.views import figures
+from dspark_lab.results import schema
 from dspark_lab.config import LabConfig
-from dspark_lab.measure import diagnostics, timing
+from dspark_lab.measure import diagnostics, timing, waits
 from dspark_lab.results import noise
-from dspark_lab.store import load_runs
+from dspark_lab.results.store import load_runs
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = sorted((REPO / "data" / "runs").glob("h200-sglang-profile-*.jsonl"))
@@ -200,16 +203,16 @@ def test_diagnostics_on_cpu_fields_present_and_none_where_unknown():
 
 
 def test_spin_until_counts_its_time_as_deliberate_wait():
-    before = workload.deliberate_wait_s()
+    before = waits.total_s()
     t0 = workload.time.perf_counter()
     workload.spin_until(t0 + 0.003)
     elapsed = workload.time.perf_counter() - t0
-    waited = workload.deliberate_wait_s() - before
+    waited = waits.total_s() - before
     assert 0 < waited <= elapsed
 
 
 def test_runner_rows_carry_diagnostics_and_the_verdict():
-    from dspark_lab.runner import measure_point
+    from dspark_lab.run.point import measure_point
 
     cfg = LabConfig(model="tiny", workload="tiny", steps=4, warmup=1, trials=3, device="cpu")
     r = measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=2, keep_traces=False)
@@ -357,7 +360,7 @@ def test_target_verify_calibration_is_cached_per_gpu_driver_and_torch(monkeypatc
 # -- the live backend ----------------------------------------------------------------------------------
 
 def test_the_live_path_imports_neither_plotly_nor_ipywidgets():
-    code = ("import sys; from dspark_lab.live import LiveBackend; from dspark_lab.runner import measure_point; "
+    code = ("import sys; from dspark_lab.run.live import LiveBackend; from dspark_lab.run.point import measure_point; "
             "from dspark_lab.results import noise; "
             "bad = [m for m in ('plotly', 'ipywidgets') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
@@ -366,7 +369,7 @@ def test_the_live_path_imports_neither_plotly_nor_ipywidgets():
 
 
 def test_live_warm_up_measures_the_default_setting_once():
-    from dspark_lab.live import LiveBackend
+    from dspark_lab.run.live import LiveBackend
 
     calls = []
 
@@ -412,7 +415,7 @@ def test_nvml_fields_through_a_stand_in_pynvml(monkeypatch):
 
 @pytest.mark.cuda
 def test_diagnostics_on_cuda_time_the_gpu_work():
-    from dspark_lab.runner import measure_point
+    from dspark_lab.run.point import measure_point
 
     cfg = LabConfig(workload="sglang_profile", steps=6, warmup=2, trials=3, device="cuda")
     df = pd.DataFrame(measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=3, keep_traces=False).rows)
@@ -423,7 +426,7 @@ def test_diagnostics_on_cuda_time_the_gpu_work():
 def test_adaptive_point_through_the_runner_on_a_fake_clock():
     """measure_point with a CI target: a fake clock that jumps past the cap after the minimum
     rounds stops it at the cap; rows say so, and progress never runs backwards."""
-    from dspark_lab.runner import measure_point
+    from dspark_lab.run.point import measure_point
 
     ticks = iter(range(10**6))
     clock = lambda: float(next(ticks)) * 100.0  # noqa: E731 - every reading is 100 s later

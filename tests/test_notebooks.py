@@ -93,7 +93,7 @@ def test_notebook_runs_headless(path, executed, recorded_env):
 def test_the_headline_is_the_same_in_the_cli_the_report_and_notebooks_01_and_03(executed, tmp_path, capsys):
     import torch
 
-    from dspark_lab import cli
+    from dspark_lab.cli import main as cli
     from dspark_lab.results import Runs
 
     if torch.cuda.is_available():

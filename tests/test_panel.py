@@ -12,7 +12,11 @@ import pytest
 pytest.importorskip("ipywidgets")
 pytest.importorskip("anywidget")
 
-from dspark_lab import figures, panel, schema  # noqa: E402
+from dspark_lab import config, strategies
+from dspark_lab.results.backend import ALL_RUNS, RecordedBackend
+from dspark_lab.run import live
+from dspark_lab.views import figures, panel
+from dspark_lab.results import schema  # noqa: E402
 from dspark_lab.config import LabConfig  # noqa: E402
 from dspark_lab.results.stats import median_ci  # noqa: E402
 from test_figures import synthetic_runs  # noqa: E402
@@ -28,7 +32,7 @@ def data():
 @pytest.fixture(scope="module")
 def recorded_panel(data):
     rows, tl, headers, _ = data
-    return panel.Panel(panel.RecordedBackend(rows, tl, headers))
+    return panel.Panel(RecordedBackend(rows, tl, headers))
 
 
 def expected_medians(rows, run_id, ep, bs, g, workload):
@@ -100,10 +104,10 @@ def test_strategy_control_picks_the_timeline(recorded_panel):
 
 def test_nearest_recorded_point_is_named():
     rows, tl, headers = synthetic_runs()
-    b = panel.RecordedBackend(rows, tl, headers)
+    b = RecordedBackend(rows, tl, headers)
     d = b.get({"ep_size": 2, "batch_size": 10, "gamma": 4, "workload": "sglang_profile", "run": "run-a"})
     assert set(d.rows.batch_size) == {8} and "you asked batch size 10" in d.note
-    d = b.get({"ep_size": 2, "batch_size": 8, "gamma": 4, "workload": "sglang_profile", "run": panel.ALL_RUNS})
+    d = b.get({"ep_size": 2, "batch_size": 8, "gamma": 4, "workload": "sglang_profile", "run": ALL_RUNS})
     assert set(d.rows.run_id) == {"run-a", "run-b"}
 
 
@@ -132,13 +136,13 @@ def test_error_shows_in_panel_not_a_traceback():
 def test_all_failed_point_shows_its_error():
     rows, tl, headers = synthetic_runs(runs=(("run-a", "SYNTH-GPU-A", "1.0"),), eps=(2,), batches=(8,), gammas=(4,))
     rows["status"], rows["error"] = "failed", "OutOfMemoryError: CUDA out of memory"
-    p = panel.Panel(panel.RecordedBackend(rows, tl, headers))
+    p = panel.Panel(RecordedBackend(rows, tl, headers))
     assert "out of memory" in p.error.value
 
 
 def test_no_recorded_data_says_so(tmp_path, monkeypatch):
     monkeypatch.setenv("DSPARK_DATA", str(tmp_path))
-    monkeypatch.setenv(panel.MODE_ENV, "recorded")
+    monkeypatch.setenv(config.MODE_ENV, "recorded")
     (tmp_path / "runs").mkdir()
     p = panel.make_panel()
     assert "no recorded rows" in p.error.value
@@ -174,7 +178,7 @@ FP = {"gpu": "FAKE-GPU", "driver": "0.0", "cuda": "0", "torch": "0"}
 
 def test_live_drag_coalesces_to_the_latest():
     measure, calls, rows = fake_measure()
-    p = panel.Panel(panel.LiveBackend(LabConfig(batch_size=1, gamma=2, ep_size=2), measure=measure, fingerprint=FP),
+    p = panel.Panel(live.LiveBackend(LabConfig(batch_size=1, gamma=2, ep_size=2), measure=measure, fingerprint=FP),
                     debounce_s=0.05)
     assert "LIVE" in p.mode_html.value and "FAKE-GPU" in p.mode_html.value
     p.set(ep_size=2, batch_size=1, gamma=2)
@@ -196,7 +200,7 @@ def test_live_drag_coalesces_to_the_latest():
 
 def test_live_failure_shows_message():
     measure, calls, _ = fake_measure(delay=0.01, fail=True)
-    p = panel.Panel(panel.LiveBackend(measure=measure, fingerprint=FP), debounce_s=0.01)
+    p = panel.Panel(live.LiveBackend(measure=measure, fingerprint=FP), debounce_s=0.01)
     assert p._worker.wait(10)
     assert "CUDA out of memory" in p.error.value and "Traceback" not in p.error.value
 
@@ -226,9 +230,9 @@ def test_latest_wins_runs_only_latest():
 def test_live_backend_measures_on_this_machine():
     """The real runner, on whatever device this machine has (CPU here), tiny settings."""
     cfg = LabConfig(model="tiny", workload="tiny", steps=8, warmup=2, trials=2, device="auto")
-    b = panel.LiveBackend(cfg)
+    b = live.LiveBackend(cfg)
     d = b.get({"ep_size": 2, "batch_size": 4, "gamma": 2, "workload": "tiny"})
-    assert set(d.rows.strategy) == set(panel.strategies.names())
+    assert set(d.rows.strategy) == set(strategies.names())
     assert (d.rows.gpu == b.fingerprint["gpu"]).all() and d.rows.recorded_at.notna().all()
     assert not d.timelines.empty and {"lane", "part", "start_ms", "end_ms"} <= set(d.timelines.columns)
     figures.strategy_comparison(d.rows)
@@ -237,10 +241,10 @@ def test_live_backend_measures_on_this_machine():
 
 def test_make_panel_says_live_when_cuda(monkeypatch):
     measure, _, _ = fake_measure(delay=0.01)
-    monkeypatch.setattr(panel, "choose_mode", lambda: "live")
-    real = panel.LiveBackend
-    monkeypatch.setattr(panel, "LiveBackend", lambda: real(measure=measure, fingerprint=FP))
-    p = panel.make_panel()
+    monkeypatch.setattr(live, "choose_mode", lambda: "live")
+    real = live.LiveBackend
+    monkeypatch.setattr(live, "LiveBackend", lambda: real(measure=measure, fingerprint=FP))
+    p = panel.make_panel(live.open_backend())
     assert p.mode == "live" and "LIVE" in p.mode_html.value and "FAKE-GPU" in p.mode_html.value
     assert p._worker.wait(10)
 
@@ -249,9 +253,9 @@ def test_make_panel_says_recorded_without_cuda(monkeypatch, tmp_path):
     from test_figures import write_synthetic_runs
 
     monkeypatch.setenv("DSPARK_DATA", str(write_synthetic_runs(tmp_path)))
-    monkeypatch.delenv(panel.MODE_ENV, raising=False)
-    monkeypatch.setattr(panel, "choose_mode", lambda: "recorded")
-    p = panel.make_panel()
+    monkeypatch.delenv(config.MODE_ENV, raising=False)
+    monkeypatch.setattr(live, "choose_mode", lambda: "recorded")
+    p = panel.make_panel(live.open_backend())
     assert p.mode == "recorded" and "RECORDED" in p.mode_html.value and "SYNTH-GPU" in p.mode_html.value
     assert p.error.value == "" and len(p.figs["comparison"].data) == 1
 
@@ -259,21 +263,21 @@ def test_make_panel_says_recorded_without_cuda(monkeypatch, tmp_path):
 def test_live_panel_measures_on_its_worker_thread():
     """The real runner (profiler included) run from the panel's worker thread, on this machine."""
     cfg = LabConfig(model="tiny", workload="tiny", steps=8, warmup=2, trials=2, device="auto")
-    p = panel.Panel(panel.LiveBackend(cfg), debounce_s=0.01)
+    p = panel.Panel(live.LiveBackend(cfg), debounce_s=0.01)
     p.set(ep_size=2, batch_size=4, gamma=2, workload="tiny")
     assert p._worker.wait(120)
     assert p.error.value == "", p.error.value
-    assert p.last is not None and set(p.last.rows.strategy) == set(panel.strategies.names())
+    assert p.last is not None and set(p.last.rows.strategy) == set(strategies.names())
     assert not p.last.timelines.empty and len(p.figs["timeline"].data) > 0
     assert p.progress.value == 1.0 and "measured now: EP 2 (one GPU, predicate only) · batch 4 · gamma 2" in p.status.value
 
 
 def test_all_runs_are_set_side_by_side_never_stacked(data):
     rows, tl, headers, _ = data
-    p = panel.Panel(panel.RecordedBackend(rows, tl, headers))
+    p = panel.Panel(RecordedBackend(rows, tl, headers))
     labels = [lab for lab, _ in p.controls["run"].options]
     assert len(labels) == len(set(labels)) == 1 + rows.run_id.nunique()
-    p.set(run=panel.ALL_RUNS, ep_size=2, batch_size=8, gamma=4)
+    p.set(run=ALL_RUNS, ep_size=2, batch_size=8, gamma=4)
     total = [tr for tr in p.figs["syncs"].data if tr.name == "total (syncs_per_step)"][0]
     cats = list(zip(*total.x))  # [run label, strategy] pairs
     assert len(cats) == len(set(cats)) == rows.run_id.nunique() * rows.strategy.nunique()

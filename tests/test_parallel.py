@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from dspark_lab.config import LabConfig
-from dspark_lab.parallel import checks, dispatch
+from dspark_lab.parallel import checks
+from dspark_lab.model import dispatch
 from dspark_lab.parallel import measure as M
 from dspark_lab.parallel.workers import WorkerGroup
 
@@ -153,7 +154,7 @@ def test_close_ends_the_workers_and_coalesces():
 
 
 def test_single_process_rows_say_how_ep_was_run():
-    from dspark_lab import runner
+    from dspark_lab.run import point as runner
 
     assert runner.failed_rows(LabConfig(ep_size=2), ["non_blocking"], RuntimeError("x"))[0]["ep_mode"] == "predicate_only"
     assert runner.failed_rows(LabConfig(ep_size=1), ["non_blocking"], RuntimeError("x"))[0]["ep_mode"] == "single"
@@ -169,12 +170,13 @@ def test_world_one_is_the_same_code_in_one_process():
 
 
 def test_live_panel_runs_real_ranks_where_they_fit(monkeypatch, group2):
-    from dspark_lab import panel, strategies
+    from dspark_lab.run import live
+    from dspark_lab import strategies
     from dspark_lab.parallel import workers
     from dspark_lab.parallel.run import EPLive
 
     monkeypatch.setattr(workers, "device_count", lambda: 2)  # as on two GPUs; the ranks run gloo here
-    b = panel.LiveBackend(base=LabConfig(model="tiny", workload="tiny", steps=1, warmup=0, trials=1, device="cpu"),
+    b = live.LiveBackend(base=LabConfig(model="tiny", workload="tiny", steps=1, warmup=0, trials=1, device="cpu"),
                           fingerprint={"gpu": "none", "driver": "none", "cuda": "none", "torch": "x"})
     assert b.runs_real_ep(2) and not b.runs_real_ep(4) and not b.runs_real_ep(1)
     b._ep_live = EPLive(profile_steps=2)
@@ -187,7 +189,7 @@ def test_live_panel_runs_real_ranks_where_they_fit(monkeypatch, group2):
 
 
 def test_cli_ep_rejects_bad_dispatch(capsys):
-    from dspark_lab import cli
+    from dspark_lab.cli import main as cli
 
     with pytest.raises(SystemExit) as e:
         cli.main(["ep", "--dispatch", "allreduce,deepep"])
@@ -196,7 +198,7 @@ def test_cli_ep_rejects_bad_dispatch(capsys):
 
 
 def test_run_ep_writes_a_run_file_with_the_group_in_its_header(group2, tmp_path):
-    from dspark_lab import store
+    from dspark_lab.results import store
     from dspark_lab.parallel.run import run_ep
 
     cfg = LabConfig(model="tiny", workload="tiny", steps=1, warmup=0, trials=1, batch_size=2, gamma=2)

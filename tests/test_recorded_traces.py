@@ -10,8 +10,8 @@ import json
 import pytest
 
 from dspark_lab.measure import breakdown, syncs, trace
-from dspark_lab.schema import GPU_PARTS, HOST_PARTS
-from dspark_lab.workload import STEP_RANGE
+from dspark_lab.results.schema import GPU_PARTS, HOST_PARTS
+from dspark_lab.measure.ranges import STEP_RANGE
 
 from pathlib import Path
 

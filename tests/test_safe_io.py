@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dspark_lab import cli, store
+from dspark_lab.cli import main as cli
+from dspark_lab.results import store
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -22,8 +23,8 @@ FP = {"gpu": "TEST-GPU", "driver": "1.0", "cuda": "13.0", "torch": "2.x"}
 
 @pytest.mark.parametrize("module,absent", [
     ("dspark_lab.results", ("torch", "plotly")), ("dspark_lab.results.runs", ("torch", "plotly")),
-    ("dspark_lab.store", ("torch", "plotly")), ("dspark_lab.measure", ("torch",)),
-    ("dspark_lab.measure.ranges", ("torch",)), ("dspark_lab.figures", ("torch",)), ("dspark_lab.report", ("torch",)),
+    ("dspark_lab.results.store", ("torch", "plotly")), ("dspark_lab.measure", ("torch",)),
+    ("dspark_lab.measure.ranges", ("torch",)), ("dspark_lab.views.figures", ("torch",)), ("dspark_lab.views.report", ("torch",)),
 ])
 def test_views_and_the_results_layer_do_not_import_torch(module, absent):
     code = f"import {module}, sys; print(sorted(m for m in {absent!r} if m in sys.modules))"
@@ -35,7 +36,7 @@ def test_views_and_the_results_layer_do_not_import_torch(module, absent):
 def test_the_headline_and_a_report_need_no_torch(tmp_path):
     code = textwrap.dedent(f"""
         import sys
-        from dspark_lab import report
+        from dspark_lab.views import report
         from dspark_lab.results import Runs
         runs = Runs.load({str(ROOT / 'data')!r})
         print(runs.headline().lines()[0][:9])
@@ -52,7 +53,8 @@ RESUMER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from types import SimpleNamespace
-    from dspark_lab import cli, sweep
+    from dspark_lab.cli import main as cli
+    from dspark_lab.run import point
     from dspark_lab.results.rows import build_row
 
     path, ready, gate = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
@@ -65,9 +67,8 @@ RESUMER = textwrap.dedent("""
                           batch_size=cfg.batch_size, gamma=cfg.gamma) for s in strategies for t in range(cfg.trials)]
         return SimpleNamespace(rows=rows, timelines=[])
 
-    attrs = {"measure_point": measure, "failed_rows": None,
-             "point_id": lambda cfg: f"ep{cfg.ep_size}-bs{cfg.batch_size}-g{cfg.gamma}"}
-    sweep._runner_attr = attrs.__getitem__
+    point.measure_point = measure
+    point.point_id = lambda cfg: f"ep{cfg.ep_size}-bs{cfg.batch_size}-g{cfg.gamma}"
     cli.fingerprint = lambda: %r
     sys.exit(cli.main(["sweep", "--resume", "--no-progress", "--out", path]))
 """) % (FP,)
@@ -75,7 +76,7 @@ RESUMER = textwrap.dedent("""
 
 def test_two_concurrent_resumes_give_one_writer_and_one_clear_refusal(tmp_path):
     from dspark_lab.config import LabConfig
-    from dspark_lab.sweep import SweepSpec
+    from dspark_lab.run.sweep import SweepSpec
 
     spec = SweepSpec(ep_sizes=(1,), batch_sizes=(1, 4), gammas=(2,), strategies=("device_direct", "persistent_fill"),
                      base=LabConfig(model="tiny", workload="tiny", steps=2, warmup=0, trials=2, device="cpu"))

@@ -16,11 +16,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from dspark_lab import figures, report
+from dspark_lab.views import figures, report
 from dspark_lab.results import Runs
 from dspark_lab.results import cache as run_cache
 from dspark_lab.results import load as run_load
 from dspark_lab.results.load import DataWarning
+from dspark_lab.results.backend import ALL_RUNS, MAX_RUN_OPTIONS, RecordedBackend
 from dspark_lab.results.runs import MAX_COMPARED
 from test_figures import write_synthetic_runs
 
@@ -138,7 +139,7 @@ def test_sweep_draws_at_most_four_runs_and_says_how_many_were_left_out(many):
 
 
 def test_cli_report_takes_run_filters(many, tmp_path, capsys):
-    from dspark_lab import cli
+    from dspark_lab.cli import main as cli
 
     runs, made = many[20]
     folder = Path(runs.headers[0]["path"]).parent
@@ -157,14 +158,14 @@ def test_cli_report_takes_run_filters(many, tmp_path, capsys):
 @pytest.mark.parametrize("n", [1, 20, 100])
 def test_recorded_panel_offers_a_bounded_dropdown_and_draws_the_selected_runs(many, n):
     pytest.importorskip("ipywidgets")
-    from dspark_lab import panel
+    from dspark_lab.views import panel
 
     runs, made = many[n]
-    p = panel.Panel(panel.RecordedBackend(runs), debounce_s=0)
+    p = panel.Panel(RecordedBackend(runs), debounce_s=0)
     opts = p.controls["run"].options
-    assert len(opts) == 1 + min(n, panel.MAX_RUN_OPTIONS) and opts[0][1] == panel.ALL_RUNS
+    assert len(opts) == 1 + min(n, MAX_RUN_OPTIONS) and opts[0][1] == ALL_RUNS
     labels = runs.labels()
-    p.set(run=panel.ALL_RUNS)
+    p.set(run=ALL_RUNS)
     side = expected_default(made)
     drawn = [tr.name for tr in p.figs["comparison"].data if tr.type == "bar"]
     assert sorted(drawn) == sorted(labels[r] for r in side)  # the first four of the selection, side by side
@@ -173,24 +174,24 @@ def test_recorded_panel_offers_a_bounded_dropdown_and_draws_the_selected_runs(ma
         want = [m for m in made if m["gpu"] == "SYNTH-GPU-B" and m["name"].startswith("run-01")]
         listed = [rid for _, rid in p.controls["run"].options[1:]]
         assert set(listed) == {m["run_id"] for m in want}
-        assert p.controls["run"].value == panel.ALL_RUNS and p.error.value == ""
+        assert p.controls["run"].value == ALL_RUNS and p.error.value == ""
         drawn = [tr.name for tr in p.figs["comparison"].data if tr.type == "bar"]
         assert set(drawn) <= {m["name"] for m in want} and 0 < len(drawn) <= MAX_COMPARED
         p.filter_runs("flavour=mint")
         assert "run filter key 'flavour' is not known; allowed: gpu" in html.unescape(p.error.value)
         assert [rid for _, rid in p.controls["run"].options[1:]] == listed  # the selection stays
         p.filter_runs("")
-        assert len(p.controls["run"].options) == 1 + panel.MAX_RUN_OPTIONS
+        assert len(p.controls["run"].options) == 1 + MAX_RUN_OPTIONS
 
 
 def test_recorded_backend_reads_timelines_only_for_the_runs_it_draws(many):
-    from dspark_lab import panel
+    from dspark_lab.views import panel
 
     runs, _ = many[100]
     fresh = Runs.load(Path(runs.headers[0]["path"]).parent)
-    b = panel.RecordedBackend(fresh)
+    b = RecordedBackend(fresh)
     assert fresh._source.read_runs() == []
-    d = b.get({**b.defaults(), "run": panel.ALL_RUNS})
+    d = b.get({**b.defaults(), "run": ALL_RUNS})
     assert set(fresh._source.read_runs()) == set(d.rows["run_id"]) == set(b.side_by_side_runs())
     assert not d.timelines.empty and set(d.timelines["run_id"]) == set(b.side_by_side_runs())
 
@@ -352,7 +353,7 @@ def test_the_cache_never_lives_inside_the_runs_being_loaded(one_run, monkeypatch
 
 
 def test_cli_summary_lists_the_newest_runs_and_counts_the_rest(many):
-    from dspark_lab import cli
+    from dspark_lab.cli import main as cli
 
     runs, made = many[100]
     text = cli.summary_table(runs)

@@ -12,9 +12,9 @@ import warnings
 import pytest
 import torch
 
-from dspark_lab import sglang_adapter as sa
+from dspark_lab.model import sglang_adapter as sa
 from dspark_lab import strategies
-from dspark_lab.draft import DraftForwardBatch
+from dspark_lab.model.draft import DraftForwardBatch
 from dspark_lab.predicate import MOE_A2A_BACKENDS, ParallelSettings
 
 with warnings.catch_warnings():  # sglang warns at import on a CPU-only machine (AWQ, GGUF, Triton)

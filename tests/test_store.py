@@ -10,8 +10,8 @@ import warnings
 import pandas as pd
 import pytest
 
-from dspark_lab import schema, store
-from dspark_lab.store import DataWarning, RunWriter, SchemaVersionError, load_runs
+from dspark_lab.results import paths, schema, store
+from dspark_lab.results.store import DataWarning, RunWriter, SchemaVersionError, load_runs
 
 FP = {"gpu": "Test GPU", "driver": "1.0", "cuda": "12.0", "torch": "2.0", "python": "3.11", "platform": "x"}
 SWEEP = {"ep_size": [1], "batch_size": [1], "gamma": [2], "strategy": ["a"], "base": {}}
@@ -116,10 +116,10 @@ def test_default_data_dir_is_package_relative_and_env_overridable(monkeypatch, t
     monkeypatch.delenv("DSPARK_DATA", raising=False)
     import dspark_lab
 
-    assert store.default_data_dir() == __import__("pathlib").Path(dspark_lab.__file__).resolve().parent.parent / "data"
+    assert paths.default_data_dir() == __import__("pathlib").Path(dspark_lab.__file__).resolve().parent.parent / "data"
     monkeypatch.setenv("DSPARK_DATA", str(tmp_path))
-    assert store.default_data_dir() == tmp_path
-    assert store.runs_dir() == tmp_path / "runs"
+    assert paths.default_data_dir() == tmp_path
+    assert paths.runs_dir() == tmp_path / "runs"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,12 +8,21 @@ from types import SimpleNamespace
 
 import pytest
 
-from dspark_lab import schema, strategies
+from dspark_lab.results import schema
+from dspark_lab import strategies
 from dspark_lab.config import LabConfig
-from dspark_lab.store import DataWarning, RunWriter, load_runs
-from dspark_lab.sweep import (
-    DEFAULT_SWEEP, PRESETS, ResumeError, SweepSpec, SweepSpecError, check_resume, parse_ints,
-    parse_strategies, point_label, run_sweep,
+from dspark_lab.results.store import DataWarning, RunWriter, load_runs
+from dspark_lab.run.sweep import (
+    DEFAULT_SWEEP,
+    PRESETS,
+    ResumeError,
+    SweepSpec,
+    SweepSpecError,
+    check_resume,
+    parse_ints,
+    parse_strategies,
+    point_label,
+    run_sweep,
 )
 
 FP = {"gpu": "Test GPU", "driver": "1.0", "cuda": "12.0", "torch": "2.0"}
@@ -26,7 +35,7 @@ def point_id(cfg: LabConfig) -> str:
 
 
 class FakeMeasure:
-    """Stands in for runner.measure_point: tidy rows, interleaved trials, optional failures."""
+    """Stands in for run.point.measure_point: tidy rows, interleaved trials, optional failures."""
 
     def __init__(self, fail_on=(), interrupt_on=(), error=RuntimeError("boom")):
         self.calls: list[tuple[str, tuple]] = []
@@ -267,7 +276,7 @@ def test_progress_bar_runs(tmp_path, capsys):
 
 
 def test_default_measure_and_point_id_come_from_the_runner(tmp_path, monkeypatch):
-    runner = pytest.importorskip("dspark_lab.runner")
+    runner = pytest.importorskip("dspark_lab.run.point")
     m = FakeMeasure()
     monkeypatch.setattr(runner, "measure_point", m)
     spec = SPEC.with_(ep_sizes=(1,), batch_sizes=(1,))

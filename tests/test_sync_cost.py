@@ -8,10 +8,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dspark_lab import figures, schema, store
+from dspark_lab.views import figures
+from dspark_lab.results import schema, store
 from dspark_lab.measure import breakdown, syncs, trace
 from dspark_lab.results import sync_cost as sc
-from dspark_lab.workload import READBACK_RANGE, STEP_RANGE
+from dspark_lab.measure.ranges import READBACK_RANGE, STEP_RANGE
 
 ROOT = Path(__file__).resolve().parents[1]
 T = ROOT / "tests" / "fixtures" / "traces"

@@ -8,11 +8,12 @@ import pandas as pd
 import pytest
 import torch
 
-from dspark_lab import figures, schema
+from dspark_lab.views import figures
+from dspark_lab.results import schema
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import syncs
-from dspark_lab.runner import measure_point
-from dspark_lab.store import RunWriter, load_runs
+from dspark_lab.run.point import measure_point
+from dspark_lab.results.store import RunWriter, load_runs
 
 NEW = ("debug_syncs_per_step", "sync_count_mismatch", "sync_note")
 
@@ -187,6 +188,6 @@ def test_an_old_run_file_without_the_new_columns_loads_as_nan_and_unflagged(tmp_
 
 
 def test_cli_summary_shows_an_unmeasured_count_as_n_a():
-    from dspark_lab.cli import _fmt_num
+    from dspark_lab.cli.main import _fmt_num
 
     assert (_fmt_num(float("nan")), _fmt_num(1.0), _fmt_num(None)) == ("n/a", "1.0", "?")

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dspark_lab.config import CAPTURE_BUCKETS, LabConfig
-from dspark_lab.workload import LabStep, TargetVerify
+from dspark_lab.model.workload import LabStep, TargetVerify
 
 # Every capture bucket, plus sizes that pad up to a bucket (17 -> 24, 255 -> 256).
 BATCHES = sorted(set(CAPTURE_BUCKETS) | {3, 17, 255})

@@ -17,7 +17,7 @@ from typing import Optional
 
 import torch
 
-from ..workload import READBACK_RANGE
+from dspark_lab.measure.ranges import READBACK_RANGE
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import cases as C
+from dspark_lab.gallery import cases as C
 
 SYNC_MARK = re.compile(r"#\s*sync:\s*(?P<what>.*)$")
 

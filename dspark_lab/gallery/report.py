@@ -19,14 +19,14 @@ from typing import Union
 import pandas as pd
 import torch
 
-from .. import guard
-from ..measure import breakdown, measure_step, probe, syncs, timing, trace
-from . import cases as C
-from .registry import CASES, Case, get
+from dspark_lab import guard
+from dspark_lab.measure import breakdown, measure_step, probe, syncs, timing, trace
+from dspark_lab.gallery import cases as C
+from dspark_lab.config import choose_mode
+from dspark_lab.gallery.registry import CASES, Case, get
 
 KIND, SCHEMA = "dspark_gallery", 1
 DATA_ENV = "DSPARK_GALLERY_DATA"
-MODE_ENV = "DSPARK_LAB_MODE"  # as panel.MODE_ENV: "recorded" forces recorded mode
 DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "gallery"
 VARIANTS = ("case", "fix")
 VARIANT_KEYS = (
@@ -272,6 +272,4 @@ class GalleryBackend:
 
 def backend(path=None) -> GalleryBackend:
     """Live on a CUDA machine unless DSPARK_LAB_MODE=recorded; else recorded."""
-    # panel.choose_mode's rule, without importing panel (plotly is absent on the GPU machines).
-    recorded = os.environ.get(MODE_ENV, "").lower() == "recorded" or not torch.cuda.is_available()
-    return GalleryBackend("recorded" if recorded else "live", path)
+    return GalleryBackend(choose_mode(), path)

@@ -19,10 +19,10 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from .ranges import PHASE_PREFIX
-from . import intervals as iv
-from .syncs import ASYNC_COPY_APIS, SYNC_KINDS, host_events, step_windows, sync_calls
-from .trace import GPU_CATS, HOST_API_CATS, HOST_RANGE_CAT
+from dspark_lab.measure.ranges import PHASE_PREFIX
+from dspark_lab.measure import intervals as iv
+from dspark_lab.measure.syncs import ASYNC_COPY_APIS, SYNC_KINDS, host_events, step_windows, sync_calls
+from dspark_lab.measure.trace import GPU_CATS, HOST_API_CATS, HOST_RANGE_CAT
 
 GPU_MERGE_GAP_US = 2.0  # GPU ops closer than this are drawn as one busy span
 PARTS_PRECEDENCE = ("blocked", "readback", "copy", "launch", "prep")

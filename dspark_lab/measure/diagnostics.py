@@ -2,7 +2,7 @@
 
 For each timed trial: the GPU time of the step's GPU work (CUDA event pairs around the target
 verify and the draft forward, read after the trial's closing sync), the host's wall time split
-into real work and deliberate wait (workload.deliberate_wait_s: the emulated host cost in
+into real work and deliberate wait (measure/waits.py: the emulated host cost in
 spin_until and the by-design blocking calls), the time the measuring thread was off the CPU,
 its context switches (getrusage), the machine's CPU steal (/proc/stat), and the GPU's SM clock and
 clock-event ("throttle") reasons through NVML when `pynvml` (package nvidia-ml-py) is installed.
@@ -17,7 +17,7 @@ import os
 import time
 from typing import Optional
 
-from .. import workload
+from dspark_lab.measure import waits
 
 try:  # Linux: per-thread counters (the CUDA runtime's own threads are left out)
     import resource
@@ -185,7 +185,7 @@ class TrialDiagnostics:
         if self.clock is not None:
             self.clock.reset()
             self.step.gpu_clock = self.clock
-        snap["wait"] = workload.deliberate_wait_s()
+        snap["wait"] = waits.total_s()
         snap["thread"] = time.thread_time()
         snap["wall"] = time.perf_counter()
         return snap
@@ -195,7 +195,7 @@ class TrialDiagnostics:
         closing sync (waiting for the GPU to drain is wait, not host work)."""
         wall_end = time.perf_counter()
         thread_end = time.thread_time()
-        wait = workload.deliberate_wait_s() - snap["wait"] + tail_wait_s
+        wait = waits.total_s() - snap["wait"] + tail_wait_s
         wall = wall_s if wall_s is not None else wall_end - snap["wall"]
         if self.clock is not None:
             self.step.gpu_clock = None

@@ -10,8 +10,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .. import strategies
-from ..predicate import ParallelSettings
+from dspark_lab import strategies
+from dspark_lab.predicate import ParallelSettings
 
 
 def _driver_version() -> str:

@@ -1,7 +1,8 @@
 """Names of the profiler ranges a measured step is marked with, and `phase()` to mark your own.
 
-Kept here (not in workload.py) so that measure/ needs nothing from the workload: imports flow
-workload -> measure -> results, never back. torch is imported only when a phase is entered.
+The model marks its step with these names and measure/ reads them back, so they live at the
+lower of the two layers (model -> measure -> results, never back). torch is imported only when a
+phase is entered, so that reading a recorded trace needs no torch.
 """
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ from typing import Callable, Optional
 import pandas as pd
 import torch
 
-from .ranges import STEP_RANGE
-from ..results.stats import median_ci
-from . import breakdown, syncs, timing, trace
+from dspark_lab.measure.ranges import STEP_RANGE
+from dspark_lab.results.stats import median_ci
+from dspark_lab.measure import breakdown, syncs, timing, trace
 
 
 @dataclass

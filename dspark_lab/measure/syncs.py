@@ -18,8 +18,8 @@ from typing import Callable, Iterator, Optional
 import pandas as pd
 import torch
 
-from .ranges import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE
-from .trace import HOST_API_CATS, HOST_RANGE_CAT, python_frame
+from dspark_lab.measure.ranges import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE
+from dspark_lab.measure.trace import HOST_API_CATS, HOST_RANGE_CAT, python_frame
 
 SYNC_KINDS = {
     "cudaStreamSynchronize": "stream", "cuStreamSynchronize": "stream",

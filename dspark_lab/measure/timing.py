@@ -13,7 +13,7 @@ import numpy as np
 
 # The statistics live in the torch-free results layer; imported here so measure's users
 # (scripts/gpu_session.py: timing.median_ci, timing.compare) get the same numbers as every view.
-from ..results.stats import compare, median_ci  # noqa: F401
+from dspark_lab.results.stats import compare, median_ci  # noqa: F401
 
 
 @dataclass

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import torch
 
-from ..config import LabConfig
-from ..draft import DraftRunner
-from .dispatch import COUNTERS, DISPATCH_MODES
-from .ranks import RankContext
+from dspark_lab.config import LabConfig
+from dspark_lab.model.draft import DraftRunner
+from dspark_lab.model.dispatch import COUNTERS, DISPATCH_MODES
+from dspark_lab.parallel.ranks import RankContext
 
 
 def rank_inputs(cfg: LabConfig, bucket: int, rank: int, device, dtype):

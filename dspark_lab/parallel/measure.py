@@ -1,7 +1,7 @@
 """Every rank measures its own steps; rows gain a rank dimension (schema.RANK_COLUMNS).
 
 A point is (config, world size, dispatch mode) with a list of cases; a case says what each rank
-does (`RankCase`: strategy, added host delay, host jitter per rank). As in runner.measure_point,
+does (`RankCase`: strategy, added host delay, host jitter per rank). As in run.point.measure_point,
 timing trials come first, interleaved across cases, with the device drained and the ranks
 joined by a barrier at every trial boundary (so all ranks run the same case at the same time),
 then one profiled pass over the cases in turn, analysed per rank by the measure/ code.
@@ -21,16 +21,16 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from .. import strategies as strategy_registry
-from ..config import LabConfig
-from ..measure import intervals as iv
-from ..measure import syncs, timing, trace
-from ..predicate import enable_num_token_non_padded
-from ..runner import PROFILE_STEPS, STRATEGY_RANGE, analyse, profile_strategies
-from ..schema import RANK_COLUMNS, ROW_COLUMNS
-from .dispatch import check_mode
-from .ranks import RankContext, nccl_version
-from .step import RankStep
+from dspark_lab import strategies as strategy_registry
+from dspark_lab.config import LabConfig
+from dspark_lab.measure import intervals as iv
+from dspark_lab.measure import syncs, timing, trace
+from dspark_lab.predicate import enable_num_token_non_padded
+from dspark_lab.measure.profile import PROFILE_STEPS, STRATEGY_RANGE, analyse, profile_strategies
+from dspark_lab.results.schema import RANK_COLUMNS, ROW_COLUMNS
+from dspark_lab.model.dispatch import check_mode
+from dspark_lab.parallel.ranks import RankContext, nccl_version
+from dspark_lab.parallel.step import RankStep
 
 # Host-side names of collective calls in a CPU trace (c10d ops, gloo ranges, torch's comms record).
 _HOST_COLLECTIVE_PREFIXES = ("c10d::", "gloo:", "nccl:", "record_param_comms")

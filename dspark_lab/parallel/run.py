@@ -5,12 +5,13 @@ from __future__ import annotations
 import threading
 from typing import Callable, Optional, Sequence
 
-from .. import store
-from .. import strategies as strategy_registry
-from ..config import LabConfig
-from .dispatch import DISPATCH_MODES, check_mode
-from .measure import RankCase, RanksResult, delay_rank0, measure_ranks, only_rank0, uniform
-from .workers import WorkerGroup, device_count, resolve_backend
+from dspark_lab.results import store
+from dspark_lab import strategies as strategy_registry
+from dspark_lab.config import LabConfig
+from dspark_lab.measure.probe import fingerprint as fp
+from dspark_lab.model.dispatch import DISPATCH_MODES, check_mode
+from dspark_lab.parallel.measure import RankCase, RanksResult, delay_rank0, measure_ranks, only_rank0, uniform
+from dspark_lab.parallel.workers import WorkerGroup, device_count, resolve_backend
 
 
 def standard_cases(world: int, strategies: Optional[Sequence[str]] = None, *, rank0_only: Sequence[str] = ("device_direct",),
@@ -38,7 +39,7 @@ def standard_cases(world: int, strategies: Optional[Sequence[str]] = None, *, ra
 def check_world(world: int, backend: str) -> None:
     if backend == "nccl" and world > device_count():
         raise ValueError(f"ep world size must be at most the {device_count()} GPUs present; got {world} "
-                         "(larger EP sizes: ep_mode predicate_only through `dspark-lab sweep`, or parallel.predict)")
+                         "(larger EP sizes: ep_mode predicate_only through `dspark-lab sweep`, or results.ep_predict)")
 
 
 def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODES, cases: Optional[Sequence[RankCase]] = None,
@@ -60,8 +61,6 @@ def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODE
             raise ValueError(f"group has {group.world_size} ranks; world is {world}")
         info = group.info[0] if group.info else {}
         if fingerprint is None:
-            from ..measure.probe import fingerprint as fp
-
             fingerprint = fp()
         writer = store.RunWriter.create(
             out, fingerprint=fingerprint,

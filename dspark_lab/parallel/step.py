@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from ..config import LabConfig
-from ..workload import LabStep
+from dspark_lab.config import LabConfig
+from dspark_lab.model.workload import LabStep
 
 
 class RankStep(LabStep):

@@ -325,7 +325,7 @@ def worker_main() -> None:
     reply = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = sys.stdin.buffer
-    from .ranks import init_rank
+    from dspark_lab.parallel.ranks import init_rank
 
     try:
         ctx = init_rank(os.environ["DSPARK_BACKEND"])

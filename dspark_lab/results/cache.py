@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from .. import schema
+from dspark_lab.results import schema
 
 if TYPE_CHECKING:
     import pandas as pd

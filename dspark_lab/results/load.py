@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
-from .. import schema
-from .rows import STATUSES, row_problems
+from dspark_lab.results import cache as _cache
+from dspark_lab.results import noise, schema
+from dspark_lab.results.rows import STATUSES, row_problems
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -276,9 +277,6 @@ def parse_file(path: Path):
     its rows (a DataFrame with the disturbed verdict in cache.DISTURBED_COLUMN) and timelines."""
     import pandas as pd
 
-    from . import cache as _cache
-    from . import noise
-
     key = _cache.file_key(path)
     col = _Collect()
     recs = read_file(path, col)
@@ -367,7 +365,6 @@ class TimelineSource:
 
 
 def _timeline_loader(path: Path, entry, cache_dir: Optional[Path]):
-    from . import cache as _cache
 
     kept = entry.timelines
     key, run_id = entry.key, entry.run_id
@@ -400,7 +397,6 @@ class Loaded:
 
 
 def _cache_dir(cache, paths, default) -> Optional[Path]:
-    from . import cache as _cache
 
     if cache is False or not _cache.available():
         return None
@@ -431,8 +427,6 @@ def _assemble(parts: list, table=None) -> "pd.DataFrame":
     """Per-file rows (pyarrow Tables from the cache, or DataFrames) -> one DataFrame, in file order."""
     import pandas as pd
 
-    from . import cache as _cache
-
     if table is not None:
         return _cache.from_table(table)
     parts = [p for p in parts if (p.num_rows if hasattr(p, "num_rows") else len(p))]
@@ -444,7 +438,6 @@ def _assemble(parts: list, table=None) -> "pd.DataFrame":
 
 def _entries(files: list, cache_dir: Optional[Path]) -> list:
     """Per run file its cache.Entry: from the cache when its key matches, else parsed (and cached)."""
-    from . import cache as _cache
 
     out = []
     for path in files:
@@ -466,7 +459,6 @@ def load(paths=None, *, default: Optional[Path] = None, cache=None) -> Loaded:
     """Load run files (or every run file under folders). Never raises for a file's content;
     FileNotFoundError only for a path that does not exist; ValueError for a cache folder inside a
     folder being loaded. `cache`: None (the default folder, results/cache.py), a folder, or False."""
-    from . import cache as _cache
 
     cache_dir = _cache_dir(cache, paths, default)
     files = run_files(paths, default)

@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from .load import RUN_SUFFIX
+from dspark_lab.results.load import RUN_SUFFIX
 
 
 class OutputError(Exception):

@@ -1,8 +1,8 @@
 """The typed row: one per config point x strategy x trial, and the ONE function that builds it.
 
-Every producer (runner.measure_point, runner.failed_rows, a sweep's failed point) calls
+Every producer (run.point.measure_point, run.point.failed_rows, a sweep's failed point) calls
 `build_row`; the loader checks recorded rows with `row_problems`, against the same types.
-Columns are listed in dspark_lab/schema.py; rows may carry extra columns, which are kept as they are.
+Columns are listed in dspark_lab/results/schema.py; rows may carry extra columns, which are kept as they are.
 """
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import math
 import numbers
 from typing import Any, Optional
 
-from .. import schema
+from dspark_lab.results import schema
 
 STATUSES = ("ok", "failed")
 INT_COLUMNS = ("ep_size", "batch_size", "gamma", "query_token_num", "bucket_batch_size", "num_tokens",

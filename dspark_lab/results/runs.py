@@ -18,9 +18,11 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from . import noise
-from .stats import compare, median_ci
-from .strategy_info import BASELINE, strategy_order
+from dspark_lab.results import noise
+from dspark_lab.results.stats import compare, median_ci
+from dspark_lab.results.load import TimelineSource, load
+from dspark_lab.results.paths import default_data_dir
+from dspark_lab.results.strategy_info import BASELINE, strategy_order
 
 MACHINE_COLUMNS = ("gpu", "driver", "cuda", "torch")
 
@@ -40,7 +42,7 @@ class ReferencePoint:
 
 
 # Rows of the one-process measurement (EP flips the predicate); "real" rows come from rank processes
-# and "predicted" rows from parallel.predict: neither stands for the reference point.
+# and "predicted" rows from results.ep_predict: neither stands for the reference point.
 SEPARATE_EP_MODES = ("real", "predicted")
 
 
@@ -199,8 +201,6 @@ class Runs:
         """`timelines`: a DataFrame of segments, or a load.TimelineSource that reads them when asked.
         `disturbed`: the verdict per row when already known (the loader's, per file); `labels`: run
         labels to keep (a selection keeps the labels of the runs it was chosen from)."""
-        from .load import TimelineSource
-
         self.headers = list(headers or [])
         rows = rows.reset_index(drop=True)
         if "run_id" not in rows.columns:
@@ -222,9 +222,6 @@ class Runs:
     def load(cls, paths=None, *, cache=None) -> "Runs":
         """Load run files or folders (default: the data dir, data/ or $DSPARK_DATA), through the
         columnar cache (results/cache.py; `cache=False` parses every file)."""
-        from ..store import default_data_dir
-        from .load import load
-
         loaded = load(paths, default=default_data_dir(), cache=cache)
         return cls(loaded.rows, loaded.timeline_source, loaded.headers, loaded.warnings, disturbed=loaded.disturbed)
 

@@ -17,7 +17,7 @@ from typing import Optional
 import numpy as np
 import pandas as pd
 
-from .stats import median_ci
+from dspark_lab.results.stats import median_ci
 
 CHARGED_COLUMN = "gpu_idle_sync_caused_ms"
 # Runs recorded before CHARGED_COLUMN existed only have the first gap after each sync.

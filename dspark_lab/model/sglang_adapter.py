@@ -42,10 +42,10 @@ from unittest import mock
 
 import torch
 
-from . import strategies
-from .draft import DraftForwardBatch
-from .predicate import MOE_A2A_BACKENDS, ParallelSettings
-from .predicate import enable_num_token_non_padded as lab_enable_num_token_non_padded
+from dspark_lab import strategies
+from dspark_lab.model.draft import DraftForwardBatch
+from dspark_lab.predicate import MOE_A2A_BACKENDS, ParallelSettings
+from dspark_lab.predicate import enable_num_token_non_padded as lab_enable_num_token_non_padded
 
 MODELED_VERSION = "0.5.23"
 INSTALL_HINT = "pip install -e .[sglang]"

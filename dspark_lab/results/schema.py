@@ -1,6 +1,6 @@
 """The tidy row: one per config point x strategy x trial. Everything downstream reads these columns.
 
-A recorded run is a JSON-lines file (see store.py): a header record with the machine fingerprint,
+A recorded run is a JSON-lines file (see results/store.py): a header record with the machine fingerprint,
 then per point its `row` records (the columns below), `timeline` records (a few profiled steps as
 segments) and a closing `point` record that marks the point finished. Read them with
 `dspark_lab.results.Runs.load()` (or `store.load_runs`); rows are built by `results.rows.build_row`.
@@ -83,7 +83,7 @@ GPU_PARTS = ("gpu_busy_ms", "gpu_idle_ms")
 # Rank dimension (parallel/measure.py). Rows from one process carry rank 0, world_size 1 and
 # ep_mode "single" at EP 1 or "predicate_only" at EP > 1 (one process, the predicate flipped, all
 # experts local); "real" rows come from `world_size` rank processes joined by torch.distributed;
-# "predicted" rows from parallel/predict.py. Kept out of ROW_COLUMNS: the store keeps them as extras.
+# "predicted" rows from results/ep_predict.py. Kept out of ROW_COLUMNS: the store keeps them as extras.
 RANK_COLUMNS = (
     "rank", "world_size",
     "ep_mode",  # "single" | "predicate_only" | "real" | "predicted"

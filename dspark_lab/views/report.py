@@ -16,14 +16,17 @@ from typing import Iterable, Optional
 
 import pandas as pd
 
-from . import figures
-from .results.runs import MAX_COMPARED, Runs, failed_rows, ok_rows, point_label
-from .results.strategy_info import BASELINE, BUILTIN_INFO, strategy_order
+from dspark_lab.results import frames
+from dspark_lab.views import figures
+from dspark_lab.results.runs import MAX_COMPARED, Runs, failed_rows, ok_rows, point_label
+from dspark_lab.results.output import write_text_safely
+from dspark_lab.results.paths import PACKAGE_DIR
+from dspark_lab.results.strategy_info import BASELINE, BUILTIN_INFO, strategy_order
 
 # Both forms the measurement writes: "path(line): function" (trace attribution) and
 # "path:line function" (sync debug mode).
 _SITE = re.compile(r"^(?P<path>[^():]+?)(?:\((?P<line>\d+)\):|:(?P<line2>\d+))\s*(?P<func>.*)$")
-PACKAGE_DIR = Path(__file__).resolve().parent
+
 
 
 def _as_runs(runs, timelines=None, headers=None) -> Runs:
@@ -107,7 +110,7 @@ def sync_sites(rows: pd.DataFrame) -> pd.DataFrame:
     """Per (run, strategy) of one point: syncs per step, host blocked ms, and the offending line."""
     agg = figures.per_strategy(rows, ["syncs_per_step", "host_blocked_ms", "gpu_idle_after_sync_ms", "step_ms"])
     ok = ok_rows(rows)
-    site = ok.assign(run_id=figures._run_key(ok)).groupby(["run_id", "strategy"])["sync_site"].first()
+    site = ok.assign(run_id=frames.run_key(ok)).groupby(["run_id", "strategy"])["sync_site"].first()
     agg["sync_site"] = [site.get((r, s), "") or "" for r, s in zip(agg["run_id"], agg["strategy"])]
     resolved = [sync_site_line(s) or {} for s in agg["sync_site"]]
     agg["code"] = [r.get("code") or r.get("note") or "" for r in resolved]
@@ -138,7 +141,7 @@ def comparison_items(runs, point_ids: Optional[Iterable[str]] = None, baseline: 
     out = []
     for pid in point_ids:
         pt = ok[ok["point_id"] == pid]
-        for rid, g in pt.groupby(figures._run_key(pt), sort=False):
+        for rid, g in pt.groupby(frames.run_key(pt), sort=False):
             if baseline not in set(g["strategy"]):
                 continue
             b = g[g["strategy"] == baseline].iloc[0]
@@ -161,7 +164,7 @@ def comparison_items(runs, point_ids: Optional[Iterable[str]] = None, baseline: 
                 r = g[g["strategy"] == s].iloc[0]
                 lines.append(f"{c['verdict']}; {_num(r['syncs_per_step'])} syncs per step, "
                              f"host blocked {_num(r['host_blocked_ms'])} ms")
-            out.append({"run_id": rid, "point_id": pid, "fingerprint": figures.fingerprint_label(g),
+            out.append({"run_id": rid, "point_id": pid, "fingerprint": frames.fingerprint_label(g),
                         "head": head, "lines": lines})
     return out
 
@@ -305,10 +308,10 @@ def build_html(runs, timelines_df: Optional[pd.DataFrame] = None, headers=None, 
             parts.append(_table(show.round(3)))
         for make in (figures.strategy_comparison, figures.sync_counts, figures.step_breakdown):
             parts.append(fig_html(make(pt)))
-        for rid in dict.fromkeys(figures._run_key(pt)):
+        for rid in dict.fromkeys(frames.run_key(pt)):
             t = runs.timeline(rid, pid)  # this run's segments only, read now
             if not t.empty:
-                prow = pt[figures._run_key(pt) == rid]
+                prow = pt[frames.run_key(pt) == rid]
                 parts.append(fig_html(figures.timeline(t, prow, point_id=pid)))
 
     if not ok.empty:
@@ -335,15 +338,7 @@ def build_html(runs, timelines_df: Optional[pd.DataFrame] = None, headers=None, 
     return "\n".join(parts)
 
 
-def default_out_dir() -> Path:
-    """Where exports go: $DSPARK_OUT, else out/ at the repository root (git-ignored)."""
-    env = os.environ.get("DSPARK_OUT")
-    return Path(env).expanduser() if env else Path(__file__).resolve().parent.parent / "out"
-
-
 def write_html(path, runs, timelines_df=None, headers=None, **kwargs) -> Path:
     """Write the report; returns its path. Refuses to overwrite a run file (results.output)."""
-    from .results.output import write_text_safely
-
     html_text = build_html(runs, timelines_df, headers, **kwargs)
     return write_text_safely(Path(path), html_text)

@@ -8,12 +8,19 @@ import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import store
-from . import strategies as strategies_mod
-from .config import DEVICES, MODEL_PRESETS, QUERY_MODES, WORKLOAD_PRESETS
-from .predicate import MOE_A2A_BACKENDS
-from .sweep import (
-    PRESETS, ResumeError, SweepSpec, SweepSpecError, allowed_values, check_resume, parse_ints, parse_strategies,
+from dspark_lab.results import paths, store
+from dspark_lab import strategies as strategies_mod
+from dspark_lab.config import DEVICES, MODEL_PRESETS, QUERY_MODES, WORKLOAD_PRESETS
+from dspark_lab.predicate import MOE_A2A_BACKENDS
+from dspark_lab.run.sweep import (
+    PRESETS,
+    ResumeError,
+    SweepSpec,
+    SweepSpecError,
+    allowed_values,
+    check_resume,
+    parse_ints,
+    parse_strategies,
     run_sweep,
 )
 
@@ -246,7 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=cmd_main)
 
-    from .parallel.cli_ep import add_ep_parser  # real EP ranks (parallel/)
+    from dspark_lab.cli.ep import add_ep_parser  # real EP ranks (parallel/)
 
     add_ep_parser(sub, _Formatter)
     return parser
@@ -260,14 +267,14 @@ def _err(msg: str) -> None:
 
 
 def fingerprint() -> dict:
-    from .measure import probe
+    from dspark_lab.measure import probe
 
     return probe.fingerprint()
 
 
 def run_probe() -> dict:
     """The pageable-copy probe for a run header; a probe that fails is recorded as such."""
-    from .measure import probe
+    from dspark_lab.measure import probe
 
     try:
         return probe.run_probe()
@@ -315,7 +322,7 @@ def _run(spec: SweepSpec, writer: store.RunWriter, *, progress: bool, retry_fail
 # Commands
 # ---------------------------------------------------------------------------------------------
 def adaptive_measure(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=None):
-    """`measure` (default runner.measure_point) with --target-ci / --time-cap bound, and the header
+    """`measure` (default run.point.measure_point) with --target-ci / --time-cap bound, and the header
     record of them; (measure, {}) when not adaptive."""
     target, cap = getattr(args, "target_ci", None), getattr(args, "time_cap", None)
     if target is None:
@@ -325,7 +332,7 @@ def adaptive_measure(args: argparse.Namespace, parser: argparse.ArgumentParser, 
     from functools import partial
 
     if measure is None:
-        from .runner import measure_point as measure
+        from dspark_lab.run.point import measure_point as measure
     cap = DEFAULT_TIME_CAP_S if cap is None else cap
     return partial(measure, target_ci_pct=target, time_cap_s=cap), {"adaptive": {"target_ci_pct": target, "time_cap_s": cap}}
 
@@ -337,7 +344,7 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
     measure, adaptive = adaptive_measure(args, parser, measure)
     fp = fingerprint()
     if args.resume:
-        out = args.out if args.out is not None else store.runs_dir()
+        out = args.out if args.out is not None else paths.runs_dir()
         try:
             path = store.latest_run(out) if out.is_dir() else out
             writer = store.RunWriter.open(path)
@@ -371,7 +378,7 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
 
 def _load(paths):
     """Runs from files/folders; each skipped record or file is said on stderr (file:line)."""
-    from .results.runs import Runs
+    from dspark_lab.results.runs import Runs
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", store.DataWarning)
@@ -386,16 +393,16 @@ def _load(paths):
 
 def write_report(runs, out: Path, **options) -> tuple[Path | None, int]:
     """Render the HTML report to `out`: (path, 0), or (None, exit status) with a one-line error."""
-    from .results.output import OutputError, check_output
+    from dspark_lab.results.output import OutputError, check_output
 
     try:
         check_output(out)  # before the work: refuse early
-        from . import report
+        from dspark_lab.views import report
     except OutputError as e:
         _err(str(e))
         return None, EXIT_REFUSED if e.refused else EXIT_CANNOT_WRITE
     except ImportError as e:
-        _err(f"the HTML report needs dspark_lab.report, which is not available here ({e})")
+        _err(f"the HTML report needs dspark_lab.views.report, which is not available here ({e})")
         return None, EXIT_FAILED
     try:
         return report.write_html(out, runs, **options), EXIT_OK
@@ -405,13 +412,13 @@ def write_report(runs, out: Path, **options) -> tuple[Path | None, int]:
 
 
 def cmd_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    paths = args.paths or [store.default_data_dir()]
+    inputs = args.paths or [paths.default_data_dir()]
     try:
-        runs = _load(paths)
+        runs = _load(inputs)
     except FileNotFoundError as e:
         parser.error(f"argument PATH: {e}")
     if runs.rows.empty:
-        _err(f"no recorded rows in {', '.join(map(str, paths))}")
+        _err(f"no recorded rows in {', '.join(map(str, inputs))}")
         return EXIT_FAILED
     options = {}
     filters = {k: getattr(args, k) for k in ("gpu", "driver", "torch", "since", "until", "name")
@@ -456,7 +463,7 @@ def _table(pairs: Sequence[tuple[str, str]], title: str) -> str:
 
 
 def cmd_doctor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .measure import probe
+    from dspark_lab.measure import probe
 
     fp = probe.fingerprint()
     pr = probe.run_probe() if args.probe else None
@@ -476,14 +483,14 @@ def cmd_doctor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
 def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=None) -> int:
     import torch
 
-    data = args.data if args.data is not None else store.default_data_dir()
+    data = args.data if args.data is not None else paths.default_data_dir()
     status = 0
     if torch.cuda.is_available():
         spec = PRESETS[args.preset]
         fp = fingerprint()
         print(f"CUDA device: {fp.get('gpu')} (driver {fp.get('driver')}, torch {fp.get('torch')}); "
               f"running the {args.preset} sweep", file=sys.stderr)
-        writer = store.RunWriter.create(store.runs_dir(data), fingerprint=fp, sweep=spec.to_dict(),
+        writer = store.RunWriter.create(paths.runs_dir(data), fingerprint=fp, sweep=spec.to_dict(),
                                         probe=run_probe())
         status = _run(spec, writer, progress=args.progress, measure=measure)
         if status == EXIT_INTERRUPTED:
@@ -519,7 +526,7 @@ def summary_table(runs) -> str:
     numbers as the report and the notebooks (results.Runs.headline)."""
     import pandas as pd
 
-    from .results.runs import REFERENCE, Runs
+    from dspark_lab.results.runs import REFERENCE, Runs
 
     if not isinstance(runs, Runs):
         runs = Runs(runs)

@@ -9,17 +9,15 @@ from typing import Callable, Optional, Sequence
 import pandas as pd
 import torch
 
-from . import strategies as strategy_registry
-from .config import LabConfig
-from .measure import breakdown, diagnostics, syncs, timing, trace
-from .predicate import enable_num_token_non_padded
-from .results import noise
-from .results import rows as rowbuild
-from .workload import LabStep
+from dspark_lab import strategies as strategy_registry
+from dspark_lab.config import LabConfig
+from dspark_lab.measure import diagnostics, syncs, timing, trace
+from dspark_lab.measure.profile import DEBUG_STEPS, PROFILE_STEPS, STRATEGY_RANGE, analyse, profile_strategies
+from dspark_lab.predicate import enable_num_token_non_padded
+from dspark_lab.results import noise
+from dspark_lab.results import rows as rowbuild
+from dspark_lab.model.workload import LabStep
 
-PROFILE_STEPS = 12  # profiled steps per strategy (the first is dropped from the breakdown's means)
-DEBUG_STEPS = 3  # steps per strategy under sync debug mode (counts and the exact line)
-STRATEGY_RANGE = "dspark:strategy:"
 
 
 @dataclass
@@ -50,30 +48,6 @@ def config_columns(cfg: LabConfig, strategy: str) -> dict:
 
 def failed_rows(cfg: LabConfig, strategies: Optional[Sequence[str]], error: BaseException) -> list[dict]:
     return rowbuild.failed_rows(config_columns(cfg, ""), strategies or strategy_registry.BUILTIN, error)
-
-
-def profile_strategies(steps: dict, profile_steps: int, with_stack: bool = False) -> dict:
-    """One profiler session over all strategies in turn (starting a profiler costs more than a few
-    steps); each strategy's steps sit in a `dspark:strategy:<name>` range, drained at its end."""
-    def run_all() -> None:
-        for n, s in steps.items():
-            with torch.profiler.record_function(STRATEGY_RANGE + n):
-                for _ in range(profile_steps):
-                    s.step()
-                s.drain()
-
-    for s in steps.values():  # the trials left them warm; make sure nothing is queued
-        s.drain()
-    return trace.capture(run_all, 1, warmup=0, with_stack=with_stack, sync=lambda: None)
-
-
-def analyse(tr: dict) -> tuple[dict, list]:
-    """Counts, breakdown means and a timeline from one Chrome trace (live or recorded)."""
-    ev = trace.events(tr)
-    calls = syncs.sync_calls(ev)
-    out = syncs.counts_per_step(ev, calls)
-    out.update(breakdown.summary(ev, calls=calls))
-    return out, breakdown.timeline(ev, calls=calls)
 
 
 def _trial_row(cfg: LabConfig, name: str, t: timing.TrialTiming, **measured) -> dict:

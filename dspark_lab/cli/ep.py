@@ -5,9 +5,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from .. import strategies as strategy_registry
-from ..config import MODEL_PRESETS, WORKLOAD_PRESETS, LabConfig
-from .dispatch import DISPATCH_MODES
+from dspark_lab import strategies as strategy_registry
+from dspark_lab.config import MODEL_PRESETS, WORKLOAD_PRESETS, LabConfig
+from dspark_lab.model.dispatch import DISPATCH_MODES
 
 
 def _csv(allowed, field):
@@ -28,7 +28,7 @@ def add_ep_parser(sub, formatter) -> None:
                     "dispatch mode x case on every rank and write one run file whose header records the world "
                     "size, backend, NCCL version and dispatch modes. Cases: every strategy on all ranks, only "
                     "rank 0 running --rank0-only, a host delay on rank 0, host jitter on every rank. EP sizes "
-                    "beyond the GPUs present: `sweep` (ep_mode predicate_only) or parallel.predict.",
+                    "beyond the GPUs present: `sweep` (ep_mode predicate_only) or results.ep_predict.",
     )
     p.add_argument("--world", type=int, default=2, help="ranks (EP size)")
     p.add_argument("--dispatch", type=_csv(DISPATCH_MODES, "--dispatch"), default=list(DISPATCH_MODES),
@@ -54,7 +54,7 @@ def add_ep_parser(sub, formatter) -> None:
 
 
 def cmd_ep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from .run import run_ep, standard_cases
+    from dspark_lab.parallel.run import run_ep, standard_cases
 
     try:
         cfg = LabConfig(batch_size=args.batch_size, gamma=args.gamma, model=args.model, workload=args.workload,

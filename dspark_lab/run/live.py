@@ -1,5 +1,6 @@
 """The live backend of the panel, without plotly or ipywidgets (so it runs on a bare GPU box):
-`LiveBackend().get(settings)` measures all strategies at one setting with runner.measure_point.
+`LiveBackend().get(settings)` measures all strategies at one setting with run.point.measure_point;
+`open_backend()` picks it on a CUDA machine, else the recorded runs (results.backend).
 
 A backend starts a warm-up on a daemon thread when it is created: it measures the default
 setting, which initialises CUDA, cuBLAS, the calibrations (read from the on-disk cache when
@@ -11,43 +12,22 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from functools import partial
 from typing import Callable, Optional
 
 import pandas as pd
+import torch
 
-from . import strategies
-from .config import CAPTURE_BUCKETS, MODEL_PRESETS, WORKLOAD_PRESETS, LabConfig
-from .results.runs import point_label
-
-TIMELINE_FIELDS = ("lane", "part", "start_ms", "end_ms", "label")
-
-
-@dataclass
-class PointData:
-    """What a backend returns for one setting: rows of every strategy (one point per run)."""
-
-    rows: pd.DataFrame
-    timelines: pd.DataFrame
-    note: str = ""  # e.g. "nearest recorded point: ... (asked batch 10)"
-    settings: dict = field(default_factory=dict)
-
-
-def default_strategy(present) -> str:
-    """The strategy first inspected: the last fix (persistent_fill), shown against the baseline."""
-    known = [s for s in strategies.names() if s in set(present)]
-    order = known + sorted(s for s in set(present) if s not in known)
-    return "persistent_fill" if "persistent_fill" in order else order[-1]
-
-
-def _segments(timelines: list) -> pd.DataFrame:
-    """Timeline records (runner.PointResult.timelines) -> one row per segment."""
-    out = [{"point_id": t.get("point_id"), "strategy": t.get("strategy"),
-            **dict(zip(TIMELINE_FIELDS, (list(seg) + [""] * 5)[:5]))}
-           for t in timelines or [] for seg in t.get("segments") or []]
-    df = pd.DataFrame(out, columns=["point_id", "strategy", *TIMELINE_FIELDS])
-    return df.astype({"start_ms": float, "end_ms": float})
+from dspark_lab import strategies
+from dspark_lab.config import CAPTURE_BUCKETS, MODEL_PRESETS, WORKLOAD_PRESETS, LabConfig, choose_mode
+from dspark_lab.measure.probe import fingerprint as machine_fingerprint
+from dspark_lab.parallel import workers
+from dspark_lab.parallel.run import EPLive
+from dspark_lab.results import frames
+from dspark_lab.results.backend import PointData, RecordedBackend, load_recorded
+from dspark_lab.results.runs import gpu_name, point_label
+from dspark_lab.run.point import measure_point
 
 
 # Live measurement size: 3 interleaved trials of 8 steps per strategy and 4 profiled steps, so an
@@ -57,7 +37,7 @@ LIVE_STEPS, LIVE_WARMUP, LIVE_TRIALS, LIVE_PROFILE_STEPS = 8, 2, 3, 4
 
 
 class LiveBackend:
-    """Measures on this machine's CUDA device: runner.measure_point with all strategies."""
+    """Measures on this machine's CUDA device: run.point.measure_point with all strategies."""
 
     mode = "live"
 
@@ -68,10 +48,6 @@ class LiveBackend:
         self.base = base or LabConfig(steps=LIVE_STEPS, warmup=LIVE_WARMUP, trials=LIVE_TRIALS)
         real = measure is None
         if measure is None:
-            from functools import partial
-
-            from .runner import measure_point
-
             measure = partial(measure_point, profile_steps=LIVE_PROFILE_STEPS, keep_traces=False)
         self._measure = measure
         self._fingerprint = fingerprint
@@ -94,8 +70,6 @@ class LiveBackend:
             cfg = self.config(settings)
             self.warm_parts["fingerprint_s"] = time.perf_counter() - t0
             if cfg.resolved_device() == "cuda":  # CUDA context and cuBLAS, timed apart
-                import torch
-
                 t1 = time.perf_counter()
                 torch.cuda.init()
                 x = torch.ones(64, 64, device="cuda")
@@ -118,9 +92,7 @@ class LiveBackend:
     @property
     def fingerprint(self) -> dict:
         if self._fingerprint is None:
-            from .measure.probe import fingerprint
-
-            self._fingerprint = fingerprint()
+            self._fingerprint = machine_fingerprint()
         return self._fingerprint
 
     def options(self) -> dict:
@@ -135,12 +107,10 @@ class LiveBackend:
 
     def defaults(self) -> dict:
         return {"ep_size": max(self.options()["ep_size"]), "batch_size": self.base.batch_size,
-                "gamma": self.base.gamma, "strategy": default_strategy(strategies.names()),
+                "gamma": self.base.gamma, "strategy": frames.default_strategy(strategies.names()),
                 "workload": self.base.workload}
 
     def describe(self) -> str:
-        from .figures import gpu_name  # the panel's banner (plotly is there)
-
         fp = self.fingerprint
         return (f"LIVE on {gpu_name(fp.get('gpu'))} · driver {fp.get('driver')} · torch {fp.get('torch')}: each setting is "
                 f"measured now with all strategies ({self.base.trials} trials × {self.base.steps} steps).")
@@ -164,13 +134,9 @@ class LiveBackend:
     _ep_live = None
 
     def runs_real_ep(self, ep_size: int) -> bool:
-        from .parallel import workers
-
         return self.real_ep and 1 < ep_size <= workers.device_count()
 
     def _measure_real_ep(self, cfg: LabConfig):
-        from .parallel.run import EPLive
-
         if self._ep_live is None:
             self._ep_live = EPLive()
         res = self._ep_live.measure(cfg, list(strategies.names()))
@@ -191,8 +157,16 @@ class LiveBackend:
         for k in ("gpu", "driver", "cuda", "torch"):
             rows[k] = fp.get(k, "unknown")
         rows["run_id"], rows["recorded_at"] = self.run_id, now
-        tl = _segments(getattr(result, "timelines", None) or [])
+        tl = frames.flatten_timelines(getattr(result, "timelines", None) or [])
         failed = rows[rows["status"] != "ok"] if "status" in rows.columns else rows.iloc[0:0]
         if len(failed) and failed["strategy"].nunique() == rows["strategy"].nunique():
             raise RuntimeError(str(failed["error"].iloc[0]))
         return PointData(rows, tl, f"measured now: {point_label(rows.iloc[0])}", dict(settings))
+
+
+def open_backend():
+    """The panel's backend on this machine: live on a CUDA device (config.choose_mode), else the
+    recorded runs; a backend that cannot be made is returned as the panel's error backend."""
+    if choose_mode() == "live":
+        return LiveBackend()
+    return load_recorded()

@@ -19,10 +19,13 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from . import schema
-from .results.runs import failed_rows, gpu_name, ok_rows, point_label, undisturbed
-from .results.stats import median_ci
-from .results.strategy_info import strategy_order
+from dspark_lab.results import schema
+from dspark_lab.results.frames import fingerprint_label, fingerprints, flatten_timelines, run_key, run_names
+from dspark_lab.results.runs import failed_rows, gpu_name, ok_rows, point_label, undisturbed
+from dspark_lab.results import noise
+from dspark_lab.results.stats import median_ci
+from dspark_lab.results.sync_cost import CHARGED_COLUMN, for_points
+from dspark_lab.results.strategy_info import strategy_order
 
 # -- names and colours ---------------------------------------------------------------------------
 
@@ -79,39 +82,10 @@ TIMELINE_NAMES = {
     "kernel": "GPU: busy (kernels)", "h2d_copy": "GPU: host-to-device copy", "memcpy": "GPU: other copy",
     "idle_sync_caused": "GPU: idle a sync caused",
 }
-TIMELINE_COLUMNS = ("point_id", "strategy", "lane", "part", "start_ms", "end_ms", "label")
 _MERGE_GAP_MS = 0.002  # GPU kernels closer than this are drawn as one span (labels kept in hover)
 
 
 # -- fingerprints and labels ---------------------------------------------------------------------
-
-def _date(recorded_at) -> str:
-    s = "" if recorded_at is None or (isinstance(recorded_at, float) and np.isnan(recorded_at)) else str(recorded_at)
-    return s[:10]
-
-
-def fingerprints(rows: pd.DataFrame) -> pd.DataFrame:
-    """One row per distinct (gpu, driver, torch, date) in `rows`, in first-seen order."""
-    cols = [c for c in ("gpu", "driver", "cuda", "torch", "recorded_at", "run_id") if c in rows.columns]
-    if rows.empty or "gpu" not in cols:
-        return pd.DataFrame(columns=["gpu", "driver", "torch", "date"])
-    fp = rows[cols].copy()
-    fp["date"] = fp["recorded_at"].map(_date) if "recorded_at" in fp else ""
-    for c in ("driver", "torch"):
-        if c not in fp:
-            fp[c] = ""
-    fp["gpu"] = fp["gpu"].map(gpu_name)
-    return fp[["gpu", "driver", "torch", "date"]].astype(str).drop_duplicates().reset_index(drop=True)
-
-
-def fingerprint_label(rows: pd.DataFrame) -> str:
-    """"NVIDIA H200 · driver 580.95 · torch 2.11.0+cu130 · 2026-05-01" (joined with "; " for several)."""
-    fp = fingerprints(rows)
-    if fp.empty:
-        return "no recorded machine fingerprint in these rows"
-    return "; ".join(f"{r.gpu} · driver {r.driver} · torch {r.torch} · {r.date}" if r.driver.lower() != "none"
-                     else f"{r.gpu} · torch {r.torch} · {r.date}" for r in fp.itertuples())
-
 
 def _title(fig: go.Figure, text: str, rows: pd.DataFrame, extra: str = "") -> go.Figure:
     sub = fingerprint_label(rows) + (f" — {extra}" if extra else "")
@@ -212,24 +186,10 @@ def fit_layout(fig: go.Figure, width: Optional[int] = None, height: Optional[int
 
 # -- selecting data ------------------------------------------------------------------------------
 
-def _run_key(rows: pd.DataFrame) -> pd.Series:
-    return rows["run_id"].astype(str) if "run_id" in rows.columns else pd.Series("", index=rows.index)
-
-
-def _run_names(rows: pd.DataFrame) -> dict:
-    """run_id -> the name drawn for it: the `run_label` column (results.Runs sets it), else the run
-    id; a label shared by two runs gets its run id added, so runs are never drawn on one spot."""
-    keys = _run_key(rows)
-    labels = rows["run_label"].astype(str) if "run_label" in rows.columns else keys
-    names = dict(zip(keys, labels))
-    counts = pd.Series(list(names.values())).value_counts()
-    return {k: (v if counts[v] == 1 else f"{v} [{k}]") for k, v in names.items()}
-
-
 def _check_one_point(rows: pd.DataFrame, what: str) -> None:
     if rows.empty:
         return
-    per_run = rows.groupby(_run_key(rows))["point_id"].nunique()
+    per_run = rows.groupby(run_key(rows))["point_id"].nunique()
     if (per_run > 1).any():
         raise ValueError(
             f"{what} shows one config point per run, but the rows hold {int(per_run.max())} points of one run; "
@@ -245,7 +205,7 @@ def per_strategy(rows: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     if df.empty:
         return pd.DataFrame(columns=["run_id", "strategy", *columns])
     # Missing or null values (a column an older run lacks) become NaN, never a crash.
-    df = df.assign(run_id=_run_key(df), **{c: pd.to_numeric(df[c], errors="coerce") if c in df.columns
+    df = df.assign(run_id=run_key(df), **{c: pd.to_numeric(df[c], errors="coerce") if c in df.columns
                                            else np.nan for c in columns})
     agg = df.groupby(["run_id", "strategy"], sort=False)[list(columns)].median().reset_index()
     order = {s: i for i, s in enumerate(strategy_order(agg["strategy"]))}
@@ -258,7 +218,7 @@ def _x(agg: pd.DataFrame, rows: pd.DataFrame):
     """Category x values: strategy names, or [run label, strategy] when several runs are shown."""
     if agg["run_id"].nunique() <= 1:
         return list(agg["strategy"])
-    labels = _run_names(rows)
+    labels = run_names(rows)
     return [[labels.get(r, r) for r in agg["run_id"]], list(agg["strategy"])]
 
 
@@ -391,14 +351,12 @@ def sync_cost(rows: pd.DataFrame, level: float = 0.95) -> go.Figure:
     """What each sync costs at one point: the measured step-time loss against the best sync-free
     strategy (profiler-free, paired per trial round, with its CI) beside the GPU idle the trace
     charges to the syncs and the GPU idle difference (both from the profiled steps)."""
-    from .results.sync_cost import CHARGED_COLUMN, for_points
-
     _check_one_point(ok_rows(rows), "sync_cost")
-    ok = ok_rows(rows).assign(run_id=_run_key(ok_rows(rows)))
+    ok = ok_rows(rows).assign(run_id=run_key(ok_rows(rows)))
     t = for_points(ok, keys=["run_id"], level=level)
     x = list(t["strategy"])
     if t["run_id"].nunique() > 1:
-        labels = _run_names(ok)
+        labels = run_names(ok)
         x = [[labels.get(r, r) for r in t["run_id"]], x]
     fig = go.Figure()
     fig.add_bar(x=x, y=t["loss_ms"].tolist(), name=f"step-time loss vs the best sync-free strategy (no profiler, {level:.0%} CI)",
@@ -429,12 +387,10 @@ def strategy_comparison(rows: pd.DataFrame) -> go.Figure:
     """Median step time across trials per strategy with a 95% bootstrap CI of the median
     (results.stats.median_ci); several runs of the point are set side by side (e.g. two GPUs).
     Disturbed trials (results.noise) are left out of the bars and drawn as red crosses beside them."""
-    from .results import noise
-
     _check_one_point(ok_rows(rows), "strategy_comparison")
     df = ok_rows(rows)  # disturbed trials too: drawn as crosses beside the bars
-    labels = _run_names(df)
-    df = df.assign(run_id=_run_key(df))
+    labels = run_names(df)
+    df = df.assign(run_id=run_key(df))
     if not df.empty:
         df = df.assign(disturbed=noise.disturbed_flags(df))
     fig = go.Figure()
@@ -496,8 +452,8 @@ def sweep(rows: pd.DataFrame, workload: Optional[str] = None, model: Optional[st
             pick = want if want is not None else df[col].value_counts().index[0]
             df = df[df[col] == pick]
             extra.append(f"{col} {pick}")
-    labels = _run_names(df)
-    df = df.assign(run_id=_run_key(df))
+    labels = run_names(df)
+    df = df.assign(run_id=run_key(df))
     left_out = []
     all_runs = list(dict.fromkeys(df["run_id"]))
     if len(all_runs) > max_runs:
@@ -542,28 +498,11 @@ def sweep(rows: pd.DataFrame, workload: Optional[str] = None, model: Optional[st
         note = (note + "; " if note else "") + (f"{len(left_out)} more run(s) not drawn (the {len(runs)} most recent "
                                                  "are; choose runs with results.Runs.select)")
     _note(fig, note)
-    shown = rows[_run_key(rows).isin(set(runs))] if left_out else rows
+    shown = rows[run_key(rows).isin(set(runs))] if left_out else rows
     return _title(fig, "Sweep: median step time over batch size × gamma", shown, ", ".join(extra))
 
 
 # -- timeline ------------------------------------------------------------------------------------
-
-def flatten_timelines(timelines) -> pd.DataFrame:
-    """Timeline records or a DataFrame with a nested `segments` column -> one row per segment."""
-    if timelines is None:
-        return pd.DataFrame(columns=list(TIMELINE_COLUMNS))
-    df = timelines if isinstance(timelines, pd.DataFrame) else pd.DataFrame(list(timelines))
-    if "segments" not in df.columns:
-        return df
-    keep = [c for c in df.columns if c not in ("segments", "kind")]
-    out = []
-    for rec in df.to_dict("records"):
-        for seg in rec.get("segments") or []:
-            lane, part, s, e, label = (list(seg) + [""] * 5)[:5]
-            out.append({**{k: rec[k] for k in keep}, "lane": lane, "part": part, "start_ms": float(s),
-                        "end_ms": float(e), "label": label})
-    return pd.DataFrame(out, columns=keep + ["lane", "part", "start_ms", "end_ms", "label"])
-
 
 def _norm_part(lane: str, part: str) -> str:
     p = str(part)
@@ -614,7 +553,7 @@ def timeline(timelines: pd.DataFrame, rows: Optional[pd.DataFrame] = None, *, po
     if rows is not None and point_id is not None and "point_id" in rows.columns:
         fp_rows = rows[rows["point_id"] == point_id]
     multi_run = "run_id" in tl.columns and tl["run_id"].nunique() > 1
-    rlabels = _run_names(fp_rows) if multi_run and rows is not None else {}
+    rlabels = run_names(fp_rows) if multi_run and rows is not None else {}
     tl = tl.assign(part=[_norm_part(lane, p) for lane, p in zip(tl["lane"], tl["part"])]) if not tl.empty else tl
 
     groups = []  # (group key, strategy, prefix)

@@ -21,22 +21,15 @@ from typing import Optional
 
 import torch
 
-from . import calibration, strategies
-from .config import LabConfig
-from .draft import CAPTURE_HIDDEN_NULL, DSPARK, TARGET_VERIFY, DraftForwardBatch, DraftRunner
-from .predicate import enable_num_token_non_padded
-# Range names live in measure/ (imports flow one way); re-exported for existing callers.
-from .measure.ranges import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE, phase  # noqa: F401
+from dspark_lab import strategies
+from dspark_lab.config import LabConfig
+from dspark_lab.measure import waits
+from dspark_lab.measure.ranges import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE, phase
+from dspark_lab.model import calibration
+from dspark_lab.model.draft import CAPTURE_HIDDEN_NULL, DSPARK, TARGET_VERIFY, DraftForwardBatch, DraftRunner
+from dspark_lab.predicate import enable_num_token_non_padded
 
 _ITERS_PER_US: list[float] = []
-# Host seconds spent in deliberate waits since the process started: spin_until's emulated host
-# cost, plus the step's by-design blocking calls (LabStep). Diagnostics read its delta per trial;
-# what is left of a trial's wall time is the host's real work, where host-side interference shows.
-_WAIT_S = [0.0]
-
-
-def deliberate_wait_s() -> float:
-    return _WAIT_S[0]
 
 
 def _cpu_name() -> str:
@@ -89,7 +82,7 @@ def spin_until(deadline: float) -> None:
             sum(range(int(left_us * rate)))
     finally:
         # Deliberate wait up to the deadline; an overshoot (the thread was descheduled) is not.
-        _WAIT_S[0] += max(0.0, min(time.perf_counter(), deadline) - t0)
+        waits.add(min(time.perf_counter(), deadline) - t0)
 
 
 def _driver_version() -> str:
@@ -263,7 +256,7 @@ class LabStep:
                 n_dev = self.strategy.fn(
                     cfg.num_tokens, self.device, self.parallel, buffer=self.runner.static_num_token_non_padded
                 )
-                _WAIT_S[0] += time.perf_counter() - t_wait
+                waits.add(time.perf_counter() - t_wait)
             with phase("draft_post_prep"):
                 deadline = time.perf_counter() + costs.post_scalar_us * 1e-6
                 batch = DraftForwardBatch(
@@ -300,7 +293,7 @@ class LabStep:
                             torch.cuda.set_sync_debug_mode(0)
                         t_wait = time.perf_counter()
                         self._pending.synchronize()
-                        _WAIT_S[0] += time.perf_counter() - t_wait
+                        waits.add(time.perf_counter() - t_wait)
                         if mode:
                             torch.cuda.set_sync_debug_mode(mode)
                     self._pending = torch.cuda.Event()

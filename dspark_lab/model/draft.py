@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .config import LabConfig, ModelSize
+from dspark_lab.config import LabConfig, ModelSize
+from dspark_lab.model import dispatch as dispatch_modes
 
 TARGET_VERIFY = "TARGET_VERIFY"  # ForwardMode.TARGET_VERIFY
 DSPARK = "DSPARK"  # SpeculativeAlgorithm.DSPARK
@@ -85,7 +86,7 @@ def route_top_k(router_logits: torch.Tensor, top_k: int, num_token_non_padded: O
 
 class MoE(nn.Module):
     """With a process group of world size > 1, this rank keeps experts [rank*E/N, (rank+1)*E/N)
-    of the same seeded weights and joins the ranks with `dispatch` (parallel/dispatch.py); with no
+    of the same seeded weights and joins the ranks with `dispatch` (model/dispatch.py); with no
     group (or world size 1) all experts are local and no collective runs."""
 
     def __init__(self, hidden: int, experts: int, top_k: int, group=None, dispatch: str = "allreduce"):
@@ -96,9 +97,7 @@ class MoE(nn.Module):
         self.w_out = nn.Parameter(torch.randn(experts, 2 * hidden, hidden) / math.sqrt(2 * hidden))
         self.group, self.dispatch, self.expert_lo = None, dispatch, 0
         if group is not None and torch.distributed.get_world_size(group) > 1:
-            from .parallel.dispatch import check_mode  # lazily: parallel imports this module
-
-            check_mode(dispatch)
+            dispatch_modes.check_mode(dispatch)
             world, rank = torch.distributed.get_world_size(group), torch.distributed.get_rank(group)
             if experts % world:
                 raise ValueError(f"ep world size must divide the model's {experts} experts; got {world}")
@@ -112,9 +111,7 @@ class MoE(nn.Module):
     def forward(self, x, num_token_non_padded):
         weights, ids = route_top_k(self.gate(x), self.top_k, num_token_non_padded)
         if self.group is not None:
-            from .parallel.dispatch import dispatch
-
-            return dispatch(self.dispatch, x, weights, ids, self, self.group, num_token_non_padded), ids
+            return dispatch_modes.dispatch(self.dispatch, x, weights, ids, self, self.group, num_token_non_padded), ids
         out = torch.zeros_like(x)
         # Dense over experts with per-row weights: static shapes, so it can be graph-captured.
         for e in range(self.w_in.shape[0]):
@@ -217,9 +214,7 @@ class DraftRunner:
         self.static_num_token_non_padded = torch.zeros((), dtype=torch.int32, device=self.device)
         self.use_graph = cfg.graph and self.device.type == "cuda"
         if group is not None and torch.distributed.get_world_size(group) > 1:
-            from .parallel.dispatch import GRAPH_CAPTURABLE
-
-            self.use_graph = self.use_graph and GRAPH_CAPTURABLE[dispatch]  # host-sized splits: eager
+            self.use_graph = self.use_graph and dispatch_modes.GRAPH_CAPTURABLE[dispatch]  # host-sized splits: eager
         self.graph: Optional[torch.cuda.CUDAGraph] = None
         self.static_out: Optional[tuple[torch.Tensor, torch.Tensor]] = None
 

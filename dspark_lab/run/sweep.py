@@ -12,9 +12,12 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Sequence
 
-from . import schema, strategies as strategies_mod
-from .results import rows as rowbuild
-from .config import CAPTURE_BUCKETS, MODEL_PRESETS, LabConfig
+from dspark_lab.results import schema
+from dspark_lab import strategies as strategies_mod
+from dspark_lab.results import rows as rowbuild
+from dspark_lab.config import CAPTURE_BUCKETS, MODEL_PRESETS, LabConfig
+from dspark_lab.results.store import same_machine
+from dspark_lab.run import point
 
 GRID_FIELDS = ("ep_size", "batch_size", "gamma", "strategy")
 
@@ -242,16 +245,8 @@ def point_label(cfg: LabConfig) -> str:
     return f"ep={cfg.ep_size} bs={cfg.batch_size} gamma={cfg.gamma}"
 
 
-def _runner_attr(name: str):
-    from . import runner  # imported late: it pulls in torch and the workload
-
-    return getattr(runner, name)
-
-
 def check_resume(writer, spec: SweepSpec, fingerprint: dict | None) -> None:
     """Refuse to resume a run on another machine or with another sweep (it would mix them)."""
-    from .store import same_machine
-
     if fingerprint is not None:
         diff = same_machine(writer.fingerprint, fingerprint)
         if diff:
@@ -286,13 +281,13 @@ def run_sweep(
     """Measure every point of `spec` not yet complete in `writer`'s file.
 
     measure(cfg, strategies, on_progress=...) -> PointResult (.rows, .timelines, .traces);
-    default runner.measure_point. A point that raises an Exception (a torch OOM included) is
+    default run.point.measure_point. A point that raises an Exception (a torch OOM included) is
     written as failed rows and the sweep goes on; KeyboardInterrupt propagates after the bar is
     closed, every finished point being already on disk (each is fsynced as it is written).
     """
-    measure = measure or _runner_attr("measure_point")
-    point_id = point_id or _runner_attr("point_id")
-    failed_rows = failed_rows or _runner_attr("failed_rows")
+    measure = measure or point.measure_point
+    point_id = point_id or point.point_id
+    failed_rows = failed_rows or point.failed_rows
 
     try:
         from tqdm.auto import tqdm

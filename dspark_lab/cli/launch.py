@@ -29,7 +29,7 @@ import webbrowser
 from pathlib import Path
 from typing import Optional, Sequence
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HOST = "127.0.0.1"
 NO_BROWSER_ENV = "DSPARK_NO_BROWSER"  # "1": print the URL, open no browser (CI, ssh sessions)
 NOTEBOOK_DIR = "notebooks"

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import schema
-from .figures import PART_COLORS, PART_NAMES, _note, _title, ok_rows, point_label
+from dspark_lab.results import schema
+from dspark_lab.views.figures import PART_COLORS, PART_NAMES, _note, _title, ok_rows, point_label
 
 COLLECTIVE_NAME = "GPU: inside collectives (waiting for peers + transfer)"
 COLLECTIVE_NAME_CPU = "collectives (gloo: host wall time)"

@@ -3,7 +3,7 @@ workload; plotly FigureWidgets that are updated in place (batch_update), never r
 
 Two backends, one interface (`options()`, `describe()`, `get(settings, on_progress)` -> PointData):
   RecordedBackend(rows, timelines)  the nearest recorded point (per run); says which GPU and date.
-  LiveBackend()                     runner.measure_point on this machine's CUDA device, all strategies.
+  LiveBackend()                     run.point.measure_point on this machine's CUDA device, all strategies.
 `make_panel()` picks live when CUDA is available, else recorded, and says which in the panel.
 Live measurements run on a worker thread, latest request wins: dragging a slider never queues a
 backlog (sliders also report only on release). A failed measurement shows its message in the panel.
@@ -20,193 +20,19 @@ from typing import Any, Callable, Optional
 import pandas as pd
 import plotly.graph_objects as go
 
-from . import figures, strategies
-from .config import WORKLOAD_PRESETS
-# The live backend lives in live.py (no plotly/ipywidgets, so it runs on a bare GPU box).
-from .live import LIVE_PROFILE_STEPS, LIVE_STEPS, LIVE_TRIALS, LIVE_WARMUP, LiveBackend, PointData  # noqa: F401
-from .results.runs import REFERENCE
-from .results.strategy_info import BASELINE
+from dspark_lab.results import frames
+from dspark_lab.results.backend import ALL_RUNS, PointData, RecordedBackend, load_recorded
+from dspark_lab.results.runs import REFERENCE, ok_rows
+from dspark_lab.results.strategy_info import BASELINE, BUILTIN_INFO
+from dspark_lab.views import figures
 
 CONTROLS = ("ep_size", "batch_size", "gamma", "strategy", "workload")
 FIGURES = ("comparison", "syncs", "breakdown", "timeline")
-ALL_RUNS = "*"  # the run control's value for "every recorded run, side by side"
-MODE_ENV = "DSPARK_LAB_MODE"  # "recorded" forces recorded mode (e.g. headless notebook runs)
-
-
-def _default_strategy(present) -> str:
-    """The strategy first inspected: the last fix (persistent_fill), shown against the baseline."""
-    order = figures.strategy_order(present)
-    return "persistent_fill" if "persistent_fill" in order else order[-1]
 
 
 def _short_error(e: BaseException) -> str:
     msg = str(e).strip() or repr(e)
     return f"{type(e).__name__}: {msg.splitlines()[0] if len(msg) < 2000 else msg[:2000]}"
-
-
-# -- backends -------------------------------------------------------------------------------------
-
-MAX_RUN_OPTIONS = 10  # runs listed in the run dropdown (the rest: narrow the run filter)
-FILTER_KEYS = ("gpu", "driver", "cuda", "torch", "since", "until", "name")
-
-
-class RecordedBackend:
-    """Recorded runs: each setting maps to the nearest recorded point of each selected run
-    (results.Runs.nearest); runs are named by their unique labels (Runs.labels).
-
-    Scales with the number of runs: the run dropdown lists at most `max_options` runs of the current
-    selection (all runs until `filter_runs` narrows it), ranked as Runs.ranked_run_ids (the latest
-    run of each machine first), and "all selected side by side" draws the first `side_by_side` of
-    them. Timelines are read only for the runs and point drawn (Runs.timeline)."""
-
-    mode = "recorded"
-
-    def __init__(self, rows, timelines: Optional[pd.DataFrame] = None, headers=None, *,
-                 max_options: int = MAX_RUN_OPTIONS, side_by_side: Optional[int] = None):
-        from .results.runs import MAX_COMPARED, Runs, one_process
-
-        runs = rows if isinstance(rows, Runs) else None
-        if runs is None:
-            if rows is None or len(rows) == 0:
-                raise ValueError("no recorded rows: record a run (dspark-lab sweep) or point DSPARK_DATA at recorded data")
-            runs = Runs(rows, figures.flatten_timelines(timelines), headers or [])
-        if runs.rows.empty:
-            raise ValueError("no recorded rows: record a run (dspark-lab sweep) or point DSPARK_DATA at recorded data")
-        side_by_side = MAX_COMPARED if side_by_side is None else side_by_side
-        for name, v in (("max_options", max_options), ("side_by_side", side_by_side)):
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
-        self.runs = runs
-        # The panel draws one-process points; real-rank and predicted rows (one per rank and rank
-        # case) are shown apart (figures_ranks, notebook 01), never mixed into these figures.
-        self.rows = one_process(runs.rows)
-        if self.rows.empty:
-            raise ValueError("no one-process recorded rows to show (only real-rank or predicted runs)")
-        self.headers = runs.headers
-        self.max_options, self.side_by_side = max_options, side_by_side
-        with_rows = set(self.rows["run_id"].astype(str))
-        self.selection: list[str] = [r for r in runs.ranked_run_ids() if r in with_rows]
-        self.filter_text = ""
-        self._views: dict = {}
-
-    @property
-    def timelines(self) -> pd.DataFrame:
-        """Every run's timeline segments (reads them all; get() reads only the runs it draws)."""
-        return figures.flatten_timelines(self.runs.timelines)
-
-    # -- choosing runs --------------------------------------------------------------------------
-    def side_by_side_runs(self) -> list[str]:
-        return self.selection[:self.side_by_side]
-
-    def filter_runs(self, text: str) -> str:
-        """Narrow the runs offered: words separated by spaces, each `key=value` (keys: gpu, driver,
-        cuda, torch, since, until, name; as Runs.select) or a bare word every listed run's label,
-        machine, date or file name must contain. "" offers every run again. Returns what is offered;
-        ValueError (naming the key or the word) when nothing matches."""
-        text = (text or "").strip()
-        kw, words = {}, []
-        for tok in text.replace(",", " ").split():
-            if "=" in tok:
-                k, v = tok.split("=", 1)
-                if k.strip().lower() not in FILTER_KEYS:
-                    raise ValueError(f"run filter key {k!r} is not known; allowed: {', '.join(FILTER_KEYS)}")
-                kw[k.strip().lower()] = v.strip()
-            else:
-                words.append(tok.lower())
-        sub = self.runs.select(**kw) if kw else self.runs
-        with_rows = set(self.rows["run_id"].astype(str))
-        matched = set(sub.run_ids()) & with_rows
-        ids = [r for r in self.runs.ranked_run_ids() if r in matched]
-        if words:
-            info = self.runs.run_info().set_index("run_id")
-            hay = {rid: " ".join(str(v) for v in r.values).lower() for rid, r in info.iterrows()}
-            ids = [r for r in ids if all(w in hay.get(r, "") for w in words)]
-            if not ids:
-                raise ValueError(f"no recorded run matches the run filter {text!r} (every word must appear "
-                                 "in a run's label, GPU, driver, CUDA, torch, date or file name)")
-        self.selection, self.filter_text = ids, text
-        return self.selection_note()
-
-    def selection_note(self) -> str:
-        n_all, n = len(self.runs.run_ids()), len(self.selection)
-        listed = min(n, self.max_options)
-        note = f"{n} of {n_all} run(s) selected" + (f" (filter: {self.filter_text})" if self.filter_text else "")
-        if n > listed:
-            note += f"; the {listed} listed first: the latest of each machine, then the newest (narrow the filter for others)"
-        return note + f"; side by side: the first {min(n, self.side_by_side)}"
-
-    def _view(self, ids: list[str]):
-        key = tuple(ids)
-        if key not in self._views:
-            self._views = {key: self.runs.subset(ids)}  # one view kept: the latest selection
-        return self._views[key]
-
-    # -- the backend interface ------------------------------------------------------------------
-    def options(self) -> dict:
-        r = self.rows
-        labels = self.runs.labels()
-        listed = self.selection[:self.max_options]
-        k = len(self.side_by_side_runs())
-        return {
-            "ep_size": sorted(int(v) for v in r["ep_size"].dropna().unique()),
-            "batch_size": sorted(int(v) for v in r["batch_size"].dropna().unique()),
-            "gamma": sorted(int(v) for v in r["gamma"].dropna().unique()),
-            "strategy": figures.strategy_order(r["strategy"].dropna().unique()),
-            "workload": [w for w in r["workload"].value_counts().index],
-            "run": [(f"all selected, side by side ({k} run{'s' if k != 1 else ''})", ALL_RUNS)]
-                   + [(labels.get(rid, rid), rid) for rid in listed],
-        }
-
-    def defaults(self) -> dict:
-        """The reference point (results.REFERENCE) of the headline's run among the runs listed."""
-        listed = self.selection[:self.max_options]
-        head = self._view(listed).headline()
-        run = head.entries[-1]["run_id"] if head.entries else listed[0]
-        try:
-            pt = self.runs.reference(run_id=run)
-        except ValueError:
-            pt = self.rows[self.rows["run_id"] == run]
-        r0 = pt.iloc[0]
-        return {"ep_size": int(r0["ep_size"]), "batch_size": int(r0["batch_size"]), "gamma": int(r0["gamma"]),
-                "strategy": _default_strategy(self.rows["strategy"].dropna().unique()),
-                "workload": r0["workload"], "run": run}
-
-    def describe(self) -> str:
-        n = len(self.runs.labels())
-        machines = self.runs.machines()
-        if len(machines) <= 3:
-            where = figures.fingerprint_label(self.rows) if n <= 3 else "; ".join(
-                f"{m.GPU} · driver {m.driver} · torch {m.torch}" for m in machines.itertuples())
-        else:
-            where = f"{len(machines)} machines"
-        return f"RECORDED data ({n} run(s): {where}). Each setting shows the nearest recorded point."
-
-    def get(self, settings: dict, on_progress: Optional[Callable] = None) -> PointData:
-        wl = settings.get("workload")
-        wl = wl if wl in set(self.rows["workload"]) else None
-        run = settings.get("run")
-        runs = self._view(self.side_by_side_runs()) if run in (None, ALL_RUNS) else self.runs
-        run = None if run in (None, ALL_RUNS) else run
-        try:
-            rows = runs.nearest(ep_size=settings.get("ep_size"), batch_size=settings.get("batch_size"),
-                                gamma=settings.get("gamma"), workload=wl, run_id=run, ok_only=False,
-                                one_process_only=True)
-        except ValueError as e:
-            raise ValueError(f"run {run!r} has no recorded point for workload {wl!r} ({e})") from None
-        parts = [figures.flatten_timelines(self.runs.timeline(r, p))
-                 for r, p in dict.fromkeys(zip(rows["run_id"].astype(str), rows["point_id"]))]
-        parts = [t for t in parts if not t.empty]
-        tl = pd.concat(parts, ignore_index=True) if parts else figures.flatten_timelines(None)
-        if not tl.empty:  # one-process runs recorded by parallel.measure_single named them "<strategy> · rank 0"
-            tl = tl.assign(strategy=tl["strategy"].astype(str).str.replace(r" · rank 0$", "", regex=True))
-        r0 = rows.iloc[0]
-        asked = {k: settings.get(k) for k in ("ep_size", "batch_size", "gamma")}
-        got = {"ep_size": int(r0["ep_size"]), "batch_size": int(r0["batch_size"]), "gamma": int(r0["gamma"])}
-        diff = [f"{k.replace('_', ' ')} {asked[k]}" for k in asked if asked[k] is not None and asked[k] != got[k]]
-        note = f"recorded point: {figures.point_label(r0)}"
-        if diff:
-            note += f" (nearest recorded; you asked {', '.join(diff)})"
-        return PointData(rows, tl, note, dict(settings))
 
 
 # -- coalescing worker ----------------------------------------------------------------------------
@@ -447,7 +273,7 @@ class Panel:
     def show(self, data: PointData) -> None:
         t0 = time.perf_counter()
         rows = data.rows
-        ok = figures.ok_rows(rows)
+        ok = ok_rows(rows)
         if ok.empty:
             bad = figures.failed_rows(rows)
             raise_msg = str(bad["error"].iloc[0]) if len(bad) else "no rows"
@@ -465,7 +291,7 @@ class Panel:
         tl = data.timelines
         if pid is None and not tl.empty:
             # several runs with different point ids: keep each run's own point
-            keep = set(zip(figures._run_key(ok), ok["point_id"]))
+            keep = set(zip(frames.run_key(ok), ok["point_id"]))
             tl = tl[[(r, p) in keep for r, p in zip(tl.get("run_id", ""), tl["point_id"])]]
             tl = tl.assign(point_id="shown")
             pid = "shown"
@@ -478,31 +304,12 @@ class Panel:
         self.last = data
         self.error.value = ""
         self.status.value = (f"<span class='dspark-status' data-point='{html.escape(str(ok['point_id'].iloc[0]))}'>"
-                             f"{html.escape(data.note)} — {html.escape(figures.fingerprint_label(ok))}</span>")
+                             f"{html.escape(data.note)} — {html.escape(frames.fingerprint_label(ok))}</span>")
         self.redraws += 1
         self.last_redraw_s = time.perf_counter() - t0
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
-
-
-def load_recorded(paths=None) -> RecordedBackend:
-    """Recorded data from `paths`, else $DSPARK_DATA, else the repository's data/ folder."""
-    from .results.runs import Runs
-
-    return RecordedBackend(Runs.load(paths))
-
-
-def choose_mode() -> str:
-    """"live" when a CUDA device is available and DSPARK_LAB_MODE is not "recorded"."""
-    if os.environ.get(MODE_ENV, "").lower() == "recorded":
-        return "recorded"
-    try:
-        import torch
-
-        return "live" if torch.cuda.is_available() else "recorded"
-    except Exception:  # noqa: BLE001
-        return "recorded"
 
 
 class _ErrorBackend:
@@ -514,8 +321,8 @@ class _ErrorBackend:
         self._error = error
 
     def options(self):
-        return {"ep_size": [1], "batch_size": [1], "gamma": [1], "strategy": list(strategies.names()),
-                "workload": list(WORKLOAD_PRESETS)}
+        return {"ep_size": [1], "batch_size": [1], "gamma": [1], "strategy": list(BUILTIN_INFO),
+                "workload": [REFERENCE.workload]}
 
     def defaults(self):
         return {"ep_size": 1, "batch_size": 1, "gamma": 1, "strategy": BASELINE, "workload": REFERENCE.workload}
@@ -528,10 +335,11 @@ class _ErrorBackend:
 
 
 def make_panel(backend=None, **kwargs) -> Panel:
-    """A panel over `backend`; by default live on a CUDA machine, else the recorded runs."""
+    """A panel over `backend` (run.live.open_backend() picks live on a CUDA machine, else the
+    recorded runs); by default the recorded runs. A backend that cannot be made is shown as why."""
     if backend is None:
         try:
-            backend = LiveBackend() if choose_mode() == "live" else load_recorded()
+            backend = load_recorded()
         except Exception as e:  # noqa: BLE001
             backend = _ErrorBackend(e)
     return Panel(backend, **kwargs)

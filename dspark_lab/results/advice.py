@@ -22,7 +22,8 @@ from typing import Optional
 
 import pandas as pd
 
-from .results.runs import Runs, ok_rows, one_process, point_label
+from dspark_lab.results.paths import default_data_dir
+from dspark_lab.results.runs import Runs, ok_rows, one_process, point_label
 
 RULE = ("rule: at each EP regime of the run (EP > 1, where the MoE top-k reads the scalar; EP 1, where nothing "
         "reads it), keep the strategies that are sync-free there and not measurably slower than the fastest "
@@ -255,7 +256,6 @@ def probe_in_words(probe: Optional[dict]) -> list[str]:
 def recorded_probe(fingerprint: dict, data_dir=None) -> Optional[dict]:
     """The probe recorded for a machine with this GPU and driver under <data>/machines/*.json, with
     the file it came from ("source") and its date ("recorded"); None if there is none."""
-    from .store import default_data_dir
 
     folder = Path(data_dir) if data_dir is not None else default_data_dir()
     want = {k: str(fingerprint.get(k)) for k in ("gpu", "driver")}

@@ -33,9 +33,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from . import schema
-from .results import load as _load
-from .results.load import RUN_SUFFIX, TIMELINE_COLUMNS, DataWarning, SchemaVersionError  # noqa: F401  (store.* names)
+from dspark_lab.results import schema
+from dspark_lab.results.paths import default_data_dir, runs_dir
+from dspark_lab.results import load as _load
+from dspark_lab.results.load import RUN_SUFFIX, TIMELINE_COLUMNS, DataWarning, SchemaVersionError  # noqa: F401  (store.* names)
 
 if TYPE_CHECKING:  # pandas is imported when loading, so that recording needs only the stdlib
     import pandas as pd
@@ -46,18 +47,6 @@ MACHINE_KEYS = ("gpu", "driver", "cuda", "torch")
 
 class RunFileBusy(RuntimeError):
     """Another process holds the run file's writer lock (one writer per run file)."""
-
-
-def default_data_dir() -> Path:
-    """The repository's data/ folder (next to the package), or $DSPARK_DATA when set."""
-    env = os.environ.get("DSPARK_DATA")
-    if env:
-        return Path(env).expanduser()
-    return Path(__file__).resolve().parent.parent / "data"
-
-
-def runs_dir(data_dir: str | os.PathLike | None = None) -> Path:
-    return Path(data_dir) / "runs" if data_dir is not None else default_data_dir() / "runs"
 
 
 def new_run_id() -> str:

@@ -1,0 +1,40 @@
+"""One profiled pass over several steps, and what a Chrome trace of it says.
+
+`profile_strategies` runs each step in turn inside one profiler session (starting a profiler costs
+more than a few steps), each in a `dspark:strategy:<name>` range; `analyse` turns a trace window
+into sync counts, the step-time breakdown and a timeline. The single-process point (run/point.py)
+and every rank of an EP run (parallel/measure.py) use the same two.
+"""
+from __future__ import annotations
+
+import torch
+
+from dspark_lab.measure import breakdown, syncs, trace
+
+PROFILE_STEPS = 12  # profiled steps per strategy (the first is dropped from the breakdown's means)
+DEBUG_STEPS = 3  # steps per strategy under sync debug mode (counts and the exact line)
+STRATEGY_RANGE = "dspark:strategy:"
+
+
+def profile_strategies(steps: dict, profile_steps: int, with_stack: bool = False) -> dict:
+    """One profiler session over all strategies in turn (starting a profiler costs more than a few
+    steps); each strategy's steps sit in a `dspark:strategy:<name>` range, drained at its end."""
+    def run_all() -> None:
+        for n, s in steps.items():
+            with torch.profiler.record_function(STRATEGY_RANGE + n):
+                for _ in range(profile_steps):
+                    s.step()
+                s.drain()
+
+    for s in steps.values():  # the trials left them warm; make sure nothing is queued
+        s.drain()
+    return trace.capture(run_all, 1, warmup=0, with_stack=with_stack, sync=lambda: None)
+
+
+def analyse(tr: dict) -> tuple[dict, list]:
+    """Counts, breakdown means and a timeline from one Chrome trace (live or recorded)."""
+    ev = trace.events(tr)
+    calls = syncs.sync_calls(ev)
+    out = syncs.counts_per_step(ev, calls)
+    out.update(breakdown.summary(ev, calls=calls))
+    return out, breakdown.timeline(ev, calls=calls)

@@ -1,0 +1,194 @@
+"""The recorded backend of the panel, and the shape every backend returns (torch- and plotly-free).
+
+A backend has one interface: `options()`, `defaults()`, `describe()`, `get(settings, on_progress)`
+-> PointData. `RecordedBackend` serves recorded runs (here); `run.live.LiveBackend` measures on
+this machine's CUDA device and returns the same shape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import pandas as pd
+
+from dspark_lab.results import frames
+from dspark_lab.results.runs import MAX_COMPARED, Runs, one_process, point_label
+from dspark_lab.results.strategy_info import strategy_order
+
+ALL_RUNS = "*"  # the run control's value for "every recorded run, side by side"
+
+
+@dataclass
+class PointData:
+    """What a backend returns for one setting: rows of every strategy (one point per run)."""
+
+    rows: pd.DataFrame
+    timelines: pd.DataFrame
+    note: str = ""  # e.g. "nearest recorded point: ... (asked batch 10)"
+    settings: dict = field(default_factory=dict)
+
+
+MAX_RUN_OPTIONS = 10  # runs listed in the run dropdown (the rest: narrow the run filter)
+FILTER_KEYS = ("gpu", "driver", "cuda", "torch", "since", "until", "name")
+
+
+class RecordedBackend:
+    """Recorded runs: each setting maps to the nearest recorded point of each selected run
+    (results.Runs.nearest); runs are named by their unique labels (Runs.labels).
+
+    Scales with the number of runs: the run dropdown lists at most `max_options` runs of the current
+    selection (all runs until `filter_runs` narrows it), ranked as Runs.ranked_run_ids (the latest
+    run of each machine first), and "all selected side by side" draws the first `side_by_side` of
+    them. Timelines are read only for the runs and point drawn (Runs.timeline)."""
+
+    mode = "recorded"
+
+    def __init__(self, rows, timelines: Optional[pd.DataFrame] = None, headers=None, *,
+                 max_options: int = MAX_RUN_OPTIONS, side_by_side: Optional[int] = None):
+        runs = rows if isinstance(rows, Runs) else None
+        if runs is None:
+            if rows is None or len(rows) == 0:
+                raise ValueError("no recorded rows: record a run (dspark-lab sweep) or point DSPARK_DATA at recorded data")
+            runs = Runs(rows, frames.flatten_timelines(timelines), headers or [])
+        if runs.rows.empty:
+            raise ValueError("no recorded rows: record a run (dspark-lab sweep) or point DSPARK_DATA at recorded data")
+        side_by_side = MAX_COMPARED if side_by_side is None else side_by_side
+        for name, v in (("max_options", max_options), ("side_by_side", side_by_side)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        self.runs = runs
+        # The panel draws one-process points; real-rank and predicted rows (one per rank and rank
+        # case) are shown apart (figures_ranks, notebook 01), never mixed into these figures.
+        self.rows = one_process(runs.rows)
+        if self.rows.empty:
+            raise ValueError("no one-process recorded rows to show (only real-rank or predicted runs)")
+        self.headers = runs.headers
+        self.max_options, self.side_by_side = max_options, side_by_side
+        with_rows = set(self.rows["run_id"].astype(str))
+        self.selection: list[str] = [r for r in runs.ranked_run_ids() if r in with_rows]
+        self.filter_text = ""
+        self._views: dict = {}
+
+    @property
+    def timelines(self) -> pd.DataFrame:
+        """Every run's timeline segments (reads them all; get() reads only the runs it draws)."""
+        return frames.flatten_timelines(self.runs.timelines)
+
+    # -- choosing runs --------------------------------------------------------------------------
+    def side_by_side_runs(self) -> list[str]:
+        return self.selection[:self.side_by_side]
+
+    def filter_runs(self, text: str) -> str:
+        """Narrow the runs offered: words separated by spaces, each `key=value` (keys: gpu, driver,
+        cuda, torch, since, until, name; as Runs.select) or a bare word every listed run's label,
+        machine, date or file name must contain. "" offers every run again. Returns what is offered;
+        ValueError (naming the key or the word) when nothing matches."""
+        text = (text or "").strip()
+        kw, words = {}, []
+        for tok in text.replace(",", " ").split():
+            if "=" in tok:
+                k, v = tok.split("=", 1)
+                if k.strip().lower() not in FILTER_KEYS:
+                    raise ValueError(f"run filter key {k!r} is not known; allowed: {', '.join(FILTER_KEYS)}")
+                kw[k.strip().lower()] = v.strip()
+            else:
+                words.append(tok.lower())
+        sub = self.runs.select(**kw) if kw else self.runs
+        with_rows = set(self.rows["run_id"].astype(str))
+        matched = set(sub.run_ids()) & with_rows
+        ids = [r for r in self.runs.ranked_run_ids() if r in matched]
+        if words:
+            info = self.runs.run_info().set_index("run_id")
+            hay = {rid: " ".join(str(v) for v in r.values).lower() for rid, r in info.iterrows()}
+            ids = [r for r in ids if all(w in hay.get(r, "") for w in words)]
+            if not ids:
+                raise ValueError(f"no recorded run matches the run filter {text!r} (every word must appear "
+                                 "in a run's label, GPU, driver, CUDA, torch, date or file name)")
+        self.selection, self.filter_text = ids, text
+        return self.selection_note()
+
+    def selection_note(self) -> str:
+        n_all, n = len(self.runs.run_ids()), len(self.selection)
+        listed = min(n, self.max_options)
+        note = f"{n} of {n_all} run(s) selected" + (f" (filter: {self.filter_text})" if self.filter_text else "")
+        if n > listed:
+            note += f"; the {listed} listed first: the latest of each machine, then the newest (narrow the filter for others)"
+        return note + f"; side by side: the first {min(n, self.side_by_side)}"
+
+    def _view(self, ids: list[str]):
+        key = tuple(ids)
+        if key not in self._views:
+            self._views = {key: self.runs.subset(ids)}  # one view kept: the latest selection
+        return self._views[key]
+
+    # -- the backend interface ------------------------------------------------------------------
+    def options(self) -> dict:
+        r = self.rows
+        labels = self.runs.labels()
+        listed = self.selection[:self.max_options]
+        k = len(self.side_by_side_runs())
+        return {
+            "ep_size": sorted(int(v) for v in r["ep_size"].dropna().unique()),
+            "batch_size": sorted(int(v) for v in r["batch_size"].dropna().unique()),
+            "gamma": sorted(int(v) for v in r["gamma"].dropna().unique()),
+            "strategy": strategy_order(r["strategy"].dropna().unique()),
+            "workload": [w for w in r["workload"].value_counts().index],
+            "run": [(f"all selected, side by side ({k} run{'s' if k != 1 else ''})", ALL_RUNS)]
+                   + [(labels.get(rid, rid), rid) for rid in listed],
+        }
+
+    def defaults(self) -> dict:
+        """The reference point (results.REFERENCE) of the headline's run among the runs listed."""
+        listed = self.selection[:self.max_options]
+        head = self._view(listed).headline()
+        run = head.entries[-1]["run_id"] if head.entries else listed[0]
+        try:
+            pt = self.runs.reference(run_id=run)
+        except ValueError:
+            pt = self.rows[self.rows["run_id"] == run]
+        r0 = pt.iloc[0]
+        return {"ep_size": int(r0["ep_size"]), "batch_size": int(r0["batch_size"]), "gamma": int(r0["gamma"]),
+                "strategy": frames.default_strategy(self.rows["strategy"].dropna().unique()),
+                "workload": r0["workload"], "run": run}
+
+    def describe(self) -> str:
+        n = len(self.runs.labels())
+        machines = self.runs.machines()
+        if len(machines) <= 3:
+            where = frames.fingerprint_label(self.rows) if n <= 3 else "; ".join(
+                f"{m.GPU} · driver {m.driver} · torch {m.torch}" for m in machines.itertuples())
+        else:
+            where = f"{len(machines)} machines"
+        return f"RECORDED data ({n} run(s): {where}). Each setting shows the nearest recorded point."
+
+    def get(self, settings: dict, on_progress: Optional[Callable] = None) -> PointData:
+        wl = settings.get("workload")
+        wl = wl if wl in set(self.rows["workload"]) else None
+        run = settings.get("run")
+        runs = self._view(self.side_by_side_runs()) if run in (None, ALL_RUNS) else self.runs
+        run = None if run in (None, ALL_RUNS) else run
+        try:
+            rows = runs.nearest(ep_size=settings.get("ep_size"), batch_size=settings.get("batch_size"),
+                                gamma=settings.get("gamma"), workload=wl, run_id=run, ok_only=False,
+                                one_process_only=True)
+        except ValueError as e:
+            raise ValueError(f"run {run!r} has no recorded point for workload {wl!r} ({e})") from None
+        parts = [frames.flatten_timelines(self.runs.timeline(r, p))
+                 for r, p in dict.fromkeys(zip(rows["run_id"].astype(str), rows["point_id"]))]
+        parts = [t for t in parts if not t.empty]
+        tl = pd.concat(parts, ignore_index=True) if parts else frames.flatten_timelines(None)
+        if not tl.empty:  # one-process runs recorded by parallel.measure_single named them "<strategy> · rank 0"
+            tl = tl.assign(strategy=tl["strategy"].astype(str).str.replace(r" · rank 0$", "", regex=True))
+        r0 = rows.iloc[0]
+        asked = {k: settings.get(k) for k in ("ep_size", "batch_size", "gamma")}
+        got = {"ep_size": int(r0["ep_size"]), "batch_size": int(r0["batch_size"]), "gamma": int(r0["gamma"])}
+        diff = [f"{k.replace('_', ' ')} {asked[k]}" for k in asked if asked[k] is not None and asked[k] != got[k]]
+        note = f"recorded point: {point_label(r0)}"
+        if diff:
+            note += f" (nearest recorded; you asked {', '.join(diff)})"
+        return PointData(rows, tl, note, dict(settings))
+
+
+def load_recorded(paths=None) -> RecordedBackend:
+    """Recorded data from `paths`, else $DSPARK_DATA, else the repository's data/ folder."""
+    return RecordedBackend(Runs.load(paths))

@@ -1,0 +1,6 @@
+"""Orchestration: measure one config point, a sweep of them, or live for the panel.
+
+  point.py  one config point, every strategy, trials interleaved -> tidy rows (`measure_point`)
+  sweep.py  a grid of points into a run file, resumable, a failed point recorded and passed
+  live.py   the panel's live backend (`LiveBackend`), without plotly or ipywidgets
+"""
