@@ -55,7 +55,7 @@ class RecordedBackend:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         self.runs = runs
         # The panel draws one-process points; real-rank and predicted rows (one per rank and rank
-        # case) are shown apart (figures_ranks, notebook 01), never mixed into these figures.
+        # case) are shown apart (views.figures.ranks, notebook 01), never mixed into these figures.
         self.rows = one_process(runs.rows)
         if self.rows.empty:
             raise ValueError("no one-process recorded rows to show (only real-rank or predicted runs)")
