@@ -80,26 +80,42 @@ def test_slide_size_rejects_unknown_sizes():
         figures.slide_size((10, 10))
 
 
+def test_importing_the_figures_changes_no_renderer():
+    """No side effect at import: the renderers' configs are changed only by apply_display_config()."""
+    import subprocess
+    import sys
+
+    code = ("import plotly.io as pio; before = {n: dict(getattr(pio.renderers[n], 'config', None) or {}) "
+            "for n in pio.renderers}; from dspark_lab.views import figures, panel, report; "
+            "after = {n: dict(getattr(pio.renderers[n], 'config', None) or {}) for n in pio.renderers}; "
+            "print(before == after, pio.renderers['notebook'].config.get('showSendToCloud'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["True", "None"], out
+
+
 def test_no_share_button_anywhere(data):  # noqa: F811
     import plotly.io as pio
 
     rows, tl, headers, _ = data
     assert figures.PLOTLY_CONFIG["showSendToCloud"] is False
     assert "sendChartToCloud" in figures.PLOTLY_CONFIG["modeBarButtonsToRemove"]
-    # notebook display (the renderers that take a config)
+    # notebook display (the renderers that take a config), once the notebook's first cell has run
+    figures.apply_display_config()
     for name in ("notebook", "notebook_connected", "browser", "iframe"):
         assert pio.renderers[name].config["showSendToCloud"] is False, name
     # the report's HTML
+    from dspark_lab.results import Runs
     from dspark_lab.views import report
 
-    doc = report.build_html(rows, tl, headers)
+    runs = Runs(rows, tl, headers)
+    doc = report.build_html(runs)
     assert '"showSendToCloud": false' in doc and '"sendChartToCloud"' in doc
     # the panel's FigureWidgets
     pytest.importorskip("ipywidgets")
     from dspark_lab.results.backend import RecordedBackend
     from dspark_lab.views import panel
 
-    p = panel.Panel(RecordedBackend(rows, tl, headers))
+    p = panel.Panel(RecordedBackend(runs))
     for fw in p.figs.values():
         assert fw._config["showSendToCloud"] is False
 

@@ -12,7 +12,10 @@ import pandas as pd
 import pytest
 
 from dspark_lab.views import figures
+from dspark_lab.views.figures.timelines import drawn_part
 from dspark_lab.results import frames, schema
+from dspark_lab.results.runs import ok_rows
+from dspark_lab.results.strategy_info import strategy_order
 from dspark_lab import strategies
 from dspark_lab.results import Runs
 from dspark_lab.results.stats import median_ci
@@ -197,7 +200,7 @@ def test_strategy_comparison_medians_and_cis(data):
         med, lo, hi = median_ci(rows.loc[rows.strategy == s, "step_ms"].tolist())
         assert y == pytest.approx(med)
         assert y + up == pytest.approx(hi) and y - down == pytest.approx(lo)
-    assert list(tr.x) == figures.strategy_order(rows.strategy)
+    assert list(tr.x) == strategy_order(rows.strategy)
 
 
 def test_two_runs_side_by_side():
@@ -223,7 +226,7 @@ def test_sweep_lines_are_medians(data):
     one = rows[rows.run_id == rows.run_id.iloc[0]]
     fig = figures.sweep(one)
     wl = one.workload.value_counts().index[0]
-    ok = figures.ok_rows(one)
+    ok = ok_rows(one)
     ok = ok[(ok.workload == wl) & (ok.model == ok.model.value_counts().index[0])]
     assert len(fig.data) > 0
     checked = 0
@@ -248,16 +251,16 @@ def test_timeline_marks_each_sync_with_its_blocked_time(data):
         pytest.skip("no timeline recorded for this point")
     fig = figures.timeline(t, pt)
     marks = [tr for tr in fig.data if tr.name == "blocking sync (host blocked for)"][0]
-    syncs = t[t.part.map(lambda p: figures._norm_part("host", p)) == "sync"].sort_values(["strategy", "start_ms"])
+    syncs = t[t.part.map(lambda p: drawn_part("host", p)) == "sync"].sort_values(["strategy", "start_ms"])
     assert len(marks.x) == len(syncs)
     want = sorted(f"sync {e - s:.2f} ms" for s, e in zip(syncs.start_ms, syncs.end_ms))
     assert sorted(marks.text) == want
     blocked = [tr for tr in fig.data if tr.name == figures.TIMELINE_NAMES["blocked"]][0]
-    rec = t[t.part.map(lambda p: figures._norm_part("host", p)) == "blocked"]
+    rec = t[t.part.map(lambda p: drawn_part("host", p)) == "blocked"]
     assert sum(blocked.x) == pytest.approx((rec.end_ms - rec.start_ms).sum())
     # GPU spans may be merged for drawing, but the busy time they cover is unchanged.
     kern = [tr for tr in fig.data if tr.name == figures.TIMELINE_NAMES["kernel"]][0]
-    k = t[t.part.map(lambda p: figures._norm_part("gpu", p)) == "kernel"]
+    k = t[t.part.map(lambda p: drawn_part("gpu", p)) == "kernel"]
     assert sum(kern.x) <= (k.end_ms - k.start_ms).sum() + 1e-6
     assert min(kern.base) == pytest.approx(k.start_ms.min())
 
@@ -302,7 +305,8 @@ def test_report_is_standalone_and_states_its_data(data):
     from dspark_lab.views import report
 
     rows, tl, headers, _ = data
-    doc = report.build_html(rows, tl, headers)
+    runs = Runs(rows, tl, headers)
+    doc = report.build_html(runs)
     assert doc.count("Plotly.newPlot") >= 4
     from plotly.offline import get_plotlyjs
 
@@ -312,17 +316,19 @@ def test_report_is_standalone_and_states_its_data(data):
     for fp in frames.fingerprints(rows).itertuples():
         assert fp.gpu in doc and fp.driver in doc and fp.torch in doc
     # The key comparison sentences carry compare()'s numbers for the featured point.
-    pid = report.featured_points(rows)[0]
-    pt = figures.ok_rows(rows)[lambda d: d.point_id == pid]
+    pid = report.featured_points(runs)[0]
+    pt = ok_rows(rows)[lambda d: d.point_id == pid]
     g = pt[pt.run_id == pt.run_id.iloc[0]]
-    others = [s for s in figures.strategy_order(g.strategy) if s != "device_direct"]
+    others = [s for s in strategy_order(g.strategy) if s != "device_direct"]
     c = Runs.compare(g, others[0], "device_direct")
     import html as _html
     assert _html.escape(c["verdict"]) in doc
+    with pytest.raises(TypeError, match="results.Runs"):
+        report.build_html(rows)
 
 
 def test_sync_site_resolves_to_the_line_in_this_checkout():
-    from dspark_lab.views import report
+    from dspark_lab.views import source_lines
 
     import inspect
     from dspark_lab import strategies as st
@@ -330,11 +336,96 @@ def test_sync_site_resolves_to_the_line_in_this_checkout():
     src, start = inspect.getsourcelines(st.device_direct)
     line = start + next(i for i, l in enumerate(src) if "torch.tensor(" in l and "device=device" in l)
     for site in (f"dspark_lab/strategies.py({line}): device_direct", f"dspark_lab/strategies.py:{line} device_direct"):
-        got = report.sync_site_line(site)
+        got = source_lines.sync_site_line(site)
         assert got["function"] == "device_direct" and got["line"] == line and "torch.tensor(" in got["code"], site
-    assert report.sync_site_line("") is None
-    moved = report.sync_site_line(f"dspark_lab/strategies.py({start - 3}): device_direct")
-    assert moved["code"] is None and f"lines {start}-" in moved["note"]
+        assert got["note"] == ""
+    assert source_lines.sync_site_line("") is None
+    # a recorded line outside the function now: the function's return statement, which makes the tensor
+    moved = source_lines.sync_site_line(f"dspark_lab/strategies.py({start - 3}): device_direct")
+    assert moved["line"] == line and "device=device" in moved["code"] and f"recorded at line {start - 3}" in moved["note"]
+    gone = source_lines.sync_site_line("dspark_lab/strategies.py:25 no_such_strategy")
+    assert gone["code"] is None and "no_such_strategy is no longer in" in gone["note"]
+
+
+def test_committed_sync_sites_show_the_line_that_makes_the_tensor():
+    """The committed runs recorded `dspark_lab/strategies.py:25 device_direct`: the report shows
+    device_direct's torch.tensor(..., device=device) line, wherever that line is now."""
+    from dspark_lab.views import report
+
+    runs = Runs.load(RUNS_DIR)
+    sites = set(runs.ok["sync_site"].dropna())
+    assert {s for s in sites if "strategies.py" in s} == {"dspark_lab/strategies.py:25 device_direct"}
+    table = report.sync_sites(runs.reference())
+    code = set(table.loc[table.strategy == "device_direct", "code"])
+    want = "return torch.tensor(num_tokens, dtype=torch.int32, device=device)"
+    assert code == {want}
+
+
+@pytest.mark.parametrize("shift", [-1, 2, 4])
+def test_the_committed_site_survives_an_import_moved_in_strategies_py(tmp_path, shift):
+    """This checkout's strategies.py with its lines moved (an import moved to the top adds 2): the
+    committed site still shows device_direct's torch.tensor(..., device=device) line."""
+    from dspark_lab.results.paths import PACKAGE_DIR
+    from dspark_lab.views import source_lines
+
+    src = (PACKAGE_DIR / "strategies.py").read_text().splitlines(keepends=True)
+    first_import = next(i for i, t in enumerate(src) if t.startswith("from __future__"))
+    moved = src[:first_import + 1] + ["\n"] * shift + src[first_import + 1:] if shift > 0 else \
+        src[:first_import + 1] + src[first_import + 1 - shift:]  # shift < 0: blank lines after it taken out
+    assert shift > 0 or all(not t.strip() for t in src[first_import + 1:first_import + 1 - shift])
+    (tmp_path / "dspark_lab").mkdir()
+    (tmp_path / "dspark_lab" / "strategies.py").write_text("".join(moved))
+    got = source_lines.sync_site_line("dspark_lab/strategies.py:25 device_direct", tmp_path / "dspark_lab")
+    assert got["code"] == "return torch.tensor(num_tokens, dtype=torch.int32, device=device)"
+    assert got["line"] == 25 + shift and "recorded at line 25" in got["note"]
+
+
+STRATEGIES_MOVED = '''"""Strategies, with an import block added above them: every line moved down by {shift}."""
+{pad}
+import torch
+
+
+def device_direct(num_tokens, device, parallel, *, buffer=None):
+    """`torch.tensor(n, device=...)`: a pageable host tensor copied with a stream sync.
+
+    The form PR #34782 found costing 21 syncs.
+    """
+    return torch.tensor(num_tokens, dtype=torch.int32, device=device)
+
+
+def on_demand(num_tokens, device, parallel, *, buffer=None):
+    """None unless a consumer reads it."""
+    if not parallel:
+        return None
+    return torch.tensor(num_tokens, dtype=torch.int32).to(device, non_blocking=True)
+'''
+
+
+@pytest.mark.parametrize("shift", [0, 1, 2, 5])
+def test_a_recorded_site_follows_its_function_when_the_source_moves(tmp_path, shift):
+    """Sites recorded before the source moved resolve by function: to the recorded line while it is
+    still in the function's code, else to the function's return statement (never its docstring)."""
+    from dspark_lab.views import source_lines
+
+    pkg = tmp_path / "dspark_lab"
+    pkg.mkdir()
+    (pkg / "strategies.py").write_text(STRATEGIES_MOVED.format(shift=shift, pad="\n" * shift))
+    lines = (pkg / "strategies.py").read_text().splitlines()
+    ret = next(i for i, t in enumerate(lines, 1) if "device=device)" in t)
+    unmoved = STRATEGIES_MOVED.format(shift=0, pad="").splitlines()
+    recorded = next(i for i, t in enumerate(unmoved, 1) if "device=device)" in t)  # where the run saw it
+    assert ret == recorded + shift
+    got = source_lines.sync_site_line(f"/elsewhere/dspark_lab/strategies.py:{recorded} device_direct", pkg)
+    assert got["line"] == ret and got["code"] == "return torch.tensor(num_tokens, dtype=torch.int32, device=device)"
+    assert (got["note"] == "") == (shift == 0), got["note"]
+    # a line still inside the function's code is taken as recorded (here on_demand's `if`)
+    if_line = next(i for i, t in enumerate(lines, 1) if "if not parallel" in t)
+    got = source_lines.sync_site_line(f"dspark_lab/strategies.py({if_line}): on_demand", pkg)
+    assert got["line"] == if_line and got["code"] == "if not parallel:" and got["note"] == ""
+    # the def line or the docstring is not code that synced: the return statement that makes a tensor
+    doc_line = next(i for i, t in enumerate(lines, 1) if "None unless" in t)
+    got = source_lines.sync_site_line(f"dspark_lab/strategies.py({doc_line}): on_demand", pkg)
+    assert "non_blocking=True" in got["code"] and got["line"] == len(lines)
 
 
 def test_disturbed_trials_are_left_out_of_the_figures_as_in_the_summaries():

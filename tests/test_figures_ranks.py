@@ -2,7 +2,7 @@
 import pandas as pd
 import pytest
 
-from dspark_lab.views import figures_ranks as FR
+from dspark_lab.views.figures import ranks as FR
 from dspark_lab.results import schema
 
 

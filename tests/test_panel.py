@@ -3,7 +3,6 @@ requests coalesce (latest wins); a failed measurement shows its message in the p
 from __future__ import annotations
 
 import threading
-import time
 from types import SimpleNamespace
 
 import pandas as pd
@@ -13,7 +12,9 @@ pytest.importorskip("ipywidgets")
 pytest.importorskip("anywidget")
 
 from dspark_lab import config, strategies
+from dspark_lab.results import Runs
 from dspark_lab.results.backend import ALL_RUNS, RecordedBackend
+from dspark_lab.results.runs import ok_rows
 from dspark_lab.run import live
 from dspark_lab.views import figures, panel
 from dspark_lab.results import schema  # noqa: E402
@@ -32,11 +33,11 @@ def data():
 @pytest.fixture(scope="module")
 def recorded_panel(data):
     rows, tl, headers, _ = data
-    return panel.Panel(RecordedBackend(rows, tl, headers))
+    return panel.Panel(RecordedBackend(Runs(rows, tl, headers)))
 
 
 def expected_medians(rows, run_id, ep, bs, g, workload):
-    sel = figures.ok_rows(rows)
+    sel = ok_rows(rows)
     sel = sel[(sel.run_id == run_id) & (sel.ep_size == ep) & (sel.batch_size == bs) & (sel.gamma == g)
               & (sel.workload == workload)]
     return {s: median_ci(grp.step_ms.tolist())[0] for s, grp in sel.groupby("strategy")}, sel
@@ -104,7 +105,7 @@ def test_strategy_control_picks_the_timeline(recorded_panel):
 
 def test_nearest_recorded_point_is_named():
     rows, tl, headers = synthetic_runs()
-    b = RecordedBackend(rows, tl, headers)
+    b = RecordedBackend(Runs(rows, tl, headers))
     d = b.get({"ep_size": 2, "batch_size": 10, "gamma": 4, "workload": "sglang_profile", "run": "run-a"})
     assert set(d.rows.batch_size) == {8} and "you asked batch size 10" in d.note
     d = b.get({"ep_size": 2, "batch_size": 8, "gamma": 4, "workload": "sglang_profile", "run": ALL_RUNS})
@@ -136,7 +137,7 @@ def test_error_shows_in_panel_not_a_traceback():
 def test_all_failed_point_shows_its_error():
     rows, tl, headers = synthetic_runs(runs=(("run-a", "SYNTH-GPU-A", "1.0"),), eps=(2,), batches=(8,), gammas=(4,))
     rows["status"], rows["error"] = "failed", "OutOfMemoryError: CUDA out of memory"
-    p = panel.Panel(RecordedBackend(rows, tl, headers))
+    p = panel.Panel(RecordedBackend(Runs(rows, tl, headers)))
     assert "out of memory" in p.error.value
 
 
@@ -150,14 +151,17 @@ def test_no_recorded_data_says_so(tmp_path, monkeypatch):
 
 # -- live mode --------------------------------------------------------------------------------------
 
-def fake_measure(delay=0.15, fail=False):
+def fake_measure(fail=False, gate=None):
+    """A measure_point stand-in over synthetic rows; `gate()` (if given) is called as each
+    measurement starts, so a test can hold a measurement while it moves the controls."""
     rows, tl, _ = synthetic_runs(runs=(("x", "FAKE", "0"),), eps=(1, 2), batches=(1, 8, 32), gammas=(2, 4))
     calls = []
 
     def measure(cfg, strategies=None, *, on_progress=None):
         calls.append((cfg.ep_size, cfg.batch_size, cfg.gamma))
+        if gate is not None:
+            gate()
         for i in range(3):
-            time.sleep(delay / 3)
             if on_progress:
                 on_progress(f"trial {i + 1}/3", (i + 1) / 3)
         if fail:
@@ -177,21 +181,30 @@ FP = {"gpu": "FAKE-GPU", "driver": "0.0", "cuda": "0", "torch": "0"}
 
 
 def test_live_drag_coalesces_to_the_latest():
-    measure, calls, rows = fake_measure()
+    """A drag while a measurement runs: exactly the running one and the latest value are measured."""
+    running, release = threading.Event(), threading.Event()
+    release.set()  # the first measurements (the panel's first draw) run through
+
+    def gate():
+        running.set()
+        assert release.wait(10), "the test never released the measurement"
+
+    measure, calls, rows = fake_measure(gate=gate)
     p = panel.Panel(live.LiveBackend(LabConfig(batch_size=1, gamma=2, ep_size=2), measure=measure, fingerprint=FP),
-                    debounce_s=0.05)
+                    debounce_s=0.01)
     assert "LIVE" in p.mode_html.value and "FAKE-GPU" in p.mode_html.value
     p.set(ep_size=2, batch_size=1, gamma=2)
     assert p._worker.wait(10)
     n0 = len(calls)
-    # A drag: many values in quick succession while a measurement is running.
-    for v in (2, 4, 8, 16, 32, 8, 32):
+    running.clear()
+    release.clear()
+    p.controls["batch_size"].value = 2  # the drag starts: this one is measured ...
+    assert running.wait(10)  # ... and held while the slider moves on
+    for v in (4, 8, 16, 32, 8, 32):
         p.controls["batch_size"].value = v
-        time.sleep(0.01)
+    release.set()
     assert p._worker.wait(10)
-    ran = calls[n0:]
-    assert len(ran) <= 2, ran  # at most the one already running and the latest
-    assert ran[-1] == (2, 32, 2)
+    assert calls[n0:] == [(2, 2, 2), (2, 32, 2)]  # the one running, then only the latest
     tr = p.figs["comparison"].data[0]
     want = rows[(rows.ep_size == 2) & (rows.batch_size == 32) & (rows.gamma == 2)].groupby("strategy").step_ms.median()
     assert dict(zip(tr.x, tr.y)) == pytest.approx(want.to_dict())
@@ -199,7 +212,7 @@ def test_live_drag_coalesces_to_the_latest():
 
 
 def test_live_failure_shows_message():
-    measure, calls, _ = fake_measure(delay=0.01, fail=True)
+    measure, calls, _ = fake_measure(fail=True)
     p = panel.Panel(live.LiveBackend(measure=measure, fingerprint=FP), debounce_s=0.01)
     assert p._worker.wait(10)
     assert "CUDA out of memory" in p.error.value and "Traceback" not in p.error.value
@@ -240,7 +253,7 @@ def test_live_backend_measures_on_this_machine():
 
 
 def test_make_panel_says_live_when_cuda(monkeypatch):
-    measure, _, _ = fake_measure(delay=0.01)
+    measure, _, _ = fake_measure()
     monkeypatch.setattr(live, "choose_mode", lambda: "live")
     real = live.LiveBackend
     monkeypatch.setattr(live, "LiveBackend", lambda: real(measure=measure, fingerprint=FP))
@@ -274,7 +287,7 @@ def test_live_panel_measures_on_its_worker_thread():
 
 def test_all_runs_are_set_side_by_side_never_stacked(data):
     rows, tl, headers, _ = data
-    p = panel.Panel(RecordedBackend(rows, tl, headers))
+    p = panel.Panel(RecordedBackend(Runs(rows, tl, headers)))
     labels = [lab for lab, _ in p.controls["run"].options]
     assert len(labels) == len(set(labels)) == 1 + rows.run_id.nunique()
     p.set(run=ALL_RUNS, ep_size=2, batch_size=8, gamma=4)

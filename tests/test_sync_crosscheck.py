@@ -10,6 +10,7 @@ import torch
 
 from dspark_lab.views import figures
 from dspark_lab.results import schema
+from dspark_lab.results.point_view import point_view
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import syncs
 from dspark_lab.run.point import measure_point
@@ -127,7 +128,7 @@ def test_cpu_rows_survive_the_store_as_nan_never_zero(tmp_path, cpu_rows):
     stored = [json.loads(line) for line in path.read_text().splitlines()]
     assert all(r["syncs_per_step"] is None for r in stored if r["kind"] == "row")  # strict JSON: null
     back, _, _ = load_runs(path)
-    agg = figures.per_strategy(back, list(syncs.SYNC_COUNT_COLUMNS))
+    agg = point_view(back).per_strategy(list(syncs.SYNC_COUNT_COLUMNS))
     assert agg[list(syncs.SYNC_COUNT_COLUMNS)].isna().all().all()
     assert (back["sync_note"] == "not measurable without CUDA").all()
 

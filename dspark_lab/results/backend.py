@@ -43,13 +43,10 @@ class RecordedBackend:
 
     mode = "recorded"
 
-    def __init__(self, rows, timelines: Optional[pd.DataFrame] = None, headers=None, *,
-                 max_options: int = MAX_RUN_OPTIONS, side_by_side: Optional[int] = None):
-        runs = rows if isinstance(rows, Runs) else None
-        if runs is None:
-            if rows is None or len(rows) == 0:
-                raise ValueError("no recorded rows: record a run (dspark-lab sweep) or point DSPARK_DATA at recorded data")
-            runs = Runs(rows, frames.flatten_timelines(timelines), headers or [])
+    def __init__(self, runs: Runs, *, max_options: int = MAX_RUN_OPTIONS, side_by_side: Optional[int] = None):
+        if not isinstance(runs, Runs):
+            raise TypeError(f"RecordedBackend takes a results.Runs (Runs.load(), or Runs(rows, timelines, headers)), "
+                            f"got {type(runs).__name__}")
         if runs.rows.empty:
             raise ValueError("no recorded rows: record a run (dspark-lab sweep) or point DSPARK_DATA at recorded data")
         side_by_side = MAX_COMPARED if side_by_side is None else side_by_side
@@ -58,7 +55,7 @@ class RecordedBackend:
                 raise ValueError(f"{name} must be a positive integer, got {v!r}")
         self.runs = runs
         # The panel draws one-process points; real-rank and predicted rows (one per rank and rank
-        # case) are shown apart (figures_ranks, notebook 01), never mixed into these figures.
+        # case) are shown apart (views.figures.ranks, notebook 01), never mixed into these figures.
         self.rows = one_process(runs.rows)
         if self.rows.empty:
             raise ValueError("no one-process recorded rows to show (only real-rank or predicted runs)")

@@ -8,11 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dspark_lab.results.load import TIMELINE_COLUMNS as LOADED_TIMELINE_COLUMNS
 from dspark_lab.results.runs import gpu_name
 from dspark_lab.results.strategy_info import strategy_order
 
-SEGMENT_FIELDS = ("lane", "part", "start_ms", "end_ms", "label")
-TIMELINE_COLUMNS = ("point_id", "strategy", *SEGMENT_FIELDS)
+# One definition of a timeline frame's columns: the loader's (run_id, point_id, strategy, then a
+# segment's fields). It lives in load because load cannot import this module (frames -> runs -> load).
+TIMELINE_COLUMNS = tuple(c for c in LOADED_TIMELINE_COLUMNS if c != "run_id")  # a run file's own timelines
+SEGMENT_FIELDS = TIMELINE_COLUMNS[TIMELINE_COLUMNS.index("strategy") + 1:]  # lane, part, start_ms, end_ms, label
 
 
 def default_strategy(present) -> str:

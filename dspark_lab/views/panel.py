@@ -2,7 +2,7 @@
 workload; plotly FigureWidgets that are updated in place (batch_update), never rebuilt.
 
 Two backends, one interface (`options()`, `describe()`, `get(settings, on_progress)` -> PointData):
-  RecordedBackend(rows, timelines)  the nearest recorded point (per run); says which GPU and date.
+  RecordedBackend(runs)             the nearest recorded point (per run); says which GPU and date.
   LiveBackend()                     run.point.measure_point on this machine's CUDA device, all strategies.
 `make_panel()` picks live when CUDA is available, else recorded, and says which in the panel.
 Live measurements run on a worker thread, latest request wins: dragging a slider never queues a
@@ -11,23 +11,21 @@ backlog (sliders also report only on release). A failed measurement shows its me
 from __future__ import annotations
 
 import html
-import os
 import threading
 import time
 import traceback
 from typing import Any, Callable, Optional
 
-import pandas as pd
 import plotly.graph_objects as go
 
-from dspark_lab.results import frames
-from dspark_lab.results.backend import ALL_RUNS, PointData, RecordedBackend, load_recorded
-from dspark_lab.results.runs import REFERENCE, ok_rows
+from dspark_lab.results.backend import ALL_RUNS, PointData, load_recorded
+from dspark_lab.results.point_view import point_view
+from dspark_lab.results.runs import REFERENCE
 from dspark_lab.results.strategy_info import BASELINE, BUILTIN_INFO
 from dspark_lab.views import figures
 
 CONTROLS = ("ep_size", "batch_size", "gamma", "strategy", "workload")
-FIGURES = ("comparison", "syncs", "breakdown", "timeline")
+FIGURE_HEIGHTS = {"comparison": 420, "syncs": 380, "breakdown": 480, "timeline": 420}  # px, top to bottom
 
 
 def _short_error(e: BaseException) -> str:
@@ -90,6 +88,33 @@ class LatestWins:
 
 # -- the panel ------------------------------------------------------------------------------------
 
+def _controls(W, opts: dict, dflt: dict) -> dict:
+    """The setting controls: sliders over the recorded values, dropdowns for strategy, workload, run."""
+    def slider(name, label):
+        vals = opts[name]
+        v = dflt.get(name)
+        v = v if v in vals else min(vals, key=lambda x: abs(x - (v or vals[0])))
+        return W.SelectionSlider(options=vals, value=v, description=label, continuous_update=False,
+                                 style={"description_width": "80px"}, layout=W.Layout(width="340px"))
+
+    controls = {
+        "ep_size": slider("ep_size", "EP size"),
+        "batch_size": slider("batch_size", "batch size"),
+        "gamma": slider("gamma", "gamma"),
+        "strategy": W.Dropdown(options=opts["strategy"], value=dflt["strategy"], description="strategy",
+                               tooltip="timeline: this strategy against device_direct",
+                               style={"description_width": "80px"}),
+        "workload": W.Dropdown(options=opts["workload"], value=dflt["workload"], description="workload",
+                               style={"description_width": "80px"}),
+    }
+    if "run" in opts:
+        # Wide enough for a whole label ("NVIDIA H200 2026-11-30 06:47:53 [run id]"): labels that
+        # differ only in their seconds or run id must not look the same when cut.
+        controls["run"] = W.Dropdown(options=opts["run"], value=dflt.get("run"), description="run",
+                                     style={"description_width": "80px"}, layout=W.Layout(width="520px"))
+    return controls
+
+
 def _apply(widget, fig: go.Figure) -> None:
     """Copy `fig` into `widget` in place: trace data and layout updated inside one batch_update."""
     new = fig.to_plotly_json()
@@ -110,7 +135,7 @@ def _apply(widget, fig: go.Figure) -> None:
 
 class Panel:
     def __init__(self, backend, *, debounce_s: float = 0.3):
-        import ipywidgets as W
+        import ipywidgets as W  # optional: only the panel needs it (recorded figures and the report do not)
 
         self.backend = backend
         self.mode = backend.mode
@@ -118,30 +143,7 @@ class Panel:
         self.redraws = 0
         self.last_redraw_s: Optional[float] = None
         opts = backend.options()
-        dflt = backend.defaults()
-
-        def slider(name, label):
-            vals = opts[name]
-            v = dflt.get(name)
-            v = v if v in vals else min(vals, key=lambda x: abs(x - (v or vals[0])))
-            return W.SelectionSlider(options=vals, value=v, description=label, continuous_update=False,
-                                     style={"description_width": "80px"}, layout=W.Layout(width="340px"))
-
-        self.controls = {
-            "ep_size": slider("ep_size", "EP size"),
-            "batch_size": slider("batch_size", "batch size"),
-            "gamma": slider("gamma", "gamma"),
-            "strategy": W.Dropdown(options=opts["strategy"], value=dflt["strategy"], description="strategy",
-                                   tooltip="timeline: this strategy against device_direct",
-                                   style={"description_width": "80px"}),
-            "workload": W.Dropdown(options=opts["workload"], value=dflt["workload"], description="workload",
-                                   style={"description_width": "80px"}),
-        }
-        if "run" in opts:
-            # Wide enough for a whole label ("NVIDIA H200 2026-11-30 06:47:53 [run id]"): labels that
-            # differ only in their seconds or run id must not look the same when cut.
-            self.controls["run"] = W.Dropdown(options=opts["run"], value=dflt.get("run"), description="run",
-                                              style={"description_width": "80px"}, layout=W.Layout(width="520px"))
+        self.controls = _controls(W, opts, backend.defaults())
         # Many recorded runs: a filter narrows the (bounded) run dropdown; Enter applies it.
         self.run_filter = self.run_note = None
         if "run" in opts and hasattr(backend, "filter_runs"):
@@ -155,27 +157,27 @@ class Panel:
         self.error = W.HTML("")
         self.progress = W.FloatProgress(value=0, min=0, max=1, description="", layout=W.Layout(
             width="340px", visibility="visible" if self.mode == "live" else "hidden"))
-        self.figs = {k: go.FigureWidget(layout=dict(height=h, width=1000)) for k, h in (
-            ("comparison", 420), ("syncs", 380), ("breakdown", 480), ("timeline", 420))}
+        self.figs = {k: go.FigureWidget(layout=dict(height=h, width=1000)) for k, h in FIGURE_HEIGHTS.items()}
         for fw in self.figs.values():
             figures.widget_config(fw)  # no cloud "share" button, no logo
-        c = self.controls
-        self.widget = W.VBox([
-            self.mode_html,
-            W.HBox([W.VBox([c["ep_size"], c["batch_size"], c["gamma"]]),
-                    W.VBox([c["strategy"], c["workload"]] + ([c["run"]] if "run" in c else [])
-                           + ([self.run_filter, self.run_note] if self.run_filter is not None else []))]),
-            W.HBox([self.progress, self.status]),
-            self.error,
-            self.figs["comparison"],
-            self.figs["syncs"],
-            self.figs["breakdown"],
-            self.figs["timeline"],
-        ])
+        self.widget = self._layout(W)
         self._worker = LatestWins(self._measure, self._measured, debounce_s) if self.mode == "live" else None
         for w in self.controls.values():
             w.observe(self._on_change, names="value")
         self.refresh()
+
+    def _layout(self, W):
+        c = self.controls
+        side = [c["strategy"], c["workload"]] + ([c["run"]] if "run" in c else [])
+        if self.run_filter is not None:
+            side += [self.run_filter, self.run_note]
+        return W.VBox([
+            self.mode_html,
+            W.HBox([W.VBox([c["ep_size"], c["batch_size"], c["gamma"]]), W.VBox(side)]),
+            W.HBox([self.progress, self.status]),
+            self.error,
+            *(self.figs[k] for k in FIGURE_HEIGHTS),
+        ])
 
     # -- state ---------------------------------------------------------------------------------
     def settings(self) -> dict:
@@ -272,39 +274,26 @@ class Panel:
 
     def show(self, data: PointData) -> None:
         t0 = time.perf_counter()
-        rows = data.rows
-        ok = ok_rows(rows)
-        if ok.empty:
-            bad = figures.failed_rows(rows)
-            raise_msg = str(bad["error"].iloc[0]) if len(bad) else "no rows"
-            self.show_error(RuntimeError(f"every strategy failed at this point: {raise_msg}"),
+        view = point_view(data.rows, data.timelines, what="the panel")
+        if view.ok.empty:
+            first = str(view.failed["error"].iloc[0]) if len(view.failed) else "no rows"
+            self.show_error(RuntimeError(f"every strategy failed at this point: {first}"),
                             "Measurement failed" if self.mode == "live" else "The recorded measurement failed")
             return
         chosen = self.controls["strategy"].value
-        comp = figures.strategy_comparison(rows)
+        comp = figures.strategy_comparison(view)
         for tr in comp.data:
             if tr.type != "bar":  # disturbed-trial markers keep their own look
                 continue
             tr.marker.line = dict(width=[3 if x == chosen else 0 for x in tr.x], color="black")
-        shown = list(dict.fromkeys([BASELINE, chosen]))
-        pid = ok["point_id"].iloc[0] if ok["point_id"].nunique() == 1 else None
-        tl = data.timelines
-        if pid is None and not tl.empty:
-            # several runs with different point ids: keep each run's own point
-            keep = set(zip(frames.run_key(ok), ok["point_id"]))
-            tl = tl[[(r, p) in keep for r, p in zip(tl.get("run_id", ""), tl["point_id"])]]
-            tl = tl.assign(point_id="shown")
-            pid = "shown"
-        timeline = figures.timeline(tl, rows.assign(point_id=pid) if pid == "shown" else rows,
-                                    point_id=pid, strategies_shown=shown)
-        new = {"comparison": comp, "syncs": figures.sync_counts(rows), "breakdown": figures.step_breakdown(rows),
-               "timeline": timeline}
+        new = {"comparison": comp, "syncs": figures.sync_counts(view), "breakdown": figures.step_breakdown(view),
+               "timeline": figures.timeline(view, strategies_shown=list(dict.fromkeys([BASELINE, chosen])))}
         for k, fig in new.items():
             _apply(self.figs[k], fig)
         self.last = data
         self.error.value = ""
-        self.status.value = (f"<span class='dspark-status' data-point='{html.escape(str(ok['point_id'].iloc[0]))}'>"
-                             f"{html.escape(data.note)} — {html.escape(frames.fingerprint_label(ok))}</span>")
+        self.status.value = (f"<span class='dspark-status' data-point='{html.escape(str(view.ok['point_id'].iloc[0]))}'>"
+                             f"{html.escape(data.note)} — {html.escape(view.fingerprint)}</span>")
         self.redraws += 1
         self.last_redraw_s = time.perf_counter() - t0
 

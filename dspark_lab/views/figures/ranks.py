@@ -1,4 +1,5 @@
-"""Figures of real EP runs, one bar pair per rank (rows with schema.RANK_COLUMNS; plotly only here).
+"""Figures of real EP runs, one bar pair per rank (rows with schema.RANK_COLUMNS):
+`from dspark_lab.views.figures import ranks`.
 
   per_rank_breakdown(rows)  each rank's step: host parts and GPU parts, with the time inside the
                             MoE's collectives as its own GPU part (waiting for peers is not "busy")
@@ -14,7 +15,10 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from dspark_lab.results import schema
-from dspark_lab.views.figures import PART_COLORS, PART_NAMES, _note, _title, ok_rows, point_label
+from dspark_lab.results.frames import fingerprint_label
+from dspark_lab.results.runs import ok_rows, point_label
+from dspark_lab.views.figures.layout import add_note, titled
+from dspark_lab.views.figures.style import PART_COLORS, PART_NAMES
 
 COLLECTIVE_NAME = "GPU: inside collectives (waiting for peers + transfer)"
 COLLECTIVE_NAME_CPU = "collectives (gloo: host wall time)"
@@ -78,10 +82,10 @@ def per_rank_breakdown(rows: pd.DataFrame, dispatch: Optional[str] = None, cases
     fig.update_layout(barmode="group", bargap=0.25, bargroupgap=0.05,
                       yaxis_title="ms per step (left bar: host thread, right bar: GPU stream)")
     if cpu:
-        _note(fig, "CPU ranks (gloo): the collective part is the collectives' host wall time, also inside the host bar")
+        add_note(fig, "CPU ranks (gloo): the collective part is the collectives' host wall time, also inside the host bar")
     first = r.iloc[0]
     extra = f"{point_label(first)} · {first['world_size']} ranks · dispatch {first['dispatch']}"
-    return _title(fig, "One rank's sync costs every rank: each rank's step, host vs GPU", r, extra)
+    return titled(fig, "One rank's sync costs every rank: each rank's step, host vs GPU", fingerprint_label(r), extra)
 
 
 def who_waits(rows: pd.DataFrame, dispatch: Optional[str] = None, cases: Optional[Sequence[str]] = None) -> go.Figure:
@@ -97,7 +101,7 @@ def who_waits(rows: pd.DataFrame, dispatch: Optional[str] = None, cases: Optiona
                 marker_color=COLLECTIVE_COLOR)
     fig.update_layout(barmode="group", yaxis_title="ms per step, over the all-ranks-alike case")
     first = r.iloc[0]
-    return _title(fig, "Who waits for whom", r, f"{point_label(first)} · dispatch {first['dispatch']}")
+    return titled(fig, "Who waits for whom", fingerprint_label(r), f"{point_label(first)} · dispatch {first['dispatch']}")
 
 
 def one_rank_share(rows: pd.DataFrame, strategy: str = "device_direct", others: str = "non_blocking") -> pd.DataFrame:

@@ -1,0 +1,133 @@
+"""The layout engine: title block, legend below the plot, notes, sizes, computed in pixels so that
+a figure is laid out the same on its first render (a FigureWidget drawn off screen) and after."""
+from __future__ import annotations
+
+import re
+from typing import Optional, Sequence
+
+import plotly.graph_objects as go
+
+from dspark_lab.views.figures.style import NOTE_COLOR
+
+TITLE_FONT_PX, SUBTITLE_FONT_PX, LEGEND_ROW_PX = 17, 12, 22
+DEFAULT_WIDTH_PX = 1000  # the panel's width; a figure without a width is laid out for this one
+WRAP_CHARS = 120  # a subtitle line longer than this is broken at its "; " / " — " separators
+NOTE_NAME = "dspark-note"  # the annotation fit_layout places between the x axis and the legend
+
+
+def wrap(text: str, width: int = WRAP_CHARS) -> str:
+    """Break a long subtitle into lines (at "; " and " — ") so it is never cut at the figure's edge."""
+    if len(text) <= width:
+        return text
+    pieces = re.split(r"(?<=; )|(?= — )", text)
+    lines, cur = [], ""
+    for piece in pieces:
+        if cur and len(cur) + len(piece) > width:
+            lines.append(cur.rstrip())
+            cur = piece.lstrip()
+        else:
+            cur += piece
+    lines.append(cur.rstrip())
+    return "<br>".join(lines)
+
+
+def _n_lines(text) -> int:
+    return (str(text).count("<br>") + 1) if text else 0
+
+
+def titled(fig: go.Figure, text: str, fingerprint: str, extra: str = "") -> go.Figure:
+    """`fig` with its title and, as subtitle, the machine fingerprint (and `extra`), laid out."""
+    sub = fingerprint + (f" — {extra}" if extra else "")
+    fig.update_layout(title=dict(text=text, subtitle=dict(text=wrap(sub))))
+    return fit_layout(fig)
+
+
+def add_note(fig: go.Figure, text: str) -> None:
+    """A red note under the plot (what was left out or failed); nothing when `text` is empty."""
+    if text:
+        fig.add_annotation(text=text, xref="paper", yref="paper", x=0, y=-0.22, showarrow=False,
+                           xanchor="left", font=dict(size=11, color=NOTE_COLOR), name=NOTE_NAME)
+
+
+def legend_entries(fig: go.Figure) -> list[str]:
+    """The names the legend shows, in order: one entry per trace with a name, unless hidden with
+    showlegend=False (a legend group only toggles its traces together; each still has its entry)."""
+    return [str(tr.name) for tr in fig.data if tr.showlegend is not False and tr.name]
+
+
+def legend_rows(names: Sequence[str], width_px: float) -> int:
+    """Rows a horizontal legend of `names` takes at `width_px` (entry ≈ 7 px a character + the swatch).
+    When the entries do not fit on one row, plotly sets them in columns as wide as the widest entry."""
+    if not names:
+        return 0
+    widths = [7.0 * len(n) + 50 for n in names]
+    if sum(widths) <= width_px:
+        return 1
+    per_row = max(1, int(width_px // max(widths)))
+    return -(-len(names) // per_row)
+
+
+def _top_margin(lay) -> int:
+    title_lines = _n_lines(lay.title.text)
+    sub_lines = _n_lines(lay.title.subtitle.text) if lay.title.text else 0
+    return 14 + title_lines * (TITLE_FONT_PX + 8) + sub_lines * (SUBTITLE_FONT_PX + 5) + 26
+
+
+def fit_layout(fig: go.Figure, width: Optional[int] = None, height: Optional[int] = None) -> go.Figure:
+    """Title, subtitle and legend placed explicitly, in pixels from the figure's top and bottom edges.
+
+    The title block's top margin is computed from its lines, and the legend sits horizontally below the
+    plot with the bottom margin and height grown by its rows, so nothing is clipped or scrolls off.
+    Nothing here depends on text measured in the browser, so the first render (a FigureWidget drawn
+    before it is on screen) is laid out the same as a redraw. Idempotent: call again after a change
+    of size (`export` does)."""
+    lay = fig.layout
+    width = int(width or lay.width or DEFAULT_WIDTH_PX)
+    top = _top_margin(lay)
+    names = legend_entries(fig)
+    if not lay.showlegend and lay.showlegend is not None:
+        names = []
+    rows = legend_rows(names, width - 80)
+    meta = dict(lay.meta) if isinstance(lay.meta, dict) else {}
+    plot_h = meta.get("dspark_plot_px")
+    if plot_h is None:  # the plot area this figure asked for, kept across calls
+        base_h = int(height or lay.height or 450)
+        plot_h = max(200, base_h - 120)
+    bottom = 70 + (LEGEND_ROW_PX * rows + 12 if rows else 0)
+    note = [a for a in lay.annotations if getattr(a, "name", None) == NOTE_NAME]
+    bottom += 22 * len(note)
+    total = int(height) if height else int(plot_h + top + bottom)
+    fig.update_layout(
+        height=total,
+        margin=dict(t=top, b=bottom, l=lay.margin.l if lay.margin.l is not None else 80,
+                    r=lay.margin.r if lay.margin.r is not None else 40),
+        title=dict(x=0, xref="container", xanchor="left", y=1, yref="container", yanchor="top",
+                   pad=dict(t=14, l=16), font=dict(size=TITLE_FONT_PX),
+                   subtitle=dict(font=dict(size=SUBTITLE_FONT_PX, color="#555"))),
+        meta={**meta, "dspark_plot_px": plot_h},
+    )
+    if rows:
+        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", xref="container",
+                                      y=0, yref="container", yanchor="bottom", entrywidthmode="pixels",
+                                      traceorder="normal"))  # entries flow in rows; "grouped" would stack them
+    for a in note:  # a failure note sits between the x axis and the legend (annotations take paper units)
+        above_px = (LEGEND_ROW_PX * rows + 16 if rows else 8) - bottom
+        a.update(yref="paper", y=above_px / max(1, total - top - bottom), yanchor="bottom")
+    return fig
+
+
+def fold_subtitle(layout: dict) -> dict:
+    """A layout dict (fig.to_plotly_json()["layout"]) with the subtitle moved into the title as a
+    smaller second line, for FigureWidgets. plotly.js places a subtitle under the title's measured
+    box (getBBox), which is empty while a widget is drawn off screen, so a panel's first render put
+    the subtitle above its title; lines of one title are placed by line count, never measured."""
+    title = layout.get("title") or {}
+    sub = (title.get("subtitle") or {}).get("text") or ""
+    if title.get("text") and sub:
+        size = (title.get("subtitle", {}).get("font") or {}).get("size", SUBTITLE_FONT_PX)
+        lines = sub.split("<br>")
+        styled = "<br>".join(f"<span style='font-size:{size}px;color:#555'>{ln}</span>" for ln in lines)
+        layout["title"] = {**title, "text": f"{title['text']}<br>{styled}", "subtitle": {"text": ""}}
+        meta = layout.get("meta") if isinstance(layout.get("meta"), dict) else {}
+        layout["meta"] = {**meta, "dspark_title": title["text"], "dspark_subtitle": sub}
+    return layout

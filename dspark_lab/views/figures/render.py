@@ -1,0 +1,90 @@
+"""How figures leave Python: the plotly.js config they are shown with (notebooks, the report, the
+panel's widgets) and static images at slide sizes (kaleido)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Sequence
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from dspark_lab.views.figures.layout import fit_layout
+
+# Every figure's plotly.js config: no logo, and no "Share chart..." modebar button (plotly.js 3 adds
+# "sendChartToCloud" unless showSendToCloud is false; it would post the figure to a cloud service).
+PLOTLY_CONFIG = {"displaylogo": False, "showSendToCloud": False, "modeBarButtonsToRemove": ["sendChartToCloud"]}
+SYSTEM_CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+SLIDE_SIZES = {"slide": (1600, 900), "slide-4x3": (1400, 1050), "half-slide": (800, 900)}
+EXPORT_FORMATS = ("png", "svg", "pdf")
+
+
+def apply_display_config() -> None:
+    """Make PLOTLY_CONFIG the default of every plotly renderer that takes a config (a notebook's
+    display of a figure, `fig.show()`). Idempotent; the notebooks call it in their first cell. The
+    report passes the config to each figure's HTML, FigureWidgets take it per widget (`widget_config`)."""
+    for name in list(pio.renderers):
+        r = pio.renderers[name]
+        if hasattr(r, "config"):
+            r.config = {**(r.config or {}), **PLOTLY_CONFIG}
+
+
+def widget_config(widget) -> None:
+    """PLOTLY_CONFIG on a go.FigureWidget (its `_config` is synced to the browser)."""
+    widget._config = {**(widget._config or {}), **PLOTLY_CONFIG}
+
+
+def _kaleido_ready() -> None:
+    """No MathJax (it would need a network fetch); Debian's chromium when kaleido has none of its own."""
+    pio.defaults.mathjax = None
+    if not os.environ.get("BROWSER_PATH"):
+        for path in SYSTEM_CHROMIUM:
+            if os.path.exists(path):
+                os.environ["BROWSER_PATH"] = path
+                break
+
+
+def slide_size(size) -> tuple[int, int]:
+    """(width, height) in pixels of a named slide size or a (width, height) pair."""
+    if isinstance(size, str):
+        if size not in SLIDE_SIZES:
+            raise ValueError(f"size {size!r} is not a known slide size; allowed: {', '.join(SLIDE_SIZES)} "
+                             "or a (width, height) pair in pixels")
+        return SLIDE_SIZES[size]
+    try:
+        w, h = (int(v) for v in size)
+    except (TypeError, ValueError):
+        raise ValueError(f"size must be one of {', '.join(SLIDE_SIZES)} or a (width, height) pair, got {size!r}") from None
+    if w < 200 or h < 150:
+        raise ValueError(f"size must be at least 200 x 150 pixels, got {w} x {h}")
+    return w, h
+
+
+def export(fig: go.Figure, path_stem, size="slide", formats: Sequence[str] = ("png", "svg")) -> list:
+    """Write `fig` as PNG and SVG (by default) at a slide size, laid out for that size so the title,
+    subtitle and legend fit: `figures.export(fig, "out/comparison")` -> [out/comparison.png, .svg].
+
+    size: "slide" (1600 x 900, 16:9), "slide-4x3", "half-slide", or (width, height) in pixels. The
+    figure passed in is not changed."""
+    w, h = slide_size(size)
+    bad = [f for f in formats if f not in EXPORT_FORMATS]
+    if bad:
+        raise ValueError(f"formats {bad} not supported; allowed: {', '.join(EXPORT_FORMATS)}")
+    out = go.Figure(fig)
+    out.update_layout(width=w, height=None, template=fig.layout.template)
+    fit_layout(out, width=w, height=h)
+    _kaleido_ready()
+    stem = Path(path_stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        path = stem.with_name(stem.name + "." + fmt)
+        out.write_image(str(path), format=fmt, width=w, height=h, scale=1)
+        paths.append(path)
+    return paths
+
+
+def save_image(fig: go.Figure, path, **kwargs) -> None:
+    """Write a PNG/SVG/PDF with kaleido (no MathJax: it would need a network fetch)."""
+    _kaleido_ready()
+    fig.write_image(str(path), **kwargs)

@@ -1,0 +1,55 @@
+"""Names and colours every figure shares: sync kinds, step parts, strategies, runs, timeline parts."""
+from __future__ import annotations
+
+SYNC_KINDS = (  # (column, legend name); the first four add up to syncs_per_step
+    ("stream_syncs_per_step", "stream sync"),
+    ("device_syncs_per_step", "device sync"),
+    ("event_syncs_per_step", "event sync"),
+    ("sync_memcpy_per_step", "synchronous memcpy"),
+)
+READBACK_KIND = ("readback_syncs_per_step", "by-design result readback (not counted)")
+SYNC_COLORS = {"stream_syncs_per_step": "#d62728", "device_syncs_per_step": "#8c1c13",
+               "event_syncs_per_step": "#ff9896", "sync_memcpy_per_step": "#e377c2",
+               "readback_syncs_per_step": "#c7c7c7"}
+
+PART_NAMES = {
+    "host_prep_ms": "host: batch prep", "host_blocked_ms": "host: blocked in a sync",
+    "host_readback_ms": "host: result readback", "host_copy_ms": "host: async copy call",
+    "host_launch_ms": "host: launch / CUDA API", "host_other_ms": "host: other Python",
+    "gpu_busy_ms": "GPU: busy", "gpu_idle_after_sync_ms": "GPU: idle after a sync (starved)",
+    "gpu_idle_other_ms": "GPU: idle, other",
+    "gpu_idle_sync_caused_ms": "GPU: idle a sync caused (waiting for the host from the sync until the host "
+                               "is ahead again, at most the time blocked)",
+}
+PART_COLORS = {
+    "host_prep_ms": "#9ecae1", "host_blocked_ms": "#d62728", "host_readback_ms": "#bdbdbd",
+    "host_copy_ms": "#ff7f0e", "host_launch_ms": "#2ca02c", "host_other_ms": "#dadaeb",
+    "gpu_busy_ms": "#3f3f8f", "gpu_idle_after_sync_ms": "#f4a582", "gpu_idle_other_ms": "#eeeeee",
+    "gpu_idle_sync_caused_ms": "#f4a582",
+}
+
+STRATEGY_COLORS = {"device_direct": "#d62728", "non_blocking": "#ff7f0e", "on_demand": "#2ca02c",
+                   "on_demand_pinned": "#17becf", "persistent_fill": "#1f77b4"}
+RUN_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
+DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+NOTE_COLOR = "#8c1c13"  # a figure's failure / left-out note
+
+# Timeline parts (measure.breakdown.timeline): host parts by precedence, sync calls, GPU work.
+TIMELINE_HOST_PARTS = ("prep", "blocked", "readback", "copy", "launch", "other")
+TIMELINE_SYNC_PARTS = ("sync", "readback_sync")
+TIMELINE_GPU_PARTS = ("kernel", "h2d_copy", "memcpy")
+TIMELINE_COLORS = {
+    "prep": PART_COLORS["host_prep_ms"], "blocked": PART_COLORS["host_blocked_ms"],
+    "readback": PART_COLORS["host_readback_ms"], "copy": PART_COLORS["host_copy_ms"],
+    "launch": PART_COLORS["host_launch_ms"], "other": PART_COLORS["host_other_ms"],
+    "sync": "#8c1c13", "readback_sync": "#969696",
+    "kernel": PART_COLORS["gpu_busy_ms"], "h2d_copy": "#ff7f0e", "memcpy": "#e377c2",
+    "idle_sync_caused": PART_COLORS["gpu_idle_sync_caused_ms"],
+}
+TIMELINE_NAMES = {
+    "prep": "host: batch prep", "blocked": "host: blocked in a sync", "readback": "host: result readback",
+    "copy": "host: async copy call", "launch": "host: launch / CUDA API", "other": "host: other Python",
+    "sync": "sync call (blocking)", "readback_sync": "readback sync (by design)",
+    "kernel": "GPU: busy (kernels)", "h2d_copy": "GPU: host-to-device copy", "memcpy": "GPU: other copy",
+    "idle_sync_caused": "GPU: idle a sync caused",
+}
