@@ -17,7 +17,7 @@ Order per step (each phase is a profiler range named `dspark:<phase>`):
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -67,22 +67,22 @@ def _timed_sum(n: int) -> float:
     return time.perf_counter() - t0
 
 
-def spin_until(deadline: float) -> None:
-    """Busy host work until `deadline` (perf_counter seconds): the host stays busy, as Python is.
+def spin_until(deadline: float, clock: Callable[[], float] = time.perf_counter) -> None:
+    """Busy host work until `deadline` (`clock` seconds): the host stays busy, as Python is.
 
     The work is one C-level call sized from a calibration (`sum(range(n))`), not a Python loop, so
     the profiler's Python tracer sees one event rather than thousands."""
     rate = _iters_per_us()
-    t0 = time.perf_counter()
+    t0 = clock()
     try:
         while True:
-            left_us = (deadline - time.perf_counter()) * 1e6
+            left_us = (deadline - clock()) * 1e6
             if left_us <= 2:
                 return
             sum(range(int(left_us * rate)))
     finally:
         # Deliberate wait up to the deadline; an overshoot (the thread was descheduled) is not.
-        waits.add(min(time.perf_counter(), deadline) - t0)
+        waits.add(min(clock(), deadline) - t0)
 
 
 def _driver_version() -> str:
