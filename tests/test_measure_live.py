@@ -1,10 +1,12 @@
 """The measurement path run for real: on CPU here (sync counts NaN with a note: nothing can block
 the host on a GPU, so a zero would be unmeasured), and on CUDA where a device exists (marked `cuda`)."""
+import inspect
 import math
 
 import pytest
 import torch
 
+from dspark_lab import strategies
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import measure_step, probe, syncs
 from dspark_lab.run.point import measure_point, point_id
@@ -91,7 +93,9 @@ def test_cuda_debug_mode_counts_every_strategy_and_agrees_with_the_trace():
     assert nb["syncs_per_step"] == 0 and nb["debug_syncs_per_step"] == 0, nb
     for r in (dd, nb):
         assert r["sync_count_mismatch"] is False and r["sync_note"] == "", r
-    assert dd["sync_site"].startswith("dspark_lab/strategies.py:") and dd["sync_site"].endswith(" device_direct")
+    lines, start = inspect.getsourcelines(strategies.device_direct)
+    line = start + next(i for i, text in enumerate(lines) if "return torch.tensor(" in text)
+    assert dd["sync_site"] == f"dspark_lab/strategies.py:{line} device_direct"
 
 
 @pytest.mark.cuda

@@ -17,7 +17,7 @@ from dspark_lab.cli import main as cli
 from dspark_lab.views import figures
 from dspark_lab.results import schema
 from dspark_lab.config import LabConfig
-from dspark_lab.measure import diagnostics, loop, timing, waits
+from dspark_lab.measure import diagnostics, loop, probe, timing, waits
 from dspark_lab.results import noise
 from dspark_lab.results.store import load_runs
 
@@ -376,7 +376,7 @@ def test_target_verify_calibration_is_cached_per_gpu_driver_and_torch(monkeypatc
 
     monkeypatch.setattr(workload.TargetVerify, "_layers_per_ms", {})
     workload.TargetVerify(2.0, torch.device("cuda"), 256, 4)
-    key = calibration.gpu_key(torch.cuda.get_device_name(0), workload._driver_version(), torch.__version__)
+    key = calibration.gpu_key(torch.cuda.get_device_name(0), probe.driver_version(), torch.__version__)
     assert calibration.load(key)["target_layers_per_ms"] > 0
 
 

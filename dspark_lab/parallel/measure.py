@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
-import torch
 
 from dspark_lab import strategies as strategy_registry
 from dspark_lab.config import LabConfig

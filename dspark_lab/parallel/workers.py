@@ -73,14 +73,14 @@ def resolve_backend(backend: str) -> str:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     if backend != "auto":
         return backend
-    import torch
+    import torch  # here, not at the top: the parent of the ranks needs no torch until it asks
 
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
 def device_count() -> int:
     """How many ranks can run for real here: one per GPU (CPU-only: gloo ranks on the host)."""
-    import torch
+    import torch  # as in resolve_backend
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -325,6 +325,7 @@ def worker_main() -> None:
     reply = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = sys.stdin.buffer
+    # After the death guard: loading torch takes seconds, and the worker must not outlive its parent meanwhile.
     from dspark_lab.parallel.ranks import init_rank
 
     try:
