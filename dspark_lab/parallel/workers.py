@@ -107,6 +107,7 @@ class WorkerGroup:
         self._pending: Optional[tuple] = None
         self._pending_cv = threading.Condition()
         self._dispatcher: Optional[threading.Thread] = None
+        self.spawner: Optional[threading.Thread] = None  # the workers' parent thread (PR_SET_PDEATHSIG)
         self.pgid: Optional[int] = None
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -143,7 +144,8 @@ class WorkerGroup:
             self._spawned.set()
             self._closing.wait()  # PR_SET_PDEATHSIG is tied to this thread: keep it alive
 
-        threading.Thread(target=spawn, name="dspark-ep-spawner", daemon=True).start()
+        self.spawner = threading.Thread(target=spawn, name="dspark-ep-spawner", daemon=True)
+        self.spawner.start()
         self._spawned.wait()
         if self._spawn_error:
             self.close()
@@ -200,6 +202,8 @@ class WorkerGroup:
                     pass
         self.procs = []
         self._closing.set()
+        if self.spawner is not None and self.spawner is not threading.current_thread():
+            self.spawner.join(timeout_s)  # it only waits for _closing: a closed group has no spawner left
         try:
             atexit.unregister(self.close)
         except Exception:  # noqa: BLE001
