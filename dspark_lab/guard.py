@@ -27,10 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
-import json
-import os
 import re
-import tempfile
 import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional, Sequence
@@ -195,32 +192,6 @@ def from_trace(tr: dict, allow: Iterable[str] = ()) -> list:
 
 # --- the guard ------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def _profiled() -> Iterator[dict]:
-    """Profile CPU + CUDA with Python stacks and CUDA sync events; yields a dict that holds the
-    Chrome trace under "trace" after exit."""
-    from torch.profiler import ProfilerActivity, profile
-
-    kwargs = dict(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True)
-    cfg = _trace._experimental_config()
-    if cfg is not None:
-        kwargs["experimental_config"] = cfg
-    out: dict = {}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
-        with profile(**kwargs) as prof:
-            yield out
-            torch.cuda.synchronize()  # outside the block's range: the copies' GPU records must be complete
-    fd, path = tempfile.mkstemp(suffix=".json")
-    os.close(fd)
-    try:
-        prof.export_chrome_trace(path)
-        with open(path) as f:
-            out["trace"] = json.load(f)
-    finally:
-        os.unlink(path)
-
-
-@contextlib.contextmanager
 def no_host_syncs(*, allow: Iterable[str] = (), count: bool = False, strict: bool = False,
                   debug_mode: bool = True, cupti: bool = True) -> Iterator[SyncReport]:
     """Fail (HostSyncError) if the block makes a host sync that `allow` does not list.
@@ -239,7 +210,10 @@ def no_host_syncs(*, allow: Iterable[str] = (), count: bool = False, strict: boo
         return
     report.checked = tuple(w for w, on in ((DEBUG_MODE, debug_mode), (CUPTI, cupti), (TRACE, cupti)) if on)
     with contextlib.ExitStack() as stack:
-        prof = stack.enter_context(_profiled()) if cupti else None
+        # Python stacks for attribution; the closing sync inside the session, outside the block's range,
+        # so the copies' GPU records are complete.
+        prof = (stack.enter_context(_trace.profiled(with_stack=True, profile_memory=False, sync=torch.cuda.synchronize))
+                if cupti else None)
         sites = stack.enter_context(_syncs.sync_debug_sites()) if debug_mode else None
         with torch.profiler.record_function(GUARD_RANGE):
             yield report

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 import torch
 
 from dspark_lab.predicate import ParallelSettings, enable_num_token_non_padded
+from dspark_lab.results.strategy_info import BUILTIN_INFO
 
 StrategyFn = Callable[..., Optional[torch.Tensor]]
 
@@ -70,9 +71,6 @@ _REGISTRY: dict[str, Strategy] = {}
 def register(strategy: Strategy) -> None:
     _REGISTRY[strategy.name] = strategy
 
-
-# Imported here, below the functions, so their recorded line numbers (sync sites) stay put.
-from dspark_lab.results.strategy_info import BUILTIN_INFO  # noqa: E402
 
 _FUNCTIONS = {f.__name__: f for f in (device_direct, non_blocking, on_demand, on_demand_pinned, persistent_fill)}
 for _name, (_description, _source) in BUILTIN_INFO.items():  # names and lines live torch-free

@@ -189,6 +189,7 @@ def stage_overhead(smoke: bool) -> str:
 
     from dspark_lab.config import LabConfig
     from dspark_lab.measure import diagnostics, timing
+    from dspark_lab.results import stats
     from dspark_lab.model.workload import LabStep
 
     z = sizes(smoke)
@@ -203,7 +204,7 @@ def stage_overhead(smoke: bool) -> str:
             (on if with_diag else off).append(t.step_ms)
     s.drain()
     on_ms, off_ms = float(np.median(on)), float(np.median(off))
-    c = timing.compare(on, off, "with diagnostics", "without")
+    c = stats.compare(on, off, "with diagnostics", "without")
     res = {"with_ms": on_ms, "without_ms": off_ms, "compare": c, "trials": n_trials, "steps": steps,
            "nvml": diag.nvml.available if diag.nvml is not None else False}
     (OUT / "overhead.json").write_text(json.dumps(res, indent=1))

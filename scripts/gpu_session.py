@@ -25,6 +25,7 @@ from dspark_lab import strategies  # noqa: E402
 from dspark_lab.config import LabConfig  # noqa: E402
 from dspark_lab.model.draft import INVALID_EXPERT  # noqa: E402
 from dspark_lab.measure import probe, timing, trace  # noqa: E402
+from dspark_lab.results.stats import compare, median_ci  # noqa: E402
 from dspark_lab.measure.profile import analyse  # noqa: E402
 from dspark_lab.run.point import measure_point, point_id  # noqa: E402
 from dspark_lab.measure.ranges import STEP_RANGE  # noqa: E402
@@ -181,9 +182,9 @@ def run_stage_check() -> str:
             by.setdefault(row["strategy"], []).append(row)
         dd = [r["step_ms"] for r in by["device_direct"]]
         for name, rows in by.items():
-            med, lo, hi = timing.median_ci([r["step_ms"] for r in rows])
+            med, lo, hi = median_ci([r["step_ms"] for r in rows])
             r0 = rows[0]
-            cmp = timing.compare([r["step_ms"] for r in rows], dd, name, "device_direct")
+            cmp = compare([r["step_ms"] for r in rows], dd, name, "device_direct")
             out.append(f"{name:17s} {med:6.3f} ms [{lo:.3f},{hi:.3f}] prof {r0['profiled_step_ms']:6.3f} "
                        f"syncs {r0['syncs_per_step']:.2f} (debug {r0['debug_syncs_per_step']:.2f}"
                        f"{', COUNTS DISAGREE' if r0['sync_count_mismatch'] else ''}) h2d {r0['h2d_pageable_per_step']:.1f}/{r0['h2d_pinned_per_step']:.1f} "

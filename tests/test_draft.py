@@ -4,6 +4,7 @@ import torch
 from dspark_lab import strategies
 from dspark_lab.config import LabConfig
 from dspark_lab.model.draft import INVALID_EXPERT, DraftForwardBatch, MissingNumTokenNonPadded, route_top_k
+from dspark_lab.model import sglang_adapter
 from dspark_lab.model.workload import LabStep
 
 TINY = dict(model="tiny", workload="tiny", device="cpu")
@@ -54,12 +55,25 @@ def test_route_top_k_masks_rows_at_or_past_the_count():
     assert (ids2 >= 0).all()
 
 
-def test_record_has_the_fields_sglang_sets():
-    names = DraftForwardBatch.field_names()
-    for f in ("forward_mode", "batch_size", "input_ids", "req_pool_indices", "seq_lens", "out_cache_loc",
-              "seq_lens_sum", "seq_lens_cpu", "positions", "input_embeds", "spec_algorithm", "spec_info",
-              "capture_hidden_mode", "num_token_non_padded", "num_token_non_padded_cpu"):
-        assert f in names
+def test_the_step_fills_the_record_sglang_sets_from_its_own_state():
+    cfg = LabConfig(ep_size=2, batch_size=3, gamma=4, **TINY)
+    s = LabStep(cfg, "non_blocking")
+    seen, run_batch = [], s.runner.run
+    s.runner.run = lambda batch: (seen.append(batch), run_batch(batch))[1]
+    s.step()
+    (b,) = seen
+    assert isinstance(b, DraftForwardBatch) and b.batch_size == 3
+    assert b.input_ids.data_ptr() == s.block_ids.data_ptr() and b.input_ids.numel() == 3 * cfg.query_token_num
+    assert b.req_pool_indices is s.req_pool_indices and b.seq_lens is s.seq_lens
+    assert b.seq_lens_cpu.tolist() == s.seq_lens_host and b.seq_lens_sum == sum(s.seq_lens_host)
+    assert torch.equal(b.positions, (s.seq_lens[:, None] + s.offsets).view(-1))
+    assert torch.equal(b.out_cache_loc, (b.positions.view(3, -1) + s.cache_base).view(-1))
+    assert b.input_embeds.data_ptr() == s.input_embeds.data_ptr()
+    assert int(b.num_token_non_padded) == b.num_token_non_padded_cpu == cfg.num_tokens
+    # Every field is set (SGLang's drafter passes no speculative info to the draft's own batch).
+    assert [f for f in DraftForwardBatch.field_names() if getattr(b, f) is None] == ["spec_info"]
+    # The renamed pair the sglang adapter maps is a pair of this record's fields.
+    assert set(sglang_adapter.FIELD_ALIASES) <= set(DraftForwardBatch.field_names())
 
 
 def test_input_ids_come_from_the_block_buffer_with_anchor_then_mask_tokens():

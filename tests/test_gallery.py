@@ -84,7 +84,7 @@ def test_d2h_copies_are_counted_per_step_by_destination():
     assert c["d2h_pageable_per_step"] == 1.0
 
 
-def test_a_blocking_pageable_copy_counts_as_a_host_sync_and_its_wait_as_blocked_time():
+def _pageable_d2h_events() -> list:
     """Two steps; each copies into pageable memory with no sync call (20 us in cudaMemcpyAsync) and
     the GPU then idles until the next kernel; the second step also has a `.item()`-like copy+sync."""
     ev = []
@@ -99,7 +99,11 @@ def test_a_blocking_pageable_copy_counts_as_a_host_sync_and_its_wait_as_blocked_
            _x("cudaMemcpyAsync", "cuda_runtime", 146, 2, correlation=50),
            _x("Memcpy DtoH (Device -> Pinned)", "gpu_memcpy", 147, 1, pid=0, tid=7, correlation=50),
            _x("cudaStreamSynchronize", "cuda_runtime", 149, 6, correlation=51)]
-    r = report.analyse({"traceEvents": ev})
+    return ev
+
+
+def test_a_blocking_pageable_copy_counts_as_a_host_sync_and_its_wait_as_blocked_time():
+    r = report.analyse({"traceEvents": _pageable_d2h_events()})
     assert r["blocking_copies_per_step"] == 1.0 and r["syncs_per_step"] == 0.5
     assert r["host_syncs_per_step"] == 1.5 and r["d2h_per_step"] == 1.5 and r["d2h_pageable_per_step"] == 1.0
     # The second step (the first is skipped as the profiler's start): 20 us in the pageable copy +
@@ -109,10 +113,15 @@ def test_a_blocking_pageable_copy_counts_as_a_host_sync_and_its_wait_as_blocked_
     assert r["gpu_idle_after_sync_ms"] == pytest.approx(0.026)
 
 
-def test_d2h_columns_are_in_the_schema():
+def test_every_count_of_a_trace_has_a_row_column():
+    """measure_point keeps a trace's counts that are row columns and drops the rest: a count the
+    sync accounting derives but the schema lacks would vanish from every row in silence."""
+    from dspark_lab.measure import syncs, trace
     from dspark_lab.results import schema
 
-    assert {"d2h_per_step", "d2h_pageable_per_step"} <= set(schema.TRACE_COLUMNS)
+    counts = syncs.counts_per_step(trace.events({"traceEvents": _pageable_d2h_events()}))
+    assert counts["d2h_per_step"] == 1.5 and counts["d2h_pageable_per_step"] == 1.0
+    assert sorted(set(counts) - {"steps_in_trace"} - set(schema.ROW_COLUMNS)) == []
 
 
 # --- recording, loading, showing ---------------------------------------------------------------------

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +17,8 @@ import dspark_lab
 from dspark_lab import guard
 from dspark_lab.gallery import get, make_state, names
 from dspark_lab.pytest_plugin import no_host_syncs  # noqa: F401  (the plugin's fixture, without installing)
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SITE = "gallery/cases.py:116 seq_lens_sum_item"
 
@@ -171,12 +177,27 @@ def test_the_pytest_fixture_is_the_guard(no_host_syncs, monkeypatch):  # noqa: F
             pass
 
 
-def test_the_entry_point_is_declared():
-    import tomllib
-    from pathlib import Path
+_PLUGIN_USER = """
+from dspark_lab import guard
 
-    pp = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-    assert pp["project"]["entry-points"]["pytest11"]["dspark_lab"] == "dspark_lab.pytest_plugin"
+
+def test_the_fixture_is_the_guard_with_the_option(no_host_syncs):
+    assert no_host_syncs.func is guard.no_host_syncs and no_host_syncs.keywords == {"strict": True}
+"""
+
+
+def test_the_declared_entry_point_gives_pytest_the_fixture_and_its_option(tmp_path):
+    """The module pyproject declares under pytest11, loaded by pytest itself in a fresh process."""
+    import tomllib
+
+    pp = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    plugin = pp["project"]["entry-points"]["pytest11"]["dspark_lab"]
+    (tmp_path / "test_user.py").write_text(_PLUGIN_USER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}  # only the declared one
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", plugin, "-p", "no:cacheprovider",
+                        "--no-host-syncs-strict", str(tmp_path / "test_user.py")],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr
 
 
 # --- on a GPU ----------------------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 """The measurement path run for real: on CPU here (sync counts NaN with a note: nothing can block
 the host on a GPU, so a zero would be unmeasured), and on CUDA where a device exists (marked `cuda`)."""
+import inspect
 import math
 
 import pytest
 import torch
 
+from dspark_lab import strategies
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import measure_step, probe, syncs
 from dspark_lab.run.point import measure_point, point_id
@@ -55,53 +57,47 @@ def test_probe_without_cuda_says_so():
     assert probe.fingerprint()["gpu"] == "none"
 
 
+def _line_of(fn, text: str) -> int:
+    """The file line of the first line of `fn` holding `text` (computed, never a literal)."""
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
 @pytest.mark.cuda
-def test_cuda_device_direct_syncs_once_per_step_at_its_line():
+@pytest.mark.parametrize("other, expected", [
+    ("on_demand", {"syncs_per_step": 0, "debug_syncs_per_step": 0, "h2d_pageable_per_step": 0, "allocs_per_step": 0}),
+    ("non_blocking", {"syncs_per_step": 0, "debug_syncs_per_step": 0}),
+])
+def test_cuda_device_direct_syncs_once_per_step_at_its_line_and_the_fix_does_not(other, expected):
     cfg = LabConfig(ep_size=1, batch_size=8, gamma=4, workload="sglang_profile", steps=10, warmup=3, trials=2)
-    res = measure_point(cfg, ["device_direct", "on_demand"], profile_steps=6)
-    dd = next(r for r in res.rows if r["strategy"] == "device_direct")
-    od = next(r for r in res.rows if r["strategy"] == "on_demand")
-    assert dd["stream_syncs_per_step"] == 1 and "strategies.py" in dd["sync_site"]
-    assert od["syncs_per_step"] == 0 and od["h2d_pageable_per_step"] == 0 and od["allocs_per_step"] == 0
-
-
-@pytest.mark.cuda
-def test_cuda_item_in_a_users_step_is_found_at_its_line():
-    x = torch.randn(256, 256, device="cuda")
-
-    def my_step():
-        return (x @ x).sum().item()
-
-    r = measure_step(my_step, steps=5, trials=2, warmup=1, profile_steps=4)
-    from dspark_lab.measure import trace
-
-    e = trace.events(r.trace)
-    api = e[e.cat.isin(["cuda_runtime", "cuda_driver"])].name.value_counts().to_dict()
-    assert r.counts["syncs_per_step"] >= 1, f"runtime calls in the trace: {api}"
-    assert any("test_measure_live.py" in site for site in r.debug_sites), r.debug_sites
-
-
-@pytest.mark.cuda
-def test_cuda_debug_mode_counts_every_strategy_and_agrees_with_the_trace():
-    cfg = LabConfig(ep_size=1, batch_size=8, gamma=4, workload="sglang_profile", steps=10, warmup=3, trials=2)
-    res = measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=6)
+    res = measure_point(cfg, ["device_direct", other], profile_steps=6)
     by = {r["strategy"]: r for r in res.rows}
-    dd, nb = by["device_direct"], by["non_blocking"]
-    assert dd["syncs_per_step"] == 1 and dd["debug_syncs_per_step"] == 1, dd
-    assert nb["syncs_per_step"] == 0 and nb["debug_syncs_per_step"] == 0, nb
-    for r in (dd, nb):
+    dd, fix = by["device_direct"], by[other]
+    assert dd["stream_syncs_per_step"] == dd["syncs_per_step"] == dd["debug_syncs_per_step"] == 1, dd
+    assert {k: fix[k] for k in expected} == expected, fix
+    for r in (dd, fix):  # the trace and sync debug mode agree
         assert r["sync_count_mismatch"] is False and r["sync_note"] == "", r
-    assert dd["sync_site"].startswith("dspark_lab/strategies.py:") and dd["sync_site"].endswith(" device_direct")
+    assert dd["sync_site"] == f"dspark_lab/strategies.py:{_line_of(strategies.device_direct, 'return torch.tensor(')} device_direct"
+
+
+def _item_step(x):
+    def my_step():
+        return (x @ x).sum().item()
+    return my_step
+
+
+def _bool_step(x):
+    def my_step():
+        return bool((x @ x).sum() > 0)
+    return my_step
 
 
 @pytest.mark.cuda
-def test_cuda_measure_step_cross_checks_the_two_counts():
-    x = torch.randn(256, 256, device="cuda")
-
-    def my_step():
-        return (x @ x).sum().item()
-
+@pytest.mark.parametrize("make, text", [(_item_step, ".item()"), (_bool_step, "bool(")])
+def test_cuda_one_sync_in_a_users_step_is_counted_by_both_and_found_at_its_line(make, text):
+    my_step = make(torch.randn(256, 256, device="cuda"))
     r = measure_step(my_step, steps=5, trials=2, warmup=1, profile_steps=4)
-    # One .item() per step: one stream sync in the trace, one synchronizing op in debug mode.
+    # One sync per step: one stream sync in the trace, one synchronizing op in debug mode.
     assert r.counts["syncs_per_step"] == r.counts["debug_syncs_per_step"] == 1, r.counts
     assert r.counts["sync_count_mismatch"] is False and "WARNING" not in r.summary()
+    assert list(r.debug_sites) == [f"tests/test_measure_live.py:{_line_of(make, text)} my_step"], r.debug_sites

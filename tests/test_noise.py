@@ -17,7 +17,7 @@ from dspark_lab.cli import main as cli
 from dspark_lab.views import figures
 from dspark_lab.results import schema
 from dspark_lab.config import LabConfig
-from dspark_lab.measure import diagnostics, timing, waits
+from dspark_lab.measure import diagnostics, loop, probe, timing, waits
 from dspark_lab.results import noise
 from dspark_lab.results.store import load_runs
 
@@ -202,13 +202,19 @@ def test_diagnostics_on_cpu_fields_present_and_none_where_unknown():
     assert s.gpu_clock is None  # the hook is only set during the trial
 
 
-def test_spin_until_counts_its_time_as_deliberate_wait():
-    before = waits.total_s()
-    t0 = workload.time.perf_counter()
-    workload.spin_until(t0 + 0.003)
-    elapsed = workload.time.perf_counter() - t0
-    waited = waits.total_s() - before
-    assert 0 < waited <= elapsed
+def test_spin_until_counts_its_time_up_to_the_deadline_as_deliberate_wait(monkeypatch):
+    added = []
+    monkeypatch.setattr(waits, "add", added.append)  # this spin's own count, not the process's
+    now = [10.0]
+
+    def clock() -> float:  # every reading 1 ms later
+        now[0] += 1e-3
+        return now[0]
+
+    workload.spin_until(10.0035, clock=clock)
+    # Started at 10.001, saw 10.002 and 10.003 (spun), 10.004 (past the deadline), ended at 10.005:
+    # the wait up to the deadline counts, the overshoot (a descheduled thread) does not.
+    assert added == [pytest.approx(0.0025)]
 
 
 def test_runner_rows_carry_diagnostics_and_the_verdict():
@@ -218,19 +224,22 @@ def test_runner_rows_carry_diagnostics_and_the_verdict():
     r = measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=2, keep_traces=False)
     df = pd.DataFrame(r.rows)
     assert set(schema.DIAG_COLUMNS) <= set(df.columns)
-    assert df.stop_reason.eq("fixed_trials").all()
-    # the half-width recorded is the headline's over the quiet rounds (None when fewer than two are
-    # quiet: this shared machine's noise decides which, so the test checks they agree)
-    hw = noise.headline(df)["half_width_pct"]
-    assert df.ci_half_width_pct.isna().all() if hw is None else df.ci_half_width_pct.eq(hw).all()
-    assert df.disturbed.map(type).eq(bool).all()
-    assert (df.disturbed == (df.disturbed_reason != "")).all()
+    assert df.stop_reason.eq("fixed_trials").all() and df.groupby("strategy").trial.apply(list).eq([[0, 1, 2]] * 2).all()
+    # The verdict recorded is the rule's on the rows' own diagnostics, reasons included.
+    again = noise.mark_disturbed(df.drop(columns=["disturbed", "disturbed_reason"]))
+    assert df.disturbed.map(type).eq(bool).all() and df.disturbed.tolist() == again.disturbed.tolist()
+    assert df.disturbed_reason.tolist() == again.disturbed_reason.tolist()
+    # The half-width recorded is the headline's over the quiet rounds (None with fewer than two).
+    h = noise.headline(df)
+    assert df.ci_half_width_pct.nunique(dropna=False) == 1
+    recorded = df.ci_half_width_pct.iloc[0]
+    assert (h["quiet_rounds"] < 2 and pd.isna(recorded)) or recorded == h["half_width_pct"]
     assert df.gpu_ms.isna().all() and df.host_work_ms.gt(0).all()
     with pytest.raises(ValueError, match="target_ci_pct and time_cap_s"):
         measure_point(cfg, target_ci_pct=3.0)
 
 
-# -- adaptive stopping (a fake clock: step durations are synthetic, nothing is timed) ----------------
+# -- the measurement loop's stop rules (fake clocks: step durations are synthetic, nothing is timed) --
 
 class FakeClock:
     def __init__(self):
@@ -240,9 +249,9 @@ class FakeClock:
         return self.now
 
 
-def synthetic(monkeypatch, sigma: float):
+def synthetic(sigma: float):
+    """Two steps that advance a fake clock by ~8 and ~6 ms (lognormal spread `sigma`)."""
     clock = FakeClock()
-    monkeypatch.setattr(timing.time, "perf_counter", clock)
     rng = np.random.default_rng(1)
 
     def step_of(ms):
@@ -250,48 +259,62 @@ def synthetic(monkeypatch, sigma: float):
             clock.now += ms * float(np.exp(rng.normal(0, sigma))) * 1e-3
         return step
 
-    steps = {"device_direct": step_of(8.0), "non_blocking": step_of(6.0)}
-
-    def half_width(tm):
-        return noise.paired_ratio([t.step_ms for t in tm["device_direct"]],
-                                  [t.step_ms for t in tm["non_blocking"]])["half_width_pct"]
-
-    return clock, steps, half_width
+    return clock, {"device_direct": step_of(8.0), "non_blocking": step_of(6.0)}
 
 
-def test_adaptive_stops_at_the_ci_target_when_quiet(monkeypatch):
-    clock, steps, hw = synthetic(monkeypatch, sigma=0.002)
-    res = timing.adaptive_trials(steps, min_trials=2, steps=5, warmup=0, sync=lambda: None, half_width=hw,
-                                 target_ci_pct=3.0, time_cap_s=1e6, clock=clock)
+def rounds(clock, steps, stop, **kw):
+    return loop.run_rounds(steps, stop, steps=5, warmup=0, sync=lambda: None, timer=clock, clock=clock, **kw)
+
+
+def test_fixed_rounds_time_each_step_on_the_timer_and_fill_the_bar():
+    clock = FakeClock()
+    steps = {"A": lambda: setattr(clock, "now", clock.now + 0.002), "B": lambda: setattr(clock, "now", clock.now + 0.003)}
+    seen = []
+    res = rounds(clock, steps, loop.FixedRounds(3), progress=lambda m, f: seen.append((m, f)))
+    assert res.stop_reason == "fixed_trials" and res.rounds == 3
+    assert [t.step_ms for t in res.timings["A"]] == pytest.approx([2.0] * 3)
+    assert [t.step_ms for t in res.timings["B"]] == pytest.approx([3.0] * 3)
+    assert res.timings["B"][0].per_step_ms == pytest.approx(np.full(5, 3.0))
+    assert [m for m, _ in seen[:3]] == ["trial 1/3: A", "trial 1/3: B", "trial 2/3: B"]
+    assert [f for _, f in seen] == pytest.approx([k / 6 for k in range(1, 7)])
+
+
+def test_adaptive_stops_at_the_ci_target_when_quiet():
+    clock, steps = synthetic(sigma=0.002)
+    res = rounds(clock, steps, loop.CITarget(3.0, 1e6, min_trials=2))
     assert res.stop_reason == "ci_target" and res.half_width_pct <= 3.0
-    assert res.rounds == timing.MIN_ADAPTIVE_ROUNDS  # the earliest it may stop
+    assert res.rounds == loop.MIN_ADAPTIVE_ROUNDS  # the earliest it may stop
     assert all(len(v) == res.rounds for v in res.timings.values())
+    assert res.half_width_pct == noise.headline(loop.trial_frame(res.timings))["half_width_pct"]
 
 
-def test_adaptive_stops_at_the_time_cap_when_noisy(monkeypatch):
-    clock, steps, hw = synthetic(monkeypatch, sigma=0.6)
+def test_adaptive_stops_at_the_time_cap_when_noisy():
+    clock, steps = synthetic(sigma=0.6)
     cap = 2.0  # fake seconds: a round is 5 steps x 2 strategies x ~7 ms
-    res = timing.adaptive_trials(steps, min_trials=2, steps=5, warmup=0, sync=lambda: None, half_width=hw,
-                                 target_ci_pct=3.0, time_cap_s=cap, clock=clock)
+    seen = []
+    res = rounds(clock, steps, loop.CITarget(3.0, cap, min_trials=2), progress=lambda m, f: seen.append((m, f)))
     assert res.stop_reason == "time_cap" and res.half_width_pct > 3.0
     per_round = [sum(v[i].step_ms * v[i].steps for v in res.timings.values()) / 1e3 for i in range(res.rounds)]
+    assert sum(per_round) == pytest.approx(clock.now)
     assert sum(per_round) >= cap > sum(per_round[:-1])  # stopped at the first round past the cap
+    shares = [f for _, f in seen]
+    assert shares == sorted(shares) and shares[-1] == 0.99 and shares[0] == pytest.approx(1 / 4)
+    assert seen[0][0] == "round 1 (to ±3% or 2 s): device_direct"
 
 
-def test_adaptive_runs_the_minimum_even_past_the_cap(monkeypatch):
-    clock, steps, hw = synthetic(monkeypatch, sigma=0.6)
-    res = timing.adaptive_trials(steps, min_trials=4, steps=5, warmup=0, sync=lambda: None, half_width=hw,
-                                 target_ci_pct=3.0, time_cap_s=1e-9, clock=clock)
+def test_adaptive_runs_the_minimum_even_past_the_cap():
+    clock, steps = synthetic(sigma=0.6)
+    res = rounds(clock, steps, loop.CITarget(3.0, 1e-9, min_trials=4))
     assert res.stop_reason == "time_cap" and res.rounds == 4
 
 
 def test_adaptive_rejects_bad_targets():
     with pytest.raises(ValueError, match="target_ci_pct"):
-        timing.adaptive_trials({}, min_trials=1, steps=1, warmup=0, sync=lambda: None, half_width=lambda t: None,
-                               target_ci_pct=0, time_cap_s=1)
+        loop.CITarget(0, 1)
     with pytest.raises(ValueError, match="time_cap_s"):
-        timing.adaptive_trials({}, min_trials=1, steps=1, warmup=0, sync=lambda: None, half_width=lambda t: None,
-                               target_ci_pct=3, time_cap_s=-1)
+        loop.CITarget(3, -1)
+    with pytest.raises(ValueError, match="at least one step"):
+        loop.run_rounds({}, loop.FixedRounds(1), steps=1, warmup=0, sync=lambda: None)
 
 
 def test_sweep_target_ci_reaches_the_measure_and_the_header(tmp_path, monkeypatch, capsys):
@@ -353,7 +376,7 @@ def test_target_verify_calibration_is_cached_per_gpu_driver_and_torch(monkeypatc
 
     monkeypatch.setattr(workload.TargetVerify, "_layers_per_ms", {})
     workload.TargetVerify(2.0, torch.device("cuda"), 256, 4)
-    key = calibration.gpu_key(torch.cuda.get_device_name(0), workload._driver_version(), torch.__version__)
+    key = calibration.gpu_key(torch.cuda.get_device_name(0), probe.driver_version(), torch.__version__)
     assert calibration.load(key)["target_layers_per_ms"] > 0
 
 
@@ -437,6 +460,20 @@ def test_adaptive_point_through_the_runner_on_a_fake_clock():
     df = pd.DataFrame(r.rows)
     assert df.stop_reason.eq("time_cap").all() and df.groupby("strategy").size().eq(cfg.trials).all()
     assert seen == sorted(seen) and seen[-1] == 1.0
+
+
+def test_the_ci_rule_judges_the_half_width_the_rows_headline_gives():
+    """The CI target through the runner: the half-width the stop rule computed on the trials'
+    arrays is recorded, and equals results.noise.headline on the final rows."""
+    from dspark_lab.run.point import measure_point
+
+    cfg = LabConfig(model="tiny", workload="tiny", steps=3, warmup=1, trials=2, device="cpu")
+    r = measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=2, keep_traces=False,
+                      target_ci_pct=1e9, time_cap_s=1e9, clock=FakeClock())
+    df = pd.DataFrame(r.rows)
+    assert df.stop_reason.eq("ci_target").all() and df.groupby("strategy").size().eq(loop.MIN_ADAPTIVE_ROUNDS).all()
+    hw = noise.headline(df)["half_width_pct"]
+    assert hw is not None and df.ci_half_width_pct.eq(hw).all()
 
 
 # -- run-long disturbance (results.noise.RUN_RULE) -------------------------------------------------------
@@ -538,5 +575,5 @@ def test_the_adaptive_floor_is_where_the_long_runs_ratio_had_settled():
     assert capped["run_id"].nunique() >= 2
     for _, g in capped.groupby("run_id"):
         full = noise.headline(g)["ratio"]
-        for n in range(timing.MIN_ADAPTIVE_ROUNDS, int(g["trial"].max()) + 2):
+        for n in range(loop.MIN_ADAPTIVE_ROUNDS, int(g["trial"].max()) + 2):
             assert abs(noise.headline(g[g["trial"] < n])["ratio"] / full - 1) < 0.03

@@ -1,5 +1,6 @@
 """Real expert parallelism on CPU: gloo ranks as processes (world 2 and 4)."""
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -120,6 +121,23 @@ def _gone(pid: int) -> bool:
         return True
 
 
+def _still_running(pids: list, hang_s: float = 120.0) -> list:
+    """Wait for each pid to exit, woken by the exit itself (a pidfd turns readable then: no polling,
+    no sleep); `hang_s` only bounds a hang. Returns the pids that had not exited."""
+    left = []
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:  # exited and reaped already
+            continue
+        try:
+            if not select.select([fd], [], [], hang_s)[0]:
+                left.append(pid)
+        finally:
+            os.close(fd)
+    return left
+
+
 def test_killing_the_parent_leaves_no_worker():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True, env=env)
@@ -129,10 +147,7 @@ def test_killing_the_parent_leaves_no_worker():
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
-        time.sleep(0.1)
-    assert all(_gone(p) for p in pids), [p for p in pids if not _gone(p)]
+    assert _still_running(pids) == []
 
 
 def test_close_ends_the_workers_and_coalesces():
@@ -146,11 +161,13 @@ def test_close_ends_the_workers_and_coalesces():
         assert futs[0].cancelled() or futs[1].cancelled()
     finally:
         g.close()
-    assert all(_gone(p) for p in pids)
-    # A closed group starts again (its new workers must not die with the old spawner thread).
+    assert all(_gone(p) for p in pids) and not g.spawner.is_alive()
+    # A closed group starts again: its new workers' parent thread (PR_SET_PDEATHSIG kills them when
+    # it ends) lives on until close, rather than ending with the old one's exit signal.
     with g:
-        time.sleep(1.0)
-        assert g.alive() and g.call(checks.equivalence, batch_sizes=[1, 1], modes=("allreduce",))[1]["rank"] == 1
+        assert g.call(checks.equivalence, batch_sizes=[1, 1], modes=("allreduce",))[1]["rank"] == 1
+        assert g.spawner.is_alive() and g.alive()
+    assert not g.spawner.is_alive()
 
 
 def test_single_process_rows_say_how_ep_was_run():

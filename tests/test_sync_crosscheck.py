@@ -1,13 +1,16 @@
 """A sync can't be missed silently (issue 9, item 7): sync debug mode's count beside the trace's,
 a flag where they disagree, and NaN + a note (never 0) where no CUDA device can be measured."""
+import inspect
 import json
 import math
+import traceback
 import warnings
 
 import pandas as pd
 import pytest
 import torch
 
+from dspark_lab import strategies
 from dspark_lab.views import figures
 from dspark_lab.results import schema
 from dspark_lab.results.point_view import point_view
@@ -30,6 +33,29 @@ def test_cross_check_agreeing_counts_are_not_flagged():
     assert out == {"debug_syncs_per_step": 1.0, "sync_count_mismatch": False, "sync_note": ""}
     assert syncs.cross_check({"syncs_per_step": 0.0}, {}) == {
         "debug_syncs_per_step": 0.0, "sync_count_mismatch": False, "sync_note": ""}
+
+
+def _line_of(fn, text: str) -> int:
+    """The file line of the first line of `fn` holding `text` (computed, never a literal)."""
+    lines, start = inspect.getsourcelines(fn)
+    return start + next(i for i, line in enumerate(lines) if text in line)
+
+
+def test_a_sync_site_names_the_strategys_own_line(monkeypatch):
+    """Live attribution (sync debug mode's stack): the site of device_direct's copy is its
+    `torch.tensor(..., device=...)` line in dspark_lab/strategies.py, wherever that line sits."""
+    seen = []
+
+    def tensor(*a, **kw):  # stands in for torch's synchronizing call: the stack it is called from
+        seen.append(syncs.site_of(traceback.extract_stack()[:-1]))
+        return torch.zeros((), dtype=torch.int32)
+
+    monkeypatch.setattr(strategies.torch, "tensor", tensor)
+    strategies.device_direct(7, "cpu", None)
+    line = _line_of(strategies.device_direct, "return torch.tensor(")
+    assert seen == [f"dspark_lab/strategies.py:{line} device_direct"]
+    assert syncs.site_of(traceback.StackSummary.from_list([("/x/torch/cuda/__init__.py", 1, "sync", "")])) == \
+        syncs.UNATTRIBUTED_SITE
 
 
 @pytest.mark.parametrize("traced, sites, debug", [

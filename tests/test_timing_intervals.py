@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from dspark_lab.measure import intervals as iv
-from dspark_lab.measure.timing import compare, interleaved_trials, median_ci
+from dspark_lab.measure import loop
+from dspark_lab.results.stats import compare, median_ci
 
 
 def test_union_subtract_complement():
@@ -33,9 +34,11 @@ def test_compare_reports_a_real_difference_and_no_difference():
 
 def test_interleaving_rotates_the_order():
     order = []
-    interleaved_trials({"A": lambda: None, "B": lambda: None, "C": lambda: None}, trials=3, steps=1, warmup=0,
-                       sync=lambda: None, on_trial=lambda n, t: order.append(n))
+    steps = {n: (lambda n=n: order.append(n)) for n in "ABC"}
+    res = loop.run_rounds(steps, loop.FixedRounds(3), steps=1, warmup=0, sync=lambda: None)
     assert order == ["A", "B", "C", "B", "C", "A", "C", "A", "B"]
+    assert res.stop_reason == "fixed_trials" and res.rounds == 3
+    assert {n: [t.trial for t in ts] for n, ts in res.timings.items()} == {n: [0, 1, 2] for n in "ABC"}
 
 
 def test_compare_needs_samples():
@@ -56,9 +59,3 @@ def test_difference_wording_reads_right():
     assert c["verdict"] == f"fix is {abs(c['pct']):.1f}% faster than baseline (95% CI {lo:.1f}%\u2013{hi:.1f}%)"
     assert c["paired"] and c["n_a"] == c["n_b"] == 8
 
-
-def test_measure_uses_the_results_statistics():
-    from dspark_lab.measure import timing
-    from dspark_lab.results import stats
-
-    assert timing.median_ci is stats.median_ci and timing.compare is stats.compare

@@ -20,10 +20,11 @@ import pandas as pd
 import torch
 
 from dspark_lab import guard
-from dspark_lab.measure import breakdown, measure_step, probe, syncs, timing, trace
+from dspark_lab.measure import breakdown, measure_step, probe, syncs, trace
 from dspark_lab.gallery import cases as C
 from dspark_lab.config import choose_mode
 from dspark_lab.gallery.registry import CASES, Case, get
+from dspark_lab.results.stats import median_ci
 
 KIND, SCHEMA = "dspark_gallery", 1
 DATA_ENV = "DSPARK_GALLERY_DATA"
@@ -88,7 +89,7 @@ def measure_variant(case: Case, variant: str, state: C.State, *, steps: int, tri
             with guard.no_host_syncs(count=True, allow=case.allow) as g:
                 fn(state)
             rec["guard_sites"] = [[s.site, s.kind, s.seen_by, s.allowed] for s in g.syncs]
-        med, lo, hi = timing.median_ci([t.step_ms for t in r.timing])
+        med, lo, hi = median_ci([t.step_ms for t in r.timing])
         rec.update(step_ms=med, step_ms_lo=lo, step_ms_hi=hi)
         if state.device.type == "cuda":
             rec["matches"] = bool(rec["host_syncs_per_step"] == rec["expected_syncs"]

@@ -91,8 +91,17 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> 
     wins = step_windows(ev)
     if not wins:
         return pd.DataFrame(columns=cols)
-    host = host_events(ev)
     lau = launches(ev)
+    cause_of_launch, end_cause = _causes_of_launches(ev, lau, calls, wins[-1][1])
+    rows = _charged_gaps(ev, lau, calls, cause_of_launch, end_cause, wins[0][0], wins[-1][1])
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _causes_of_launches(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame, hi: float) -> tuple[dict, Optional[int]]:
+    """Walk the host's launches and blocking calls in host time (a launch counts at its start, a
+    blocking call at its return): per launch (correlation), the draining sync in charge of it
+    (its row in `calls`, or None), and the one in charge when the last step ends at `hi`."""
+    host = host_events(ev)
     blocking = host[host.cat.isin(HOST_API_CATS) & host.name.isin(list(SYNC_KINDS))]
     causes = {(r.ts, r.end): i for i, r in enumerate(calls.itertuples()) if not r.readback}
     # GPU work pending when a blocking call begins / returns: the last end of work launched before.
@@ -103,11 +112,8 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> 
         k = int(np.searchsorted(launch_ts, t, side="left"))
         return float(pending[k - 1]) if k else float("-inf")
 
-    # Walk the host's launches and blocking calls in host time; a launch counts at its start, a
-    # blocking call at its return.
     timeline_ = [(r.ts, 0, "launch", r) for r in lau.itertuples()] + \
                 [(r.end, 1, "sync", r) for r in blocking.itertuples()]
-    lo, hi = wins[0][0], wins[-1][1]
     cause: Optional[int] = None
     end_cause: Optional[int] = None  # in charge when the last step ends (a drain after it does not count)
     cause_of_launch: dict = {}
@@ -122,16 +128,20 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> 
                 cause = causes.get((r.ts, r.end))
         if t <= hi:
             end_cause = cause
-    # Each idle gap: did the GPU wait for the host (the op after it started right after its launch
-    # returned), and which sync was in charge of that launch?
+    return cause_of_launch, end_cause
+
+
+def _charged_gaps(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame, cause_of_launch: dict,
+                  end_cause: Optional[int], lo: float, hi: float) -> list[list]:
+    """Each idle gap in [lo, hi): did the GPU wait for the host (the op after it started right after
+    its launch returned), and which sync was in charge of that launch? Charged up to the cap."""
     g = ev[ev.cat.isin(GPU_CATS)]
-    gpu = gpu_intervals(ev)
     starts = g.sort_values("ts", kind="stable")
     op_ts, op_corr = starts.ts.to_numpy(), starts.correlation.to_numpy()
     first_op = {r.correlation: (r.gpu_start, r.waited) for r in lau.itertuples()}
     budget: dict = {}  # per sync: how much more idle it can be charged
     rows = []
-    for a, b in iv.complement(gpu, lo, hi):
+    for a, b in iv.complement(gpu_intervals(ev), lo, hi):
         k = int(np.searchsorted(op_ts, b, side="left"))
         if k == len(op_ts):  # nothing ran after it in the trace: the GPU was left waiting
             who = end_cause
@@ -143,14 +153,14 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> 
             who = cause_of_launch.get(corr) if start == op_ts[k] and not waited else None
         if who is None:
             continue
-        # The cap (see the docstring): no more idle than the host was blocked in the sync.
+        # The cap (see sync_caused_gaps): no more idle than the host was blocked in the sync.
         c = calls.iloc[who]
         budget.setdefault(who, float(c["end"] - c["ts"]))
         charged = min(b - a, budget[who])
         budget[who] -= charged
         if charged > 0:
             rows.append([a, a + charged, b, who, c["name"], c["site"], int(c["step"])])
-    return pd.DataFrame(rows, columns=cols)
+    return rows
 
 
 def resolve_host(sets: dict[str, list], lo: float, hi: float) -> dict[str, list]:

@@ -17,6 +17,8 @@ import os
 import time
 from typing import Optional
 
+import torch
+
 from dspark_lab.measure import waits
 
 try:  # Linux: per-thread counters (the CUDA runtime's own threads are left out)
@@ -75,7 +77,7 @@ class Nvml:
         self.handle = None
         self.error = ""
         try:
-            import pynvml
+            import pynvml  # optional (package nvidia-ml-py): imported only when a GPU is diagnosed
 
             pynvml.nvmlInit()
             self._nv = pynvml
@@ -87,8 +89,6 @@ class Nvml:
     def _handle(nv, index: int):
         # Match by UUID: NVML numbers all GPUs, CUDA only the visible ones.
         try:
-            import torch
-
             uuid = str(torch.cuda.get_device_properties(index).uuid)
             return nv.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else "GPU-" + uuid)
         except Exception:  # noqa: BLE001
@@ -133,9 +133,6 @@ class GpuWorkClock:
     """CUDA event pairs around GPU work, from a pool reused across trials (no allocation per step)."""
 
     def __init__(self):
-        import torch
-
-        self._torch = torch
         self._events: list = []
         self._n = 0
 
@@ -144,7 +141,7 @@ class GpuWorkClock:
 
     def _next(self):
         if self._n == len(self._events):
-            self._events.append(self._torch.cuda.Event(enable_timing=True))
+            self._events.append(torch.cuda.Event(enable_timing=True))
         ev = self._events[self._n]
         self._n += 1
         return ev

@@ -2,10 +2,10 @@
 memory block the host on this GPU and driver? Plus each strategy's host cost per call."""
 from __future__ import annotations
 
+import functools
 import platform
 import subprocess
 import time
-from typing import Optional
 
 import numpy as np
 import torch
@@ -14,7 +14,19 @@ from dspark_lab import strategies
 from dspark_lab.predicate import ParallelSettings
 
 
-def _driver_version() -> str:
+@functools.lru_cache(maxsize=1)
+def driver_version() -> str:
+    """The GPU driver's version as NVML reports it ("580.95.05"), for the fingerprint and the
+    calibration keys: through pynvml when installed (no subprocess), else through nvidia-smi
+    (which reads NVML too); "unknown" when neither answers."""
+    try:
+        import pynvml  # optional (package nvidia-ml-py): imported only where a driver is asked for
+
+        pynvml.nvmlInit()
+        v = pynvml.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception:  # noqa: BLE001 - pynvml is optional
+        pass
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=20)
@@ -28,7 +40,7 @@ def fingerprint() -> dict:
     cuda = torch.cuda.is_available()
     fp = {
         "gpu": torch.cuda.get_device_name(0) if cuda else "none",
-        "driver": _driver_version() if cuda else "none",
+        "driver": driver_version() if cuda else "none",
         "cuda": torch.version.cuda or "none",
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -11,7 +11,7 @@ import torch
 
 from dspark_lab.measure.ranges import STEP_RANGE
 from dspark_lab.results.stats import median_ci
-from dspark_lab.measure import breakdown, syncs, timing, trace
+from dspark_lab.measure import breakdown, loop, syncs, trace
 
 
 @dataclass
@@ -58,7 +58,8 @@ def measure_step(fn: Callable[[], object], *, steps: int = 20, trials: int = 3, 
     cuda = torch.cuda.is_available()
     sync = sync or (torch.cuda.synchronize if cuda else (lambda: None))
     step = as_step(fn)
-    timings = [timing.time_trial(step, steps, warmup, sync, trial=t) for t in range(trials)]
+    timings = loop.run_rounds({"step": step}, loop.FixedRounds(trials), steps=steps, warmup=warmup,
+                              sync=sync).timings["step"]
     tr = trace.capture(step, profile_steps, warmup=1, sync=sync)
     ev = trace.events(tr)
     counts = syncs.counts_per_step(ev)

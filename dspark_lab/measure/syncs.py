@@ -146,6 +146,16 @@ def counts_per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> d
 UNATTRIBUTED_SITE = "(no frame outside torch)"
 
 
+def site_of(stack: traceback.StackSummary) -> str:
+    """"path/file.py:LINE function" of the innermost frame outside torch and the warnings machinery
+    (the last two path parts), or UNATTRIBUTED_SITE: counted even without a frame to name, so the
+    total stays a true count."""
+    for fr in reversed(stack):
+        if not any(p in fr.filename for p in _TORCH_PATH_PARTS) and not fr.filename.endswith("warnings.py"):
+            return f"{'/'.join(Path(fr.filename).parts[-2:])}:{fr.lineno} {fr.name}"
+    return UNATTRIBUTED_SITE
+
+
 @contextlib.contextmanager
 def sync_debug_sites() -> Iterator[Counter]:
     """Count synchronizing CUDA operations by the "file:line function" of the innermost frame
@@ -160,12 +170,7 @@ def sync_debug_sites() -> Iterator[Counter]:
     def show(message, category, filename, lineno, file=None, line=None):
         if "synchroniz" not in str(message):
             return prev_show(message, category, filename, lineno, file, line)
-        for fr in reversed(traceback.extract_stack()[:-1]):
-            if not any(p in fr.filename for p in _TORCH_PATH_PARTS) and not fr.filename.endswith("warnings.py"):
-                sites[f"{'/'.join(Path(fr.filename).parts[-2:])}:{fr.lineno} {fr.name}"] += 1
-                break
-        else:  # counted even without a frame to name, so the total stays a true count
-            sites[UNATTRIBUTED_SITE] += 1
+        sites[site_of(traceback.extract_stack()[:-1])] += 1
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")

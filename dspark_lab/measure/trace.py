@@ -5,6 +5,7 @@ so a live capture and a trace recorded on a GPU and committed as a test fixture 
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
@@ -12,10 +13,11 @@ import re
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import pandas as pd
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # record_function ranges on the host. A range that launched GPU work is mirrored on the GPU
@@ -27,7 +29,7 @@ _PY_FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
 
 def _experimental_config():
     """Ask for CUDA sync events where this torch has the option (2.4+)."""
-    try:
+    try:  # a private module of torch's: absent or different on some versions
         from torch._C._profiler import _ExperimentalConfig
 
         return _ExperimentalConfig(enable_cuda_sync_events=True)
@@ -35,37 +37,53 @@ def _experimental_config():
         return None
 
 
-def capture(step: Callable[[], None], steps: int, *, warmup: int = 2, with_stack: bool = False,
-            sync: Optional[Callable[[], None]] = None) -> dict:
-    """Profile `steps` calls of `step` (CPU + CUDA activities, memory; Python stacks on request) and return
-    the Chrome-trace JSON as a dict."""
-    from torch.profiler import ProfilerActivity, profile
+def _default_sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
+
+@contextlib.contextmanager
+def profiled(*, with_stack: bool = False, profile_memory: bool = True,
+             sync: Optional[Callable[[], None]] = None) -> Iterator[dict]:
+    """One profiler session around the block: CPU, plus CUDA and its sync events where there is a
+    GPU; Python stacks on request. `sync` (default: the device's) runs inside the session at the
+    block's end, so the GPU's records are complete. Yields a dict that holds the Chrome-trace JSON
+    under "trace" after exit (the one capture the lab's measurement and the guard share)."""
     cuda = torch.cuda.is_available()
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    sync = sync or (torch.cuda.synchronize if cuda else (lambda: None))
-    for _ in range(warmup):
-        step()
-    sync()
-    kwargs = dict(activities=activities, record_shapes=False, profile_memory=True, with_stack=with_stack)
+    kwargs = dict(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []),
+                  record_shapes=False, profile_memory=profile_memory, with_stack=with_stack)
     cfg = _experimental_config() if cuda else None
     if cfg is not None:
         kwargs["experimental_config"] = cfg
+    out: dict = {}
     with warnings.catch_warnings():
         # torch warns that each profiler cycle clears the last one's events: we run one cycle.
         warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
         with profile(**kwargs) as prof:
-            for _ in range(steps):
-                step()
-            sync()
+            yield out
+            (sync or _default_sync)()
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:
         prof.export_chrome_trace(path)
         with open(path) as f:
-            return json.load(f)
+            out["trace"] = json.load(f)
     finally:
         os.unlink(path)
+
+
+def capture(step: Callable[[], None], steps: int, *, warmup: int = 2, with_stack: bool = False,
+            sync: Optional[Callable[[], None]] = None) -> dict:
+    """Profile `steps` calls of `step` after `warmup` unprofiled ones (CPU + CUDA activities,
+    memory; Python stacks on request) and return the Chrome-trace JSON as a dict."""
+    sync = sync or _default_sync
+    for _ in range(warmup):
+        step()
+    sync()
+    with profiled(with_stack=with_stack, sync=sync) as out:
+        for _ in range(steps):
+            step()
+    return out["trace"]
 
 
 def load_json(src: Union[str, Path, dict]) -> dict:

@@ -16,15 +16,17 @@ Order per step (each phase is a profiler range named `dspark:<phase>`):
 """
 from __future__ import annotations
 
+import platform
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
 from dspark_lab import strategies
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import waits
-from dspark_lab.measure.ranges import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE, phase
+from dspark_lab.measure.probe import driver_version
+from dspark_lab.measure.ranges import READBACK_RANGE, STEP_RANGE, phase
 from dspark_lab.model import calibration
 from dspark_lab.model.draft import CAPTURE_HIDDEN_NULL, DSPARK, TARGET_VERIFY, DraftForwardBatch, DraftRunner
 from dspark_lab.predicate import enable_num_token_non_padded
@@ -33,8 +35,6 @@ _ITERS_PER_US: list[float] = []
 
 
 def _cpu_name() -> str:
-    import platform
-
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -47,8 +47,6 @@ def _cpu_name() -> str:
 
 def _iters_per_us() -> float:
     if not _ITERS_PER_US:
-        import platform
-
         key = calibration.host_key(_cpu_name(), platform.python_version())
         cached = (calibration.load(key) or {}).get("spin_iters_per_us")
         if isinstance(cached, (int, float)) and cached > 0:
@@ -67,37 +65,22 @@ def _timed_sum(n: int) -> float:
     return time.perf_counter() - t0
 
 
-def spin_until(deadline: float) -> None:
-    """Busy host work until `deadline` (perf_counter seconds): the host stays busy, as Python is.
+def spin_until(deadline: float, clock: Callable[[], float] = time.perf_counter) -> None:
+    """Busy host work until `deadline` (`clock` seconds): the host stays busy, as Python is.
 
     The work is one C-level call sized from a calibration (`sum(range(n))`), not a Python loop, so
     the profiler's Python tracer sees one event rather than thousands."""
     rate = _iters_per_us()
-    t0 = time.perf_counter()
+    t0 = clock()
     try:
         while True:
-            left_us = (deadline - time.perf_counter()) * 1e6
+            left_us = (deadline - clock()) * 1e6
             if left_us <= 2:
                 return
             sum(range(int(left_us * rate)))
     finally:
         # Deliberate wait up to the deadline; an overshoot (the thread was descheduled) is not.
-        waits.add(min(time.perf_counter(), deadline) - t0)
-
-
-def _driver_version() -> str:
-    """The GPU driver for calibration keys, without a subprocess: NVML if present, else CUDA's."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        v = pynvml.nvmlSystemGetDriverVersion()
-        return v.decode() if isinstance(v, bytes) else str(v)
-    except Exception:  # noqa: BLE001 - pynvml is optional
-        try:
-            return f"cuda-driver-api {torch._C._cuda_getDriverVersion()}"
-        except Exception:  # noqa: BLE001
-            return "unknown"
+        waits.add(min(clock(), deadline) - t0)
 
 
 class TargetVerify:
@@ -132,7 +115,7 @@ class TargetVerify:
 
     def _layers_for(self, duration_ms: float) -> int:
         key = torch.cuda.get_device_name(self.device)
-        disk_key = calibration.gpu_key(key, _driver_version(), torch.__version__)
+        disk_key = calibration.gpu_key(key, driver_version(), torch.__version__)
         if key not in self._layers_per_ms:
             cached = (calibration.load(disk_key) or {}).get("target_layers_per_ms")
             if isinstance(cached, (int, float)) and cached > 0:
@@ -225,10 +208,47 @@ class LabStep:
         _ = sorted(range(len(self.seq_lens_host)), key=self.seq_lens_host.__getitem__)
         spin_until(deadline)
 
+    def _forward_batch(self, n_dev, input_ids, positions, out_cache_loc, input_embeds, seq_lens_cpu) -> DraftForwardBatch:
+        """The ForwardBatch record SGLang's `_run_forward` builds (inside draft_post_prep's spin)."""
+        return DraftForwardBatch(
+            forward_mode=TARGET_VERIFY,
+            batch_size=self.cfg.batch_size,
+            input_ids=input_ids,
+            req_pool_indices=self.req_pool_indices,
+            seq_lens=self.seq_lens,
+            out_cache_loc=out_cache_loc,
+            seq_lens_sum=sum(self.seq_lens_host),
+            seq_lens_cpu=seq_lens_cpu,
+            positions=positions,
+            input_embeds=input_embeds,
+            spec_algorithm=DSPARK,
+            spec_info=None,
+            capture_hidden_mode=CAPTURE_HIDDEN_NULL,
+            num_token_non_padded=n_dev,
+            num_token_non_padded_cpu=self.cfg.num_tokens,
+        )
+
+    def _lagged_readback(self) -> None:
+        """Wait for the previous step's result (by design, so kept out of sync debug mode's
+        attribution), then mark this step's."""
+        with torch.profiler.record_function(READBACK_RANGE):
+            if self._pending is not None:
+                mode = torch.cuda.get_sync_debug_mode()
+                if mode:
+                    torch.cuda.set_sync_debug_mode(0)
+                t_wait = time.perf_counter()
+                self._pending.synchronize()
+                waits.add(time.perf_counter() - t_wait)
+                if mode:
+                    torch.cuda.set_sync_debug_mode(mode)
+            self._pending = torch.cuda.Event()
+            self._pending.record()
+
     def step(self) -> None:
+        """One decode step (the measured hot path: the phases inline, two helper calls, one of them
+        inside draft_post_prep's calibrated spin)."""
         cfg, costs = self.cfg, self.costs
         bs, q = cfg.batch_size, cfg.query_token_num
-        P = cfg.model_size.prefix_len
         with torch.profiler.record_function(STEP_RANGE):
             with phase("host_prep"):
                 self._host_prep(costs.prep_before_target_us)
@@ -242,7 +262,7 @@ class LabStep:
             with phase("draft_prep"):
                 deadline = time.perf_counter() + costs.draft_prep_us * 1e-6
                 self.block_ids[:bs, 0].copy_(bonus[:bs])
-                self.seq_lens.add_(q).remainder_(P - 1).add_(1)
+                self.seq_lens.add_(q).remainder_(cfg.model_size.prefix_len - 1).add_(1)
                 torch.add(self.seq_lens[:, None], self.offsets, out=self.positions)
                 torch.add(self.positions, self.cache_base, out=self.out_cache_loc)
                 positions, out_cache_loc = self.positions.view(-1), self.out_cache_loc.view(-1)
@@ -259,23 +279,7 @@ class LabStep:
                 waits.add(time.perf_counter() - t_wait)
             with phase("draft_post_prep"):
                 deadline = time.perf_counter() + costs.post_scalar_us * 1e-6
-                batch = DraftForwardBatch(
-                    forward_mode=TARGET_VERIFY,
-                    batch_size=bs,
-                    input_ids=input_ids,
-                    req_pool_indices=self.req_pool_indices,
-                    seq_lens=self.seq_lens,
-                    out_cache_loc=out_cache_loc,
-                    seq_lens_sum=sum(self.seq_lens_host),
-                    seq_lens_cpu=seq_lens_cpu,
-                    positions=positions,
-                    input_embeds=input_embeds,
-                    spec_algorithm=DSPARK,
-                    spec_info=None,
-                    capture_hidden_mode=CAPTURE_HIDDEN_NULL,
-                    num_token_non_padded=n_dev,
-                    num_token_non_padded_cpu=cfg.num_tokens,
-                )
+                batch = self._forward_batch(n_dev, input_ids, positions, out_cache_loc, input_embeds, seq_lens_cpu)
                 spin_until(deadline)
             with phase("draft_forward"):
                 if clock is not None:
@@ -285,19 +289,7 @@ class LabStep:
                     clock.stop()
             self.last_output, self.last_expert_ids = tokens, ids
             if cfg.readback == "lagged" and self.device.type == "cuda":
-                with torch.profiler.record_function(READBACK_RANGE):
-                    if self._pending is not None:
-                        # By design, so kept out of sync debug mode's attribution.
-                        mode = torch.cuda.get_sync_debug_mode()
-                        if mode:
-                            torch.cuda.set_sync_debug_mode(0)
-                        t_wait = time.perf_counter()
-                        self._pending.synchronize()
-                        waits.add(time.perf_counter() - t_wait)
-                        if mode:
-                            torch.cuda.set_sync_debug_mode(mode)
-                    self._pending = torch.cuda.Event()
-                    self._pending.record()
+                self._lagged_readback()
 
     __call__ = step
 

@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
-import torch
 
 from dspark_lab import strategies as strategy_registry
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import intervals as iv
-from dspark_lab.measure import syncs, timing, trace
+from dspark_lab.measure import loop, syncs, trace
 from dspark_lab.predicate import enable_num_token_non_padded
 from dspark_lab.measure.profile import PROFILE_STEPS, STRATEGY_RANGE, analyse, profile_strategies
 from dspark_lab.results.schema import RANK_COLUMNS, ROW_COLUMNS
@@ -143,14 +142,7 @@ def _row_base(cfg: LabConfig, ctx: RankContext, dispatch: str, case: RankCase, p
     return r
 
 
-def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequence[RankCase], *,
-                  batch_sizes: Optional[Sequence[int]] = None, profile_steps: int = PROFILE_STEPS,
-                  debug_sites: bool = True, on_progress=None) -> Optional[RanksResult]:
-    """Run on every rank (or once, with `RankContext.single()`). Returns the rows of all ranks on
-    rank 0 and None elsewhere. `batch_sizes` gives each rank its own real batch (they pad to the
-    largest one's capture bucket); by default every rank runs `cfg.batch_size`."""
-    check_mode(dispatch)
-    world, rank = ctx.world_size, ctx.rank
+def _check_cases(cases: Sequence, world: int) -> list[RankCase]:
     cases = [c if isinstance(c, RankCase) else RankCase(**c) for c in cases]
     if not cases:
         raise ValueError("cases must hold at least one RankCase")
@@ -159,63 +151,92 @@ def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequen
             raise ValueError(f"case {c.name!r} has {c.world_size} ranks; the group has {world}")
     if len({c.name for c in cases}) != len(cases):
         raise ValueError("case names must be distinct")
+    return cases
+
+
+def _rank_steps(ctx: RankContext, cfg: LabConfig, my_cfg: LabConfig, dispatch: str, bucket: int,
+                cases: Sequence[RankCase]) -> dict[str, RankStep]:
+    """This rank's step of every case; the first one's weights and target verify are shared."""
+    steps: dict[str, RankStep] = {}
+    first = None
+    for i, c in enumerate(cases):
+        s, d, j = c.rank_settings(ctx.rank)
+        steps[c.name] = RankStep(my_cfg, s, group=ctx.group, dispatch=dispatch, bucket=bucket, host_delay_ms=d,
+                                 host_jitter_ms=j, jitter_seed=cfg.seed * 7919 + ctx.rank * 104729 + i,
+                                 share_with=first)
+        first = first or steps[c.name]
+    return steps
+
+
+def _case_stats(tr: dict, step: RankStep, cuda: bool, debug_sites: bool, sync) -> tuple[dict, list]:
+    """One case's window of the profiled pass, with the collectives' time taken out of GPU busy."""
+    stats, tl = analyse(tr)
+    stats["gpu_collective_ms"] = collective_ms_per_step(trace.events(tr), cuda)
+    if cuda and stats.get("gpu_busy_ms") is not None:
+        stats["gpu_busy_ms"] = max(0.0, stats["gpu_busy_ms"] - stats["gpu_collective_ms"])
+    if cuda and debug_sites:  # every rank runs these steps, so the collectives stay matched
+        debug = syncs.debug_sites_per_step(step.step, steps=3)
+        sync()
+        if debug:
+            stats["sync_site"] = max(debug, key=debug.get)
+            stats["sync_sites"] = json.dumps(debug, sort_keys=True)
+    return stats, tl
+
+
+def _case_rows(base: dict, graph: bool, stats: dict, timings: list) -> list[dict]:
+    rows = []
+    for t in timings:
+        r = dict(base, graph=graph)  # a2a_dynamic and CPU run eagerly
+        r.update(status="ok", error="", trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50,
+                 step_ms_p90=t.p90)
+        r.update({k: v for k, v in stats.items() if k in r})
+        r["sync_sites"] = stats.get("sync_sites", "{}")
+        rows.append(r)
+    return rows
+
+
+def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequence[RankCase], *,
+                  batch_sizes: Optional[Sequence[int]] = None, profile_steps: int = PROFILE_STEPS,
+                  debug_sites: bool = True, on_progress=None) -> Optional[RanksResult]:
+    """Run on every rank (or once, with `RankContext.single()`). Returns the rows of all ranks on
+    rank 0 and None elsewhere. `batch_sizes` gives each rank its own real batch (they pad to the
+    largest one's capture bucket); by default every rank runs `cfg.batch_size`."""
+    check_mode(dispatch)
+    world, rank = ctx.world_size, ctx.rank
+    cases = _check_cases(cases, world)
     batch_sizes = list(batch_sizes or [cfg.batch_size] * world)
     if len(batch_sizes) != world:
         raise ValueError(f"batch_sizes must give one batch per rank ({world}); got {batch_sizes!r}")
-    ep = world if world > 1 else cfg.ep_size
-    base = cfg.with_(ep_size=ep, device=ctx.device)
+    base = cfg.with_(ep_size=world if world > 1 else cfg.ep_size, device=ctx.device)
     bucket = max(base.with_(batch_size=b).bucket_batch_size for b in batch_sizes)
     my_cfg = base.with_(batch_size=batch_sizes[rank])
     pid = rank_point_id(base, world, dispatch)
     progress = on_progress or (lambda msg, frac: None)
+    steps = _rank_steps(ctx, cfg, my_cfg, dispatch, bucket, cases)
+    first = next(iter(steps.values()))
 
-    steps: dict[str, RankStep] = {}
-    first = None
-    for i, c in enumerate(cases):
-        s, d, j = c.rank_settings(rank)
-        steps[c.name] = RankStep(my_cfg, s, group=ctx.group, dispatch=dispatch, bucket=bucket, host_delay_ms=d,
-                                 host_jitter_ms=j, jitter_seed=cfg.seed * 7919 + rank * 104729 + i, share_with=first)
-        first = first or steps[c.name]
-
-    def sync() -> None:
+    def sync() -> None:  # the device drained and the ranks joined: all ranks run the same case together
         first.drain()
         ctx.barrier()
 
     sync()
-    timings = timing.interleaved_trials(
-        {n: s.step for n, s in steps.items()}, trials=cfg.trials, steps=cfg.steps, warmup=cfg.warmup, sync=sync,
-        on_trial=lambda n, t: progress(f"trial {t + 1}/{cfg.trials}: {n}", t / cfg.trials))
+    timed = loop.run_rounds({n: s.step for n, s in steps.items()}, loop.FixedRounds(cfg.trials), steps=cfg.steps,
+                            warmup=cfg.warmup, sync=sync, progress=lambda msg, share: progress(msg, 0.9 * share))
     sync()
     progress("profiling", 0.9)
     whole = profile_strategies(steps, profile_steps)
     sync()
-    cuda = ctx.device == "cuda"
     rows, timelines = [], []
     for c in cases:
         tr = trace.window(whole, STRATEGY_RANGE + c.name)
-        stats, tl = analyse(tr)
-        stats["gpu_collective_ms"] = collective_ms_per_step(trace.events(tr), cuda)
-        if cuda and stats.get("gpu_busy_ms") is not None:
-            stats["gpu_busy_ms"] = max(0.0, stats["gpu_busy_ms"] - stats["gpu_collective_ms"])
-        if cuda and debug_sites:  # every rank runs these steps, so the collectives stay matched
-            debug = syncs.debug_sites_per_step(steps[c.name].step, steps=3)
-            sync()
-            if debug:
-                stats["sync_site"] = max(debug, key=debug.get)
-                stats["sync_sites"] = json.dumps(debug, sort_keys=True)
+        stats, tl = _case_stats(tr, steps[c.name], ctx.device == "cuda", debug_sites, sync)
         # One process: timelines keyed by the strategy, as the one-process figures and panel expect.
-        name = c.name if ctx.world_size == 1 else f"{c.name} · rank {rank}"
-        timelines.append({"kind": "timeline", "point_id": pid, "strategy": name,
-                          "rank": rank, "rank_case": c.name, "segments": tl})
-        for t in timings[c.name]:
-            r = _row_base(my_cfg, ctx, dispatch, c, pid)
-            r["graph"] = bool(steps[c.name].runner.use_graph)  # a2a_dynamic and CPU run eagerly
-            r.update(status="ok", error="", trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50,
-                     step_ms_p90=t.p90)
-            r.update({k: v for k, v in stats.items() if k in r})
-            r["sync_sites"] = stats.get("sync_sites", "{}")
-            rows.append(r)
-    samples = {c.name: np.concatenate([t.per_step_ms for t in timings[c.name]]).tolist() for c in cases}
+        name = c.name if world == 1 else f"{c.name} · rank {rank}"
+        timelines.append({"kind": "timeline", "point_id": pid, "strategy": name, "rank": rank, "rank_case": c.name,
+                          "segments": tl})
+        rows += _case_rows(_row_base(my_cfg, ctx, dispatch, c, pid), bool(steps[c.name].runner.use_graph), stats,
+                           timed.timings[c.name])
+    samples = {c.name: np.concatenate([t.per_step_ms for t in timed.timings[c.name]]).tolist() for c in cases}
     gathered = ctx.all_gather_object((rows, timelines, samples))
     if rank != 0:
         return None

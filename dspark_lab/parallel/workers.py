@@ -73,14 +73,14 @@ def resolve_backend(backend: str) -> str:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}; got {backend!r}")
     if backend != "auto":
         return backend
-    import torch
+    import torch  # here, not at the top: the parent of the ranks needs no torch until it asks
 
     return "nccl" if torch.cuda.is_available() else "gloo"
 
 
 def device_count() -> int:
     """How many ranks can run for real here: one per GPU (CPU-only: gloo ranks on the host)."""
-    import torch
+    import torch  # as in resolve_backend
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -107,6 +107,7 @@ class WorkerGroup:
         self._pending: Optional[tuple] = None
         self._pending_cv = threading.Condition()
         self._dispatcher: Optional[threading.Thread] = None
+        self.spawner: Optional[threading.Thread] = None  # the workers' parent thread (PR_SET_PDEATHSIG)
         self.pgid: Optional[int] = None
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -143,7 +144,8 @@ class WorkerGroup:
             self._spawned.set()
             self._closing.wait()  # PR_SET_PDEATHSIG is tied to this thread: keep it alive
 
-        threading.Thread(target=spawn, name="dspark-ep-spawner", daemon=True).start()
+        self.spawner = threading.Thread(target=spawn, name="dspark-ep-spawner", daemon=True)
+        self.spawner.start()
         self._spawned.wait()
         if self._spawn_error:
             self.close()
@@ -200,6 +202,8 @@ class WorkerGroup:
                     pass
         self.procs = []
         self._closing.set()
+        if self.spawner is not None and self.spawner is not threading.current_thread():
+            self.spawner.join(timeout_s)  # it only waits for _closing: a closed group has no spawner left
         try:
             atexit.unregister(self.close)
         except Exception:  # noqa: BLE001
@@ -325,6 +329,7 @@ def worker_main() -> None:
     reply = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
     requests = sys.stdin.buffer
+    # After the death guard: loading torch takes seconds, and the worker must not outlive its parent meanwhile.
     from dspark_lab.parallel.ranks import init_rank
 
     try:

@@ -56,7 +56,7 @@ TRACE_COLUMNS = (
     "d2h_per_step", "d2h_pageable_per_step",
 )
 # Per-trial diagnostics (measure/diagnostics.py), the noise verdict (results/noise.py) and how the
-# point's trials were stopped (measure/timing.adaptive_trials). Per-step values are trial means.
+# point's trials were stopped (measure/loop.py stop rules). Per-step values are trial means.
 DIAG_COLUMNS = (
     "gpu_ms",  # GPU time per step of the step's GPU work (CUDA events around it; None on CPU)
     "host_work_ms",  # host time per step in real work: wall time outside deliberate waits

@@ -2,7 +2,7 @@
 
 - The step-time loss: each strategy with syncs against the best sync-free strategy at the same
   point, from the profiler-free trials. Trial t of every strategy ran in the same round
-  (timing.interleaved_trials), so the loss is taken per round (which cancels drift between
+  (measure/loop.run_rounds), so the loss is taken per round (which cancels drift between
   rounds): the median of the per-round differences in ms and of the per-round ratios, each with a
   percentile-bootstrap confidence interval.
 - From the profiled steps: the GPU idle the trace charges to the strategy's syncs
