@@ -242,7 +242,10 @@ def test_extra_columns_are_kept_and_version_1_files_get_nan_for_new_columns(tmp_
     patch_header(p, schema_version=1)
     patch_row(p, 2, my_new_column=42)
     rows = load(p).rows
-    assert rows["my_new_column"].notna().sum() == 1 and "disturbed" not in rows or rows["disturbed"].isna().all()
+    assert rows["my_new_column"].notna().sum() == 1 and rows["stop_reason"].isna().all()
+    # the verdict is derived, not recorded: every row of an old file gets it, flag and reason together
+    assert rows["disturbed"].map(type).eq(bool).all()
+    assert (rows["disturbed"] == rows["disturbed_reason"].ne("")).all()
 
 
 def test_a_full_disk_mid_point_leaves_no_torn_point(tmp_path, monkeypatch):
