@@ -65,7 +65,7 @@ def _entry(runs: "Runs", rid: str, rows: "pd.DataFrame", skipped: list, baseline
     entry = {"skipped_runs": skipped, "run_id": rid, "label": label, "point": point_label(rows.iloc[0]),
              "point_id": rows["point_id"].iloc[0], "strategies": summ.to_dict("records"),
              "disturbed_left_out": int(summ["disturbed_left_out"].sum()), "comparison": None}
-    best = summaries.best_fix(rows, baseline)
+    best = summaries.best_in_summary(summ, baseline)
     if best and baseline in set(rows["strategy"]):
         entry["comparison"] = {"best": best, **summaries.compare(rows, best, baseline)}
     try:

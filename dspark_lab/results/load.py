@@ -25,12 +25,11 @@ from typing import TYPE_CHECKING, Iterable, Optional
 from dspark_lab.results import cache as _cache
 from dspark_lab.results import noise, schema
 # DataWarning and SchemaVersionError: what `load` warns with and what a file it skips raised.
-from dspark_lab.results.records import DataWarning, SchemaVersionError, _Log, read_file, select_attempts  # noqa: F401
+from dspark_lab.results.records import RUN_SUFFIX, DataWarning, SchemaVersionError, ProblemLog, read_file, select_attempts  # noqa: F401
 
 if TYPE_CHECKING:
     import pandas as pd
 
-RUN_SUFFIX = ".jsonl"
 TIMELINE_COLUMNS = ("run_id", "point_id", "strategy", "lane", "part", "start_ms", "end_ms", "label")
 
 
@@ -72,7 +71,7 @@ def _fingerprint_values(header: Optional[dict], path: Path) -> dict:
     }
 
 
-class _Collect(_Log):
+class _Collect(ProblemLog):
     """Collects [line, message] pairs of one file without emitting them (they are replayed, with the
     path as given, by `load`, also when the file's results come from the cache)."""
 
@@ -284,7 +283,7 @@ def load(paths=None, *, default: Optional[Path] = None, cache=None) -> Loaded:
         keys = [_cache.file_key(p) for p in files]
         bundle = _cache.read_bundle(cache_dir, files, keys) if None not in keys else None
     entries, table = bundle if bundle is not None else (_entries(files, cache_dir), None)
-    log = _Log()
+    log = ProblemLog()
     parts: list = []
     headers: list[dict] = []
     run_ids: dict[str, Path] = {}

@@ -211,6 +211,7 @@ def headline(rows: pd.DataFrame, pair: Optional[tuple[str, str]] = None, level: 
     ok = ok[_ok(ok)]
     if ok.empty:
         raise ValueError("headline needs rows with status ok")
+    ok = ok[[c for c in ("run_id", "point_id", "strategy", "trial", "step_ms", "disturbed") if c in ok.columns]]
     for col in ("run_id", "point_id"):
         if col in ok.columns and ok[col].nunique() > 1:
             raise ValueError(f"headline takes one point of one run; got {ok[col].nunique()} values of {col}")

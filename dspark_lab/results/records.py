@@ -15,6 +15,7 @@ from typing import Optional
 from dspark_lab.results import schema
 from dspark_lab.results.rows import STATUSES, row_problems
 
+RUN_SUFFIX = ".jsonl"
 KINDS = ("header", "row", "timeline", "point")
 _BOM = b"\xef\xbb\xbf"
 
@@ -39,7 +40,7 @@ class FileRecords:
     unreadable: Optional[str] = None  # why the whole file is skipped, if it is
 
 
-class _Log:
+class ProblemLog:
     """Collects problems and emits each as a DataWarning."""
 
     def __init__(self, emit: bool = True):
@@ -83,12 +84,17 @@ def header_problems(rec: dict) -> list[str]:
 
 
 def _segment_ok(seg) -> bool:
-    return (isinstance(seg, list) and len(seg) == 5 and all(isinstance(seg[i], str) for i in (0, 1, 4))
-            and all(isinstance(seg[i], (int, float)) and not isinstance(seg[i], bool) and math.isfinite(seg[i])
-                    for i in (2, 3)))
+    """[lane, part, start_ms, end_ms, label]: three strings and two finite numbers (JSON-decoded, so
+    exact types; a bool is not a number)."""
+    if type(seg) is not list or len(seg) != 5:
+        return False
+    lane, part, start, end, label = seg
+    return (type(lane) is str and type(part) is str and type(label) is str
+            and type(start) in (int, float) and type(end) in (int, float)
+            and math.isfinite(start) and math.isfinite(end))
 
 
-def _parse(raw: bytes, lineno: int, last: bool, out: FileRecords, log: _Log) -> Optional[dict]:
+def _parse(raw: bytes, lineno: int, last: bool, out: FileRecords, log: ProblemLog) -> Optional[dict]:
     """One line as a record of a known kind, else None (logged)."""
     path = out.path
     try:
@@ -104,7 +110,7 @@ def _parse(raw: bytes, lineno: int, last: bool, out: FileRecords, log: _Log) -> 
     return rec
 
 
-def _take_header(out: FileRecords, rec: dict, lineno: int, log: _Log) -> None:
+def _take_header(out: FileRecords, rec: dict, lineno: int, log: ProblemLog) -> None:
     """Keep the header, or mark the whole file unreadable (wrong schema version or shape)."""
     if out.header is not None or out.header_line is not None:
         log(out.path, lineno, "a second header record, skipped")
@@ -124,7 +130,7 @@ def _take_header(out: FileRecords, rec: dict, lineno: int, log: _Log) -> None:
     out.header = rec
 
 
-def _take_row(out: FileRecords, rec: dict, lineno: int, log: _Log, seen: dict) -> None:
+def _take_row(out: FileRecords, rec: dict, lineno: int, log: ProblemLog, seen: dict) -> None:
     problems = row_problems(rec)
     if not isinstance(rec.get("attempt"), (str, type(None))):
         problems.append("attempt must be a string")
@@ -142,7 +148,7 @@ def _take_row(out: FileRecords, rec: dict, lineno: int, log: _Log, seen: dict) -
     out.rows.append(rec)
 
 
-def _take_timeline(out: FileRecords, rec: dict, lineno: int, log: _Log) -> None:
+def _take_timeline(out: FileRecords, rec: dict, lineno: int, log: ProblemLog) -> None:
     if not isinstance(rec.get("point_id"), str) or not isinstance(rec.get("segments"), list) \
             or not isinstance(rec.get("strategy"), (str, type(None))):
         log(out.path, lineno, "timeline record without point_id, strategy or segments list, skipped")
@@ -154,7 +160,7 @@ def _take_timeline(out: FileRecords, rec: dict, lineno: int, log: _Log) -> None:
     out.timelines.append(rec)
 
 
-def _take_point(out: FileRecords, rec: dict, lineno: int, log: _Log) -> None:
+def _take_point(out: FileRecords, rec: dict, lineno: int, log: ProblemLog) -> None:
     n_rows = rec.get("n_rows")
     if not isinstance(rec.get("point_id"), str) or rec.get("status") not in STATUSES \
             or not (n_rows is None or (isinstance(n_rows, int) and not isinstance(n_rows, bool))):
@@ -164,7 +170,7 @@ def _take_point(out: FileRecords, rec: dict, lineno: int, log: _Log) -> None:
     out.points.append(rec)
 
 
-def _lines(out: FileRecords, log: _Log) -> Optional[list]:
+def _lines(out: FileRecords, log: ProblemLog) -> Optional[list]:
     """The file's lines (BOM stripped), or None when it cannot be read (marked unreadable)."""
     try:
         data = out.path.read_bytes()
@@ -181,9 +187,9 @@ def _lines(out: FileRecords, log: _Log) -> Optional[list]:
     return lines
 
 
-def read_file(path: Path, log: Optional[_Log] = None) -> FileRecords:
+def read_file(path: Path, log: Optional[ProblemLog] = None) -> FileRecords:
     """Parse and validate one run file's records (see the module's rules)."""
-    log = log or _Log()
+    log = log or ProblemLog()
     out = FileRecords(path)
     lines = _lines(out, log)
     if lines is None:
@@ -211,9 +217,9 @@ def read_file(path: Path, log: Optional[_Log] = None) -> FileRecords:
     return out
 
 
-def select_attempts(recs: FileRecords, log: Optional[_Log] = None) -> tuple[list[dict], list[dict]]:
+def select_attempts(recs: FileRecords, log: Optional[ProblemLog] = None) -> tuple[list[dict], list[dict]]:
     """Per point, the rows and timelines of its last committed attempt; uncommitted rows are left out."""
-    log = log or _Log(emit=False)
+    log = log or ProblemLog(emit=False)
     committed: dict[str, dict] = {}
     for p in recs.points:
         committed[p["point_id"]] = p

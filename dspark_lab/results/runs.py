@@ -181,7 +181,8 @@ class Runs:
     # -- selecting (results.selection) -----------------------------------------------------------
     @property
     def ok(self) -> pd.DataFrame:
-        return ok_rows(self.rows)
+        """The successful rows (formed once per rows: each view asks for them)."""
+        return self._memoized("ok", lambda: ok_rows(self.rows)).copy(deep=False)
 
     def point(self, point_id: str, run_id: Optional[str] = None) -> pd.DataFrame:
         rows = self.rows[self.rows["point_id"] == point_id]

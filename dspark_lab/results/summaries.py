@@ -20,8 +20,9 @@ SUMMARY_COLUMNS = ["median_ms", "ci_low_ms", "ci_high_ms", "trials", "disturbed_
 def summary(rows: pd.DataFrame, pooled: bool = False) -> pd.DataFrame:
     """Per (run, strategy) — or per strategy over all runs when `pooled` — the median step time
     with its 95% CI, the trials used and the disturbed trials left out."""
-    ok = ok_rows(rows)
     keys = ["strategy"] if pooled else ["run_id", "strategy"]
+    ok = ok_rows(rows)
+    ok = ok[[c for c in (*keys, "step_ms", "disturbed") if c in ok.columns]]  # a narrow copy per group
     out = []
     for key, g in ok.groupby(keys, sort=False):
         use, left_out = undisturbed(g)
@@ -60,7 +61,11 @@ def compare(rows: pd.DataFrame, a: str, b: str) -> dict:
 
 def best_fix(rows: pd.DataFrame, baseline: str = BASELINE) -> Optional[str]:
     """The strategy other than the baseline with the lowest median step time in these rows."""
-    s = summary(rows)
+    return best_in_summary(summary(rows), baseline)
+
+
+def best_in_summary(s: pd.DataFrame, baseline: str = BASELINE) -> Optional[str]:
+    """best_fix from a summary already formed (`summary(rows)`)."""
     s = s[(s["strategy"] != baseline) & (s["trials"] > 0)]
     return None if s.empty else str(s.sort_values("median_ms", kind="stable").iloc[0]["strategy"])
 
