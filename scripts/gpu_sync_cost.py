@@ -25,7 +25,7 @@ for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "
     os.environ.setdefault(_k, _v)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dspark_lab.results import store  # noqa: E402
+from dspark_lab.results import load as run_load, store  # noqa: E402
 from dspark_lab.config import LabConfig  # noqa: E402
 from dspark_lab.measure import probe, trace  # noqa: E402
 from dspark_lab.results import sync_cost  # noqa: E402
@@ -87,7 +87,7 @@ def main() -> int:
             timings[cfg.workload] = round(time.time() - t0, 1)
             print(f"{cfg.workload}: measured in {timings[cfg.workload]} s, outputs identical: {r.outputs_identical}", flush=True)
         path = writer.path
-    rows, _, _ = store.load_runs([path])
+    rows = run_load.load([path]).rows
     lines = table(rows)
     (out / f"{label}-table.txt").write_text("\n".join(lines) + "\n")
     (out / f"{label}-timings.json").write_text(json.dumps({"fingerprint": fp, "seconds": timings, "run": str(path)}, indent=1))

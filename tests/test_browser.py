@@ -293,13 +293,12 @@ def _title_boxes(cell):
 def test_lab_sh_kit_runs_all_three_notebooks_and_every_control_moves_the_figures(lab):
     from playwright.sync_api import sync_playwright
 
-    from dspark_lab.results import Runs, store
+    from dspark_lab.results import Runs
     from dspark_lab.results.backend import RecordedBackend
     from dspark_lab.views import panel
 
     data_dir = lab["env"].get("DSPARK_DATA")
-    rows, tl, headers = store.load_runs(data_dir) if data_dir else store.load_runs()
-    backend = RecordedBackend(Runs(rows, tl, headers))
+    backend = RecordedBackend(Runs.load(data_dir) if data_dir else Runs.load())
     OUT.mkdir(parents=True, exist_ok=True)
     labels = {}
     with sync_playwright() as pw:

@@ -17,7 +17,8 @@ import pytest
 from dspark_lab.cli import main as cli
 from dspark_lab.results import schema
 from dspark_lab.config import LabConfig
-from dspark_lab.results.store import DataWarning, RunWriter, load_runs
+from dspark_lab.results import load as run_load
+from dspark_lab.results.store import DataWarning, RunWriter
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_ARGS = ["--model", "tiny", "--workload", "tiny", "--steps", "3", "--warmup", "1", "--trials", "2",
@@ -46,7 +47,8 @@ def usage_error(argv, capsys) -> str:
 def load(path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataWarning)
-        return load_runs(path)
+        loaded = run_load.load(path)
+        return loaded.rows, loaded.timelines, loaded.headers
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,7 +156,7 @@ def test_killed_sweep_resumes_without_losing_or_doubling_rows(tmp_path):
                         if '"kind":"point"' in line]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataWarning)  # a kill may leave a partial line
-        rows1, _, _ = load_runs(path)
+        rows1 = run_load.load(path).rows
     assert rows1["point_id"].nunique() >= done1
     saved = rows1.set_index(["point_id", "strategy", "trial"])["step_ms"]
 
@@ -177,7 +179,8 @@ def test_killed_sweep_resumes_without_losing_or_doubling_rows(tmp_path):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DataWarning)
-        rows, timelines, headers = load_runs(path)
+        loaded = run_load.load(path)
+        rows, timelines, headers = loaded.rows, loaded.timelines, loaded.headers
     assert len(headers) == 1
     keys = list(zip(rows.ep_size, rows.batch_size, rows.strategy, rows.trial))
     assert len(keys) == len(set(keys)), "a row was doubled"

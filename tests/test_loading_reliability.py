@@ -242,7 +242,10 @@ def test_extra_columns_are_kept_and_version_1_files_get_nan_for_new_columns(tmp_
     patch_header(p, schema_version=1)
     patch_row(p, 2, my_new_column=42)
     rows = load(p).rows
-    assert rows["my_new_column"].notna().sum() == 1 and "disturbed" not in rows or rows["disturbed"].isna().all()
+    assert rows["my_new_column"].notna().sum() == 1 and rows["stop_reason"].isna().all()
+    # the verdict is derived, not recorded: every row of an old file gets it, flag and reason together
+    assert rows["disturbed"].map(type).eq(bool).all()
+    assert (rows["disturbed"] == rows["disturbed_reason"].ne("")).all()
 
 
 def test_a_full_disk_mid_point_leaves_no_torn_point(tmp_path, monkeypatch):
@@ -309,3 +312,25 @@ def test_report_on_good_runs_plus_bad_ones_exits_0_and_says_what_it_skipped(fold
     assert f"skipped: {wrong}:1: schema_version 99" in captured.err
     assert "Traceback" not in captured.err and "3 problem(s) skipped" in captured.out  # the bad line, its point short of a row, the version
     assert f"{bad}:3" in out.read_text()  # the report lists them too
+
+
+def test_the_verdict_of_an_older_rule_is_replaced_flag_and_reason_together(tmp_path):
+    """A run recorded under an older rule: its recorded `disturbed` and `disturbed_reason` are both
+    replaced by the current rule's (results.noise), from the file and from the cache alike."""
+    from dspark_lab.results import Runs
+
+    p = base(tmp_path / "runs", "old-rule")
+    # an old rule counted the software power cap (0x4); the current one does not
+    patch_row(p, 2, throttle_reasons=0x4, disturbed=True, disturbed_reason="NVML slowdown: sw_power_cap")
+    patch_row(p, 3, disturbed=True, disturbed_reason="host work +3.00 ms/step over its median (bound 0.80)")
+    patch_row(p, 4, throttle_reasons=0x8, disturbed=False, disturbed_reason="")  # not flagged then; hw_slowdown now
+    past = os.stat(p).st_mtime - 3600  # not "racy": cacheable
+    os.utime(p, (past, past))
+    for cache in (False, tmp_path / "cache", tmp_path / "cache"):  # parsed, then parsed and cached, then cached
+        rows = Runs.load(p, cache=cache).rows.set_index(["point_id", "strategy", "trial"])
+        assert (rows["disturbed"] == rows["disturbed_reason"].ne("")).all()
+        assert rows["disturbed"].sum() == 1
+        flagged = rows.loc[("p1", "device_direct", 1)]  # line 4: trial 1 of device_direct
+        assert flagged["disturbed"] and flagged["disturbed_reason"] == "NVML slowdown: hw_slowdown"
+        assert not rows.loc[("p1", "device_direct", 0), "disturbed"]  # line 2: the power cap alone
+        assert rows.loc[("p1", "persistent_fill", 0), "disturbed_reason"] == ""  # line 3: nothing to flag

@@ -19,7 +19,7 @@ from dspark_lab.results import schema
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import diagnostics, loop, probe, timing, waits
 from dspark_lab.results import noise
-from dspark_lab.results.store import load_runs
+from dspark_lab.results import load as run_load
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = sorted((REPO / "data" / "runs").glob("h200-sglang-profile-*.jsonl"))
@@ -38,7 +38,7 @@ def recorded_point(ep: int = 8) -> pd.DataFrame:
     """The committed H200 sglang_profile run's point at `ep`, with a host-work column: the
     profiled host work of its strategy plus the trial's own deviation from the strategy's median
     (host-side noise shows in both)."""
-    rows, _, _ = load_runs(RECORDED)
+    rows = run_load.load(RECORDED).rows
     pt = rows[(rows.ep_size == ep) & (rows.status == "ok")].copy()
     assert len(pt) and pt.point_id.nunique() == 1
     base = pt[["host_launch_ms", "host_other_ms", "host_copy_ms"]].astype(float).sum(axis=1)

@@ -215,7 +215,7 @@ def test_cli_ep_rejects_bad_dispatch(capsys):
 
 
 def test_run_ep_writes_a_run_file_with_the_group_in_its_header(group2, tmp_path):
-    from dspark_lab.results import store
+    from dspark_lab.results import load as run_load, store
     from dspark_lab.parallel.run import run_ep
 
     cfg = LabConfig(model="tiny", workload="tiny", steps=1, warmup=0, trials=1, batch_size=2, gamma=2)
@@ -224,7 +224,7 @@ def test_run_ep_writes_a_run_file_with_the_group_in_its_header(group2, tmp_path)
     header = store.read_header(res["path"])
     assert header["world_size"] == 2 and header["dispatch"] == ["a2a_dynamic"] and header["backend"] == "gloo"
     assert "nccl_version" in header
-    rows, _, _ = store.load_runs(res["path"])
+    rows = run_load.load(res["path"]).rows
     assert set(rows["rank"]) == {0, 1} and set(rows["ep_mode"]) == {"real"} and set(rows["dispatch"]) == {"a2a_dynamic"}
     assert group2.alive()  # a group passed in is left running
 

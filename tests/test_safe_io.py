@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dspark_lab.cli import main as cli
-from dspark_lab.results import store
+from dspark_lab.results import load as run_load, store
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -102,7 +102,7 @@ def test_two_concurrent_resumes_give_one_writer_and_one_clear_refusal(tmp_path):
         gate.touch()
         out, err = first.communicate(timeout=120)
     assert first.returncode == 0, err
-    rows, _, _ = store.load_runs(path)
+    rows = run_load.load(path).rows
     assert len(rows) == len(spec) * 2 * 2 and not rows.duplicated(["point_id", "strategy", "trial"]).any()
 
 

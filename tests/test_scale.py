@@ -20,6 +20,7 @@ from dspark_lab.views import figures, report
 from dspark_lab.results import Runs
 from dspark_lab.results import cache as run_cache
 from dspark_lab.results import load as run_load
+from dspark_lab.results import noise
 from dspark_lab.results.load import DataWarning
 from dspark_lab.results.backend import ALL_RUNS, MAX_RUN_OPTIONS, RecordedBackend
 from dspark_lab.results.runs import MAX_COMPARED
@@ -250,12 +251,64 @@ def test_a_changed_file_is_parsed_again(one_run, monkeypatch):
 
 def test_a_file_written_just_now_is_not_cached(one_run, monkeypatch):
     folder, cache_dir = one_run
-    path = next(folder.glob("*.jsonl"))
-    os.utime(path)  # now: its timestamp may not show a change still to come
+    written = next(folder.glob("*.jsonl")).stat().st_mtime
+    # a fake clock (results.cache reads it): "now" is just after the write, then long after it
+    monkeypatch.setattr(run_cache, "_clock", lambda: written + run_cache.RACY_S / 2)
     calls = count_parses(monkeypatch)
     Runs.load(folder)
     Runs.load(folder)
-    assert len(calls) == 2 and not list(cache_dir.glob("*.parquet"))
+    assert len(calls) == 2 and not list(cache_dir.glob("*.parquet"))  # its timestamp may not show a change to come
+    monkeypatch.setattr(run_cache, "_clock", lambda: written + run_cache.RACY_S * 2)
+    Runs.load(folder)
+    Runs.load(folder)
+    assert len(calls) == 3 and list(cache_dir.glob("*.rows.parquet"))  # settled: parsed once more, then cached
+
+
+def count_verdicts(monkeypatch) -> list:
+    """Every time the disturbed-trial rule judges rows (results.noise.mark_disturbed): their count."""
+    calls = []
+    real = noise.mark_disturbed
+    monkeypatch.setattr(noise, "mark_disturbed", lambda rows: calls.append(len(rows)) or real(rows))
+    return calls
+
+
+def test_the_verdict_is_formed_once_per_run_file_and_read_by_every_view(template, tmp_path, monkeypatch):
+    pytest.importorskip("pyarrow")
+    monkeypatch.setenv("DSPARK_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "data" / "runs"
+    make_runs(template, folder, 3)
+    calls = count_verdicts(monkeypatch)
+    runs = Runs.load(folder)
+    assert len(calls) == 3 and sum(calls) == len(runs.rows)  # each file once, when parsed
+    runs.headline()
+    runs.table()
+    runs.run_disturbance()
+    chosen = runs.select(gpu=MACHINES[0])
+    chosen.headline()
+    ref = runs.reference(run_id=runs.run_ids()[0])
+    noise.headline(ref)
+    noise.disturbed_counts(runs.rows)
+    RecordedBackend(runs).get(RecordedBackend(runs).defaults())
+    assert len(calls) == 3  # every view read the verdict the load set
+    Runs.load(folder).headline()
+    assert len(calls) == 3  # a warm load reads the verdicts from the cache
+    noise.headline(ref.drop(columns="disturbed"))  # rows without a verdict are judged when asked
+    assert len(calls) == 4
+
+
+def test_a_new_rule_version_rebuilds_the_cache_entries(one_run, monkeypatch):
+    folder, cache_dir = one_run
+    calls = count_parses(monkeypatch)
+    Runs.load(folder)
+    Runs.load(folder)
+    assert len(calls) == 1
+    monkeypatch.setattr(noise, "RULE_VERSION", noise.RULE_VERSION + 1)  # the rule changed
+    verdicts = count_verdicts(monkeypatch)
+    runs = Runs.load(folder)
+    assert len(calls) == 2 and len(verdicts) == 1  # parsed and judged again: neither entry nor bundle used
+    assert runs.rows.attrs[noise.JUDGED_BY] == noise.RULE_VERSION
+    Runs.load(folder)
+    assert len(calls) == 2  # the rebuilt entry serves the next load
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated", "other-key"])

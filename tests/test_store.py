@@ -11,10 +11,17 @@ import pandas as pd
 import pytest
 
 from dspark_lab.results import paths, schema, store
-from dspark_lab.results.store import DataWarning, RunWriter, SchemaVersionError, load_runs
+from dspark_lab.results import load as run_load
+from dspark_lab.results.store import DataWarning, RunWriter, SchemaVersionError
 
 FP = {"gpu": "Test GPU", "driver": "1.0", "cuda": "12.0", "torch": "2.0", "python": "3.11", "platform": "x"}
 SWEEP = {"ep_size": [1], "batch_size": [1], "gamma": [2], "strategy": ["a"], "base": {}}
+
+
+def read_back(paths):
+    """(rows, timelines, headers) of run files as the loader gives them (results.load.load)."""
+    loaded = run_load.load(paths)
+    return loaded.rows, loaded.timelines, loaded.headers
 
 
 def make_rows(point_id: str, strategies=("device_direct", "persistent_fill"), trials=2, status="ok", step_ms=1.0):
@@ -45,7 +52,7 @@ def new_run(tmp_path, points=("p1", "p2"), **kw) -> RunWriter:
 def load_quiet(paths):
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataWarning)  # a clean file gives no warning
-        return load_runs(paths)
+        return read_back(paths)
 
 
 def keys(rows: pd.DataFrame) -> list[tuple]:
@@ -64,7 +71,7 @@ def test_roundtrip_rows_timelines_headers(tmp_path):
         assert c in rows.columns
     assert set(rows["gpu"]) == {"Test GPU"} and set(rows["run_id"]) == {w.run_id}
     assert rows["recorded_at"].notna().all()
-    assert list(timelines.columns) == list(store.TIMELINE_COLUMNS)
+    assert list(timelines.columns) == list(run_load.TIMELINE_COLUMNS)
     assert len(timelines) == 2 * 2 * 2  # points x strategies x segments
     assert len(headers) == 1 and headers[0]["fingerprint"] == FP and headers[0]["sweep"] == SWEEP
     assert headers[0]["schema_version"] == schema.SCHEMA_VERSION and headers[0]["path"] == str(w.path)
@@ -80,14 +87,14 @@ def test_header_is_first_record_and_points_commit(tmp_path):
 
 
 def test_empty_dir_gives_empty_frames_with_columns(tmp_path):
-    rows, timelines, headers = load_runs(tmp_path)
+    rows, timelines, headers = read_back(tmp_path)
     assert rows.empty and list(rows.columns) == list(schema.ROW_COLUMNS) + list(schema.FINGERPRINT_COLUMNS)
     assert timelines.empty and headers == []
 
 
 def test_missing_path_is_an_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope"):
-        load_runs(tmp_path / "nope")
+        read_back(tmp_path / "nope")
 
 
 def test_nan_and_numpy_values_round_trip(tmp_path):
@@ -132,7 +139,7 @@ def test_truncated_last_line_warns_with_file_and_line_and_keeps_good_records(tmp
     n_lines = data.count(b"\n")
     w.path.write_bytes(data[:-25])  # cut inside the last record (p2's commit)
     with pytest.warns(DataWarning) as rec:
-        rows, timelines, headers = load_runs(w.path)
+        rows, timelines, headers = read_back(w.path)
     msgs = " | ".join(str(r.message) for r in rec)
     assert f"{w.path.name}:{n_lines}: truncated record" in msgs
     # p2 never committed: its rows are not counted (and the warning says so); p1 is whole.
@@ -148,7 +155,7 @@ def test_corrupted_middle_line_warns_and_keeps_the_rest(tmp_path):
     lines[2] = b'{"kind":"row","point_id":"p1",\xff\xfe garbage'
     w.path.write_bytes(b"\n".join(lines))
     with pytest.warns(DataWarning) as rec:
-        rows, _, _ = load_runs(w.path)
+        rows, _, _ = read_back(w.path)
     msgs = [str(r.message) for r in rec]
     assert any(f"{w.path}:3: corrupted record" in m for m in msgs), msgs
     assert len(rows) == 7  # one row lost, every other kept
@@ -161,7 +168,7 @@ def test_unknown_kind_and_second_header_warn(tmp_path):
         f.write(json.dumps({"kind": "mystery"}) + "\n")
         f.write(w.path.read_text().splitlines()[0] + "\n")
     with pytest.warns(DataWarning) as rec:
-        rows, _, headers = load_runs(w.path)
+        rows, _, headers = read_back(w.path)
     msgs = " | ".join(str(r.message) for r in rec)
     assert "unknown kind 'mystery'" in msgs and ":9:" in msgs and "second header" in msgs and ":10:" in msgs
     assert len(rows) == 4 and len(headers) == 1
@@ -174,7 +181,7 @@ def test_corrupted_header_keeps_rows_with_unknown_fingerprint(tmp_path):
     lines[0] = lines[0][:40]
     w.path.write_text("\n".join(lines) + "\n")
     with pytest.warns(DataWarning, match=rf"{w.path.name}:1:"):
-        rows, _, headers = load_runs(w.path)
+        rows, _, headers = read_back(w.path)
     assert len(rows) == 4 and set(rows["gpu"]) == {"unknown"} and headers == []
     assert set(rows["run_id"]) == {w.path.stem}
 
@@ -189,7 +196,7 @@ def test_unknown_schema_version_skips_that_file_and_refuses_to_resume_it(tmp_pat
     good = new_run(tmp_path / "good", points=("p1",))
     good.close()
     with pytest.warns(DataWarning, match=rf"{w.path.name}:1: schema_version {schema.SCHEMA_VERSION + 41} .*file skipped"):
-        rows, _, headers = load_runs(tmp_path)
+        rows, _, headers = read_back(tmp_path)
     assert set(rows["run_id"]) == {good.run_id} and len(rows) == 4 and len(headers) == 1
     with pytest.raises(SchemaVersionError, match=w.path.name):
         RunWriter.open(w.path)
@@ -225,7 +232,7 @@ def test_resume_after_truncated_point_neither_loses_nor_doubles(tmp_path):
     r.write_point("p2", make_rows("p2", step_ms=200.0), make_timelines("p2"))
     r.close()
     with pytest.warns(DataWarning, match="truncated|corrupted"):
-        rows, timelines, _ = load_runs(w.path)
+        rows, timelines, _ = read_back(w.path)
     assert rows.groupby(["point_id", "strategy", "trial"]).size().eq(1).all()
     assert len(rows) == 8
     assert set(rows.loc[rows.point_id == "p2", "step_ms"]) == {200.0, 201.0}  # the committed attempt
@@ -263,14 +270,14 @@ def test_sigint_during_a_write_waits_until_the_point_is_on_disk(tmp_path):
     assert RunWriter.open(w.path).points == {"x": "ok"}
 
 
-def test_latest_run_and_same_machine(tmp_path):
+def test_last_modified_run_and_machine_differences(tmp_path):
     a = new_run(tmp_path, points=())
     a.close()
     os.utime(a.path, (1, 1))
     b = RunWriter.create(tmp_path / "runs", fingerprint=FP, sweep=SWEEP, run_id="zzz")
     b.close()
-    assert store.latest_run(tmp_path / "runs") == b.path
+    assert store.last_modified_run(tmp_path / "runs") == b.path
     with pytest.raises(FileNotFoundError):
-        store.latest_run(tmp_path / "empty")
-    assert store.same_machine(FP, dict(FP, python="3.12")) == []
-    assert store.same_machine(FP, dict(FP, gpu="Other", driver="2")) == ["gpu", "driver"]
+        store.last_modified_run(tmp_path / "empty")
+    assert store.machine_differences(FP, dict(FP, python="3.12")) == []
+    assert store.machine_differences(FP, dict(FP, gpu="Other", driver="2")) == ["gpu", "driver"]

@@ -11,7 +11,8 @@ import pytest
 from dspark_lab.results import schema
 from dspark_lab import strategies
 from dspark_lab.config import LabConfig
-from dspark_lab.results.store import DataWarning, RunWriter, load_runs
+from dspark_lab.results import load as run_load
+from dspark_lab.results.store import DataWarning, RunWriter
 from dspark_lab.run.sweep import (
     DEFAULT_SWEEP,
     PRESETS,
@@ -85,7 +86,8 @@ def writer(tmp_path, spec=SPEC) -> RunWriter:
 def load(path):
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataWarning)
-        return load_runs(path)
+        loaded = run_load.load(path)
+        return loaded.rows, loaded.timelines, loaded.headers
 
 
 def assert_each_row_once(rows, spec=SPEC):

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from dspark_lab.views import figures
-from dspark_lab.results import schema, store
+from dspark_lab.results import load as run_load, schema
 from dspark_lab.measure import breakdown, syncs, trace
 from dspark_lab.results import sync_cost as sc
 from dspark_lab.measure.ranges import READBACK_RANGE, STEP_RANGE
@@ -157,35 +157,31 @@ def test_two_syncs_in_one_step_each_gap_goes_to_the_latest_sync_that_drained_the
     assert charged(t) == [(500, 612, "cudaStreamSynchronize"), (895, 1012, "cudaDeviceSynchronize")]
 
 
-def test_a_sync_with_long_gpu_work_queued_behind_it_drains_nothing_and_is_charged_nothing():
+# (trace as Trace calls, the charged gaps): what a sync is charged depends on the queue it drains.
+CHARGE_CASES = [
+    pytest.param([("step", 0, 3000), ("launch", 0, 10, 12, 100),
+                  ("launch", 20, 30, 100, 2000),  # long work queued behind
+                  ("sync", 40, 120, "cudaEventSynchronize"),  # waits for the first kernel only: the queue is not empty
+                  ("launch", 300, 310, 2000, 2100), ("launch", 2500, 2510, 2512, 2600)],
+                 [], id="long-gpu-work-queued-behind-it-drains-nothing"),
+    pytest.param([("step", 0, 2000), ("launch", 0, 10, 12, 100),
+                  ("sync", 400, 405),  # the GPU has been idle since 100: nothing to wait for
+                  ("launch", 900, 910, 912, 1000)],
+                 [], id="an-already-empty-queue-charges-nothing"),
+    pytest.param([("step", 0, 4000), ("launch", 0, 10, 12, 500), ("sync", 20, 505),
+                  ("launch", 510, 520, 522, 3000),  # long work, GPU was idle: gap 500-522 is the sync's
+                  ("launch", 530, 540, 3000, 3050),  # queued: the host is ahead again
+                  ("launch", 3500, 3510, 3512, 3600)],  # gap 3050-3512: not the sync's
+                 [(500, 522, "cudaStreamSynchronize")], id="the-host-getting-ahead-ends-the-charge"),
+]
+
+
+@pytest.mark.parametrize("calls,expected", CHARGE_CASES)
+def test_a_sync_is_charged_only_the_gpu_idle_it_caused(calls, expected):
     t = Trace()
-    t.step(0, 3000)
-    t.launch(0, 10, 12, 100)
-    t.launch(20, 30, 100, 2000)        # long work queued behind
-    t.sync(40, 120, "cudaEventSynchronize")  # waits for the first kernel only: the queue is not empty
-    t.launch(300, 310, 2000, 2100)
-    t.launch(2500, 2510, 2512, 2600)
-    assert charged(t) == []
-
-
-def test_a_sync_on_an_already_empty_queue_is_charged_nothing():
-    t = Trace()
-    t.step(0, 2000)
-    t.launch(0, 10, 12, 100)
-    t.sync(400, 405)                   # the GPU has been idle since 100: nothing to wait for
-    t.launch(900, 910, 912, 1000)
-    assert charged(t) == []
-
-
-def test_the_host_getting_ahead_within_the_step_ends_the_charge():
-    t = Trace()
-    t.step(0, 4000)
-    t.launch(0, 10, 12, 500)
-    t.sync(20, 505)
-    t.launch(510, 520, 522, 3000)      # long work, GPU was idle: gap 500-522 is the sync's
-    t.launch(530, 540, 3000, 3050)     # queued: the host is ahead again
-    t.launch(3500, 3510, 3512, 3600)   # gap 3050-3512: not the sync's
-    assert charged(t) == [(500, 522, "cudaStreamSynchronize")]
+    for name, *args in calls:
+        getattr(t, name)(*args)
+    assert charged(t) == expected
 
 
 def test_no_sync_is_charged_more_idle_than_the_host_was_blocked_in_it():
@@ -253,7 +249,7 @@ def test_older_runs_fall_back_to_the_first_gap_column_and_bad_input_is_refused()
 
 
 def test_recorded_h200_run_device_direct_loses_measurably_against_a_sync_free_strategy():
-    rows, _, _ = store.load_runs(sorted(glob.glob(str(ROOT / "data" / "runs" / "h200-sglang-profile-*.jsonl"))))
+    rows = run_load.load(sorted(glob.glob(str(ROOT / "data" / "runs" / "h200-sglang-profile-*.jsonl")))).rows
     t = sc.for_points(rows)
     dd = t[t.strategy == "device_direct"]
     assert len(dd) == rows.point_id.nunique()

@@ -17,7 +17,8 @@ from dspark_lab.results.point_view import point_view
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import syncs
 from dspark_lab.run.point import measure_point
-from dspark_lab.results.store import RunWriter, load_runs
+from dspark_lab.results import load as run_load
+from dspark_lab.results.store import RunWriter
 
 NEW = ("debug_syncs_per_step", "sync_count_mismatch", "sync_note")
 
@@ -153,7 +154,7 @@ def test_cpu_rows_survive_the_store_as_nan_never_zero(tmp_path, cpu_rows):
     path = _write(tmp_path, cpu_rows)
     stored = [json.loads(line) for line in path.read_text().splitlines()]
     assert all(r["syncs_per_step"] is None for r in stored if r["kind"] == "row")  # strict JSON: null
-    back, _, _ = load_runs(path)
+    back = run_load.load(path).rows
     agg = point_view(back).per_strategy(list(syncs.SYNC_COUNT_COLUMNS))
     assert agg[list(syncs.SYNC_COUNT_COLUMNS)].isna().all().all()
     assert (back["sync_note"] == "not measurable without CUDA").all()
@@ -206,7 +207,7 @@ def test_an_old_run_file_without_the_new_columns_loads_as_nan_and_unflagged(tmp_
         for c in NEW:
             r.pop(c, None)
     path.write_text("".join(json.dumps(r) + "\n" for r in lines))
-    back, _, _ = load_runs(path)
+    back = run_load.load(path).rows
     assert back["debug_syncs_per_step"].isna().all() and back["sync_count_mismatch"].isna().all()
     fig = figures.sync_counts(back)
     assert len(_marker(fig).x) == 0 and "syncs of" not in _text(fig)

@@ -346,7 +346,7 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
     if args.resume:
         out = args.out if args.out is not None else paths.runs_dir()
         try:
-            path = store.latest_run(out) if out.is_dir() else out
+            path = store.last_modified_run(out) if out.is_dir() else out
             writer = store.RunWriter.open(path)
         except store.RunFileBusy as e:
             _err(f"cannot resume: {e}")

@@ -163,7 +163,7 @@ def measured_in_one_process(runs: Runs) -> Runs:
     """`runs` without the rows of real ranks and predictions (results.runs.SEPARATE_EP_MODES): the
     strategy comparisons here are one-process measurements; notebook 01 shows EP on real ranks apart."""
     keep = one_process(runs.rows)
-    return runs if len(keep) == len(runs.rows) else Runs(keep, runs.timelines, runs.headers, runs.warnings)
+    return runs if len(keep) == len(runs.rows) else runs.with_rows(keep)
 
 
 def latest_run(runs: Runs) -> str:

@@ -5,7 +5,8 @@ file gave (its rows after validation and attempt selection, the disturbed verdic
 problems met, each with its line) and, in a second file, its timeline segments, read only when a
 view asks for them. An entry is used only when its key matches the run file as it is now:
 
-    key = resolved path, size, modification time (ns), LOADER_VERSION, the schema versions read
+    key = resolved path, size, modification time (ns), LOADER_VERSION, the schema versions read,
+          and the disturbed-trial rule's version (results.noise.RULE_VERSION: the rows hold its verdict)
 
 so an appended, rewritten or touched run file is parsed again and its entry rewritten; a file
 modified in the last RACY_S seconds is not cached yet (its timestamp may not show a change to come). An entry that
@@ -32,19 +33,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
-from dspark_lab.results import schema
+from dspark_lab.results import noise, schema
 
 if TYPE_CHECKING:
     import pandas as pd
 
-# Bump when what an entry holds changes meaning (load.py's rules, the columns, the verdicts).
-LOADER_VERSION = 1
+# Bump when what an entry holds changes meaning (load.py's rules, the columns); a change of the
+# disturbed-trial rule is keyed on its own (noise.RULE_VERSION).
+LOADER_VERSION = 2
 ENV = "DSPARK_CACHE"
 OFF = ("off", "0", "none", "no", "false")
 _META = b"dspark_cache"
 _JSON_PREFIX = "__json__"  # an extra column of mixed types, stored as JSON text under this prefix
 RACY_S = 2.0  # see racy()
-DISTURBED_COLUMN = "__disturbed"  # the verdict per row (recorded, else results.noise's rule)
+_clock = time.time  # the clock racy() reads; tests give it a fake one instead of racing the real one
 
 
 def available() -> bool:
@@ -84,13 +86,14 @@ def file_key(path: Path) -> Optional[dict]:
     except OSError:
         return None
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-            "loader": LOADER_VERSION, "schemas": list(schema.READABLE_SCHEMA_VERSIONS)}
+            "loader": LOADER_VERSION, "schemas": list(schema.READABLE_SCHEMA_VERSIONS),
+            "disturbed_rule": noise.RULE_VERSION}
 
 
 def racy(key: Optional[dict]) -> bool:
     """A file modified within RACY_S of now may change again without its size or time changing
     (timestamps are coarse); like git's racy-clean rule, such a file is parsed but not cached."""
-    return key is not None and time.time() - key["mtime_ns"] / 1e9 < RACY_S
+    return key is not None and _clock() - key["mtime_ns"] / 1e9 < RACY_S
 
 
 def _stem(cache_dir: Path, key: dict) -> Path:

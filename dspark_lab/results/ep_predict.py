@@ -23,8 +23,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-RESAMPLES = 4000
-_SEED = 20261130
+from dspark_lab.results.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class OneRank:
 
 def predict_step_ms(per_rank: Sequence[OneRank], host_delay_ms: Sequence[float] = (),
                     host_jitter_ms: Sequence[float] = (), collective_ms: float = 0.0,
-                    resamples: int = RESAMPLES, seed: int = _SEED, noise: bool = True) -> float:
+                    resamples: int = BOOTSTRAP_RESAMPLES, seed: int = BOOTSTRAP_SEED, noise: bool = True) -> float:
     """Expected step time of len(per_rank) ranks, rank r running like per_rank[r]. `noise=False`
     leaves out the resampled per-step deviations (they overstate the maximum when they are common
     to all ranks, e.g. a pipelining pattern the collectives keep in lockstep)."""

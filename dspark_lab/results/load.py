@@ -17,209 +17,20 @@ Good records of every other file (and of the same file) still load.
 """
 from __future__ import annotations
 
-import json
-import math
 import os
-import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
 from dspark_lab.results import cache as _cache
 from dspark_lab.results import noise, schema
-from dspark_lab.results.rows import STATUSES, row_problems
+# DataWarning and SchemaVersionError: what `load` warns with and what a file it skips raised.
+from dspark_lab.results.records import RUN_SUFFIX, DataWarning, SchemaVersionError, ProblemLog, read_file, select_attempts  # noqa: F401
 
 if TYPE_CHECKING:
     import pandas as pd
 
-RUN_SUFFIX = ".jsonl"
-KINDS = ("header", "row", "timeline", "point")
 TIMELINE_COLUMNS = ("run_id", "point_id", "strategy", "lane", "part", "start_ms", "end_ms", "label")
-_BOM = b"\xef\xbb\xbf"
-
-
-class DataWarning(UserWarning):
-    """A recorded file or record is damaged or not readable; the good records are kept."""
-
-
-class SchemaVersionError(ValueError):
-    """A run file was written with a schema version this code cannot read."""
-
-
-@dataclass
-class FileRecords:
-    path: Path
-    header: Optional[dict] = None
-    header_line: Optional[int] = None
-    rows: list = field(default_factory=list)
-    timelines: list = field(default_factory=list)
-    points: list = field(default_factory=list)  # commit records in file order
-    ends_with_newline: bool = True
-    unreadable: Optional[str] = None  # why the whole file is skipped, if it is
-
-
-class _Log:
-    """Collects problems and emits each as a DataWarning."""
-
-    def __init__(self, emit: bool = True):
-        self.messages: list[str] = []
-        self.emit = emit
-
-    def __call__(self, path: Path, line: Optional[int], message: str) -> None:
-        where = f"{path}:{line}" if line is not None else f"{path}"
-        text = f"{where}: {message}"
-        self.messages.append(text)
-        if self.emit:
-            warnings.warn(text, DataWarning, stacklevel=3)
-
-
-def check_version(header: dict, path: Path) -> None:
-    version = header.get("schema_version")
-    if isinstance(version, bool) or version not in schema.READABLE_SCHEMA_VERSIONS:
-        raise SchemaVersionError(
-            f"{path}: schema_version {version!r:.40} is not supported by this dspark_lab (it reads "
-            f"schema_version {', '.join(map(str, schema.READABLE_SCHEMA_VERSIONS))}); use the dspark_lab "
-            f"release that wrote the file, or convert it")
-
-
-def header_problems(rec: dict) -> list[str]:
-    out = []
-    if not isinstance(rec.get("run_id"), str) or not rec.get("run_id"):
-        out.append("run_id must be a non-empty string")
-    for key in ("created_at", "name"):
-        if rec.get(key) is not None and not isinstance(rec.get(key), str):
-            out.append(f"{key} must be a string")
-    for key in ("fingerprint", "sweep"):
-        if rec.get(key) is not None and not isinstance(rec.get(key), dict):
-            out.append(f"{key} must be an object")
-    fp = rec.get("fingerprint") or {}
-    if isinstance(fp, dict):
-        for k in ("gpu", "driver", "cuda", "torch"):
-            v = fp.get(k)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (str, int, float))):
-                out.append(f"fingerprint.{k} must be a string")
-    return out
-
-
-def _segment_ok(seg) -> bool:
-    return (isinstance(seg, list) and len(seg) == 5 and all(isinstance(seg[i], str) for i in (0, 1, 4))
-            and all(isinstance(seg[i], (int, float)) and not isinstance(seg[i], bool) and math.isfinite(seg[i])
-                    for i in (2, 3)))
-
-
-def read_file(path: Path, log: Optional[_Log] = None) -> FileRecords:
-    """Parse and validate one run file's records (see the module's rules)."""
-    log = log or _Log()
-    out = FileRecords(path)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        out.unreadable = f"cannot read it ({e.strerror or e})"
-        log(path, None, out.unreadable + ", skipped")
-        return out
-    if data.startswith(_BOM):
-        data = data[len(_BOM):]
-    out.ends_with_newline = data.endswith(b"\n") or not data
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    seen_rows: dict[tuple, int] = {}
-    for lineno, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            continue
-        last = lineno == len(lines)
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as e:
-            why = "truncated record (an interrupted write?)" if last and not out.ends_with_newline else "corrupted record"
-            log(path, lineno, f"{why}, skipped ({e.__class__.__name__}: {str(e)[:80]})")
-            continue
-        if not isinstance(rec, dict) or rec.get("kind") not in KINDS:
-            kind = rec.get("kind") if isinstance(rec, dict) else type(rec).__name__
-            log(path, lineno, f"record of unknown kind {str(kind)[:40]!r}, skipped (known: {', '.join(KINDS)})")
-            continue
-        kind = rec["kind"]
-        if kind == "header":
-            if out.header is not None or out.header_line is not None:
-                log(path, lineno, "a second header record, skipped")
-                continue
-            out.header_line = lineno
-            try:
-                check_version(rec, path)
-            except SchemaVersionError as e:
-                out.unreadable = str(e).split(": ", 1)[1]
-                log(path, lineno, out.unreadable + "; file skipped")
-                return out
-            problems = header_problems(rec)
-            if problems:
-                out.unreadable = "header of the wrong shape (" + "; ".join(problems) + ")"
-                log(path, lineno, out.unreadable + "; file skipped")
-                return out
-            out.header = rec
-        elif kind == "row":
-            problems = row_problems(rec)
-            if not isinstance(rec.get("attempt"), (str, type(None))):
-                problems.append("attempt must be a string")
-            if problems:
-                log(path, lineno, "row skipped: " + "; ".join(problems[:3]))
-                continue
-            # A row is one trial of one strategy at one point, on one rank of one rank case.
-            key = (rec.get("attempt"), rec["point_id"], rec["strategy"], rec.get("trial"),
-                   rec.get("rank"), rec.get("rank_case"), rec.get("dispatch"))
-            if key in seen_rows:
-                log(path, lineno, f"duplicate of the row on line {seen_rows[key]}, skipped")
-                continue
-            seen_rows[key] = lineno
-            rec["_line"] = lineno
-            out.rows.append(rec)
-        elif kind == "timeline":
-            if not isinstance(rec.get("point_id"), str) or not isinstance(rec.get("segments"), list) \
-                    or not isinstance(rec.get("strategy"), (str, type(None))):
-                log(path, lineno, "timeline record without point_id, strategy or segments list, skipped")
-                continue
-            bad = [i for i, s in enumerate(rec["segments"]) if not _segment_ok(s)]
-            if bad:
-                log(path, lineno, f"timeline: {len(bad)} segment(s) not [lane, part, start_ms, end_ms, label], skipped")
-                rec = {**rec, "segments": [s for i, s in enumerate(rec["segments"]) if i not in set(bad)]}
-            out.timelines.append(rec)
-        else:  # point
-            n_rows = rec.get("n_rows")
-            if not isinstance(rec.get("point_id"), str) or rec.get("status") not in STATUSES \
-                    or not (n_rows is None or (isinstance(n_rows, int) and not isinstance(n_rows, bool))):
-                log(path, lineno, "point record without a valid point_id, status or n_rows, skipped")
-                continue
-            rec["_line"] = lineno
-            out.points.append(rec)
-    if out.header is None and out.unreadable is None and lines:
-        log(path, 1, "no readable header record; machine fingerprint unknown for its rows")
-    return out
-
-
-def select_attempts(recs: FileRecords, log: Optional[_Log] = None) -> tuple[list[dict], list[dict]]:
-    """Per point, the rows and timelines of its last committed attempt; uncommitted rows are left out."""
-    log = log or _Log(emit=False)
-    committed: dict[str, dict] = {}
-    for p in recs.points:
-        committed[p["point_id"]] = p
-    uncommitted: dict[str, int] = {}
-    kept_rows = []
-    for r in recs.rows:
-        c = committed.get(r["point_id"])
-        if c is None:
-            uncommitted[r["point_id"]] = uncommitted.get(r["point_id"], 0) + 1
-        elif r.get("attempt") == c.get("attempt"):
-            kept_rows.append(r)
-    for pid, n in uncommitted.items():
-        log(recs.path, None, f"point {pid[:40]}: {n} row(s) without a commit record (an interrupted or torn "
-                             "write), not loaded")
-    for pid, c in committed.items():
-        n_found = sum(1 for r in kept_rows if r["point_id"] == pid)
-        if isinstance(c.get("n_rows"), int) and n_found < c["n_rows"]:
-            log(recs.path, c["_line"], f"point {pid[:40]}: {n_found} of its {c['n_rows']} committed rows are "
-                                       "readable; the readable ones are loaded")
-    tls = [t for t in recs.timelines
-           if t["point_id"] in committed and t.get("attempt") == committed[t["point_id"]].get("attempt")]
-    return kept_rows, tls
 
 
 def run_files(paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
@@ -260,7 +71,7 @@ def _fingerprint_values(header: Optional[dict], path: Path) -> dict:
     }
 
 
-class _Collect(_Log):
+class _Collect(ProblemLog):
     """Collects [line, message] pairs of one file without emitting them (they are replayed, with the
     path as given, by `load`, also when the file's results come from the cache)."""
 
@@ -272,9 +83,24 @@ class _Collect(_Log):
         self.items.append([line, message])
 
 
+def _row_dicts(recs, rows: list, fpv: dict) -> list:
+    """The kept row records as flat dicts with the machine fingerprint and the point's commit time."""
+    commit_time = {p["point_id"]: p.get("recorded_at") for p in recs.points}
+    out = []
+    for r in rows:
+        d = {k: v for k, v in r.items() if k not in ("kind", "attempt", "_line")}
+        d.update(fpv)
+        t = commit_time.get(r["point_id"])
+        d["recorded_at"] = t if isinstance(t, str) and t else fpv["recorded_at"]
+        out.append(d)
+    return out
+
+
 def parse_file(path: Path):
     """One run file read, validated and reduced to its last committed attempts: a cache.Entry with
-    its rows (a DataFrame with the disturbed verdict in cache.DISTURBED_COLUMN) and timelines."""
+    its rows and timelines. The rows are judged here, once per run: `disturbed` and
+    `disturbed_reason` set together by the current rule (results.noise), replacing what was recorded
+    (a run recorded under an older rule must not show a flag and a reason that disagree)."""
     import pandas as pd
 
     key = _cache.file_key(path)
@@ -288,16 +114,7 @@ def parse_file(path: Path):
         sel = _Collect()
         rows, timelines = select_attempts(recs, sel)
         entry.select_problems = sel.items
-        commit_time = {p["point_id"]: p.get("recorded_at") for p in recs.points}
-        row_dicts = []
-        for r in rows:
-            d = {k: v for k, v in r.items() if k not in ("kind", "attempt", "_line")}
-            d.update(fpv)
-            t = commit_time.get(r["point_id"])
-            d["recorded_at"] = t if isinstance(t, str) and t else fpv["recorded_at"]
-            row_dicts.append(d)
-        df = _frame(row_dicts)
-        df[_cache.DISTURBED_COLUMN] = noise.disturbed_flags(df).to_numpy(bool) if len(df) else []
+        df = noise.mark_disturbed(_frame(_row_dicts(recs, rows, fpv)))
         entry.rows, entry.n_rows = df, len(df)
         seg_rows = [(fpv["run_id"], t["point_id"], t.get("strategy"), *seg) for t in timelines for seg in t["segments"]]
         entry.timelines = pd.DataFrame.from_records(seg_rows, columns=list(TIMELINE_COLUMNS))
@@ -388,7 +205,6 @@ class Loaded:
     timeline_source: TimelineSource
     headers: list  # header records, each with "path" added
     warnings: list  # every problem, "file:line: what was skipped"
-    disturbed: Optional["pd.Series"] = None  # per row: the recorded verdict, else results.noise's rule
 
     @property
     def timelines(self) -> "pd.DataFrame":
@@ -467,7 +283,7 @@ def load(paths=None, *, default: Optional[Path] = None, cache=None) -> Loaded:
         keys = [_cache.file_key(p) for p in files]
         bundle = _cache.read_bundle(cache_dir, files, keys) if None not in keys else None
     entries, table = bundle if bundle is not None else (_entries(files, cache_dir), None)
-    log = _Log()
+    log = ProblemLog()
     parts: list = []
     headers: list[dict] = []
     run_ids: dict[str, Path] = {}
@@ -493,7 +309,7 @@ def load(paths=None, *, default: Optional[Path] = None, cache=None) -> Loaded:
         if table is not None and cache_dir is not None:
             _cache.write_bundle(cache_dir, files, entries, table)
     rows_df = _assemble(parts, table)
-    disturbed = rows_df.pop(_cache.DISTURBED_COLUMN).astype(bool) if _cache.DISTURBED_COLUMN in rows_df else None
     base_cols = list(schema.ROW_COLUMNS) + list(schema.FINGERPRINT_COLUMNS)
     rows_df = rows_df[base_cols + [c for c in rows_df.columns if c not in base_cols]]
-    return Loaded(rows_df, source, headers, log.messages, disturbed)
+    rows_df.attrs[noise.JUDGED_BY] = noise.RULE_VERSION  # every file's rows were judged by it (parse_file)
+    return Loaded(rows_df, source, headers, log.messages)

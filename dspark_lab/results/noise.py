@@ -38,10 +38,16 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from dspark_lab.results.schema import MACHINE_KEYS
+from dspark_lab.results.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
+
 RULE = ("A trial is disturbed when its host real-work time per step exceeds the median of its strategy's "
         "trials at that point by more than max(3 MADs, 10% of their median step time), or its GPU time per "
         "step does by the same bound, or its SM clock fell more than 10% below their median, or NVML "
         "reported a hardware or thermal slowdown during it.")
+# Bump when the trial rule changes (RULE, a constant below or the code judging a group): the
+# columnar cache (results/cache.py) keys its entries on it, so runs are judged again by the new rule.
+RULE_VERSION = 1
 MAD_K = 3.0
 STEP_FRACTION = 0.10  # of the group's median step time
 CLOCK_DROP = 0.10  # SM clock below (1 - CLOCK_DROP) x the group's median
@@ -49,10 +55,11 @@ MIN_TRIALS = 3
 BASELINE = "device_direct"
 HEADLINE_PAIR = ("device_direct", "non_blocking")
 LEVEL = 0.95
-_RNG_SEED = 20261130  # as measure.timing: the same samples always give the same interval
-BOOTSTRAP_RESAMPLES = 4000
 # NVML clock-event reasons that mark a trial (software power cap is left out: see the docstring).
 _SLOWDOWN_NAMES = {0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake"}
+# The columns the rule reads, and the frame attribute that says which rule version judged a frame.
+JUDGED_COLUMNS = ("step_ms", "host_work_ms", "gpu_ms", "sm_clock_mhz", "throttle_reasons")
+JUDGED_BY = "disturbed_rule_version"
 
 
 def _group_keys(rows: pd.DataFrame) -> list[str]:
@@ -74,30 +81,47 @@ def _mad(x: np.ndarray) -> float:
     return float(1.4826 * np.median(np.abs(x - np.median(x))))
 
 
-def _judge_group(g: pd.DataFrame) -> list[str]:
-    """Reasons per row of one (run, point, strategy) group ("" = quiet)."""
-    reasons: list[list[str]] = [[] for _ in range(len(g))]
-    step = _num(g, "step_ms").to_numpy()
-    if len(g) >= MIN_TRIALS and np.isfinite(step).sum() >= MIN_TRIALS:
+def group_positions(rows: pd.DataFrame, keys: Sequence[str], dropna: bool = False) -> list[np.ndarray]:
+    """Each group's row positions (0..len-1, ascending), groups in order of first appearance: one
+    grouping pass, then numpy slices (a pandas group per group costs ~1 ms; 23,000 groups at 500 runs)."""
+    if not len(rows):
+        return []
+    if not keys:
+        return [np.arange(len(rows))]
+    codes = rows.groupby(list(keys), sort=False, dropna=dropna).ngroup().to_numpy()
+    order = np.argsort(codes, kind="stable")
+    order = order[codes[order] >= 0]  # rows of a NaN key when dropna
+    return np.split(order, np.flatnonzero(np.diff(codes[order])) + 1) if len(order) else []
+
+
+def _outliers(label: str, x: np.ndarray, step_med: float, reasons: list) -> None:
+    """Reasons for values more than max(MAD_K MADs, STEP_FRACTION of the median step) over the median."""
+    ok = np.isfinite(x)
+    if ok.sum() < MIN_TRIALS:
+        return
+    med = float(np.median(x[ok]))
+    bound = max(MAD_K * _mad(x[ok]), STEP_FRACTION * step_med)
+    for i in np.flatnonzero(ok & (x - med > bound)):
+        reasons[i].append(f"{label} +{x[i] - med:.2f} ms/step over its median (bound {bound:.2f})")
+
+
+def _judge_group(g: dict) -> list[str]:
+    """Reasons per row of one (run, point, strategy) group ("" = quiet); `g`: JUDGED_COLUMNS -> arrays."""
+    step = g["step_ms"]
+    reasons: list[list[str]] = [[] for _ in range(len(step))]
+    if len(step) >= MIN_TRIALS and np.isfinite(step).sum() >= MIN_TRIALS:
         step_med = float(np.nanmedian(step))
-        host = _num(g, "host_work_ms").to_numpy()
-        checks = [("host work", host) if np.isfinite(host).sum() >= MIN_TRIALS else ("step time", step),
-                  ("GPU time", _num(g, "gpu_ms").to_numpy())]
-        for label, x in checks:
-            ok = np.isfinite(x)
-            if ok.sum() < MIN_TRIALS:
-                continue
-            med = float(np.median(x[ok]))
-            bound = max(MAD_K * _mad(x[ok]), STEP_FRACTION * step_med)
-            for i in np.flatnonzero(ok & (x - med > bound)):
-                reasons[i].append(f"{label} +{x[i] - med:.2f} ms/step over its median (bound {bound:.2f})")
-        sm = _num(g, "sm_clock_mhz").to_numpy()
+        host = g["host_work_ms"]
+        _outliers(*(("host work", host) if np.isfinite(host).sum() >= MIN_TRIALS else ("step time", step)),
+                  step_med, reasons)
+        _outliers("GPU time", g["gpu_ms"], step_med, reasons)
+        sm = g["sm_clock_mhz"]
         ok = np.isfinite(sm)
         if ok.sum() >= MIN_TRIALS:
             med = float(np.median(sm[ok]))
             for i in np.flatnonzero(ok & (sm < (1 - CLOCK_DROP) * med)):
                 reasons[i].append(f"SM clock {sm[i]:.0f} MHz (median {med:.0f})")
-    thr = _num(g, "throttle_reasons").to_numpy()
+    thr = g["throttle_reasons"]
     for i in np.flatnonzero(np.isfinite(thr)):
         names = [n for bit, n in _SLOWDOWN_NAMES.items() if int(thr[i]) & bit]
         if names:
@@ -106,32 +130,42 @@ def _judge_group(g: pd.DataFrame) -> list[str]:
 
 
 def mark_disturbed(rows: pd.DataFrame) -> pd.DataFrame:
-    """A copy of `rows` with `disturbed` (bool) and `disturbed_reason` set by the rule (RULE).
-    Failed rows are never disturbed. Re-computes what the runner recorded, from the rows alone."""
+    """A copy of `rows` with `disturbed` (bool) and `disturbed_reason` set together by the rule
+    (RULE), replacing any recorded ones, stamped with RULE_VERSION (`judged` then reads them).
+    Failed rows are never disturbed."""
     out = rows.copy()
-    reasons = [""] * len(out)
-    pos = out.reset_index(drop=True)  # positions, so a frame with a repeated index works too
-    ok = pos[_ok(pos)]
-    for _, g in ok.groupby(_group_keys(ok), sort=False, dropna=False):
-        for i, why in zip(g.index, _judge_group(g)):
-            reasons[i] = why
-    out["disturbed_reason"] = reasons
+    reasons = np.full(len(out), "", dtype=object)
+    ok_at = np.flatnonzero(_ok(out).to_numpy(bool))  # positions, so a repeated index works too
+    ok = out.iloc[ok_at]
+    values = {c: _num(ok, c).to_numpy() for c in JUDGED_COLUMNS}
+    for idx in group_positions(ok, _group_keys(ok)):
+        reasons[ok_at[idx]] = _judge_group({c: v[idx] for c, v in values.items()})
+    out["disturbed_reason"] = reasons.tolist()
     out["disturbed"] = [bool(r) for r in reasons]
+    out.attrs[JUDGED_BY] = RULE_VERSION
     return out
 
 
+def judged(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` with the current rule's verdict: as they are when it set their `disturbed` and
+    `disturbed_reason` already (the loader and Runs judge each run once), else judged now. A
+    recorded verdict is the rule as it stood then: derived data, never trusted."""
+    if rows.attrs.get(JUDGED_BY) == RULE_VERSION and {"disturbed", "disturbed_reason"} <= set(rows.columns):
+        return rows
+    return mark_disturbed(rows)
+
+
 def disturbed_flags(rows: pd.DataFrame) -> pd.Series:
-    """The verdict of the current rule, from the rows' own diagnostics. The `disturbed` column a run
-    recorded is the rule as it stood then: derived data, so it is recomputed rather than trusted
-    (a rule fixed later applies to old runs too, and every view leaves out the same trials)."""
+    """The verdict of the current rule, from the rows' own diagnostics (recomputed, whatever the
+    rows recorded: see `judged` for reading a verdict already set)."""
     return mark_disturbed(rows)["disturbed"]
 
 
 def disturbed_counts(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per run, point and strategy: trials, disturbed trials (recomputed if not recorded)."""
-    ok = rows[_ok(rows)]
-    keys = _group_keys(ok)
-    df = ok.assign(disturbed=disturbed_flags(ok))
+    """Per run, point and strategy: trials, disturbed trials."""
+    df = judged(rows)
+    df = df[_ok(df)]
+    keys = _group_keys(df)
     return (df.groupby(keys, sort=False)["disturbed"].agg(trials="size", disturbed="sum")
             .reset_index().astype({"disturbed": int}))
 
@@ -150,7 +184,7 @@ def paired_ratio(a_ms: Sequence[float], b_ms: Sequence[float], level: float = LE
     if r.size == 1:
         lo = hi = med
     else:
-        rng = np.random.default_rng(_RNG_SEED)
+        rng = np.random.default_rng(BOOTSTRAP_SEED)
         boots = np.median(rng.choice(r, size=(BOOTSTRAP_RESAMPLES, r.size)), axis=1)
         lo, hi = (float(v) for v in np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2]))
     hw = (hi - lo) / 2 / med * 100 if r.size > 1 else None
@@ -173,13 +207,14 @@ def headline_pair(strategies: Iterable[str], step_ms: Optional[dict] = None) -> 
 def headline(rows: pd.DataFrame, pair: Optional[tuple[str, str]] = None, level: float = LEVEL) -> dict:
     """The headline of ONE point of ONE run: the paired per-round step-time ratio a/b over rounds
     where neither trial is disturbed, with its CI, and the disturbed-trial counts beside it."""
-    ok = rows[_ok(rows)]
+    ok = judged(rows)
+    ok = ok[_ok(ok)]
     if ok.empty:
         raise ValueError("headline needs rows with status ok")
+    ok = ok[[c for c in ("run_id", "point_id", "strategy", "trial", "step_ms", "disturbed") if c in ok.columns]]
     for col in ("run_id", "point_id"):
         if col in ok.columns and ok[col].nunique() > 1:
             raise ValueError(f"headline takes one point of one run; got {ok[col].nunique()} values of {col}")
-    ok = ok.assign(disturbed=disturbed_flags(ok))
     quiet_med = ok[~ok["disturbed"]].groupby("strategy")["step_ms"].median().to_dict()
     a, b = pair or headline_pair(ok["strategy"].unique(), quiet_med)
     side = {s: ok[ok["strategy"] == s].set_index("trial") for s in (a, b)}
@@ -207,32 +242,11 @@ def describe(h: dict, level: float = LEVEL) -> str:
             f"{hw}) over {h['quiet_rounds']} quiet rounds; {excl}")
 
 
-def headlines(rows: pd.DataFrame) -> pd.DataFrame:
-    """One headline per run x point (points where it cannot be formed are skipped)."""
-    ok = rows[_ok(rows)]
-    keys = [c for c in ("run_id", "point_id") if c in ok.columns]
-    out = []
-    for key, g in ok.groupby(keys, sort=False):
-        try:
-            h = headline(g)
-        except ValueError:
-            continue
-        key = key if isinstance(key, tuple) else (key,)
-        rec = dict(zip(keys, key))
-        rec.update({k: g[k].iloc[0] for k in ("ep_size", "batch_size", "gamma", "workload") if k in g})
-        rec.update({k: v for k, v in h.items() if k != "disturbed"})
-        for c in ("stop_reason", "ci_half_width_pct"):
-            if c in g.columns:
-                rec["recorded_" + c] = g[c].iloc[0]
-        out.append(rec)
-    return pd.DataFrame(out)
-
-
 def profiler_inflation(rows: pd.DataFrame) -> pd.DataFrame:
     """Per run, point and strategy: the profiled step (one profiler pass) against the
     profiler-free median step of the quiet trials, and the inflation in %."""
-    ok = rows[_ok(rows)]
-    ok = ok.assign(disturbed=disturbed_flags(ok))
+    ok = judged(rows)
+    ok = ok[_ok(ok)]
     keys = _group_keys(ok)
     quiet = ok[~ok["disturbed"]]
     agg = quiet.groupby(keys, sort=False).agg(step_ms=("step_ms", "median"), profiled_step_ms=("profiled_step_ms", "first"))
@@ -249,55 +263,73 @@ RUN_RULE = ("A run is disturbed at a point when its quiet trials' median host re
             "the lowest such median among the runs of the same machine (GPU, driver, CUDA, torch) at the same "
             "point by more than max(3 MADs of that lowest run's quiet trials, 10% of its median step time); "
             "a point recorded by one run of its machine has no run to be compared with and is not judged.")
-MACHINE_KEYS = ("gpu", "driver", "cuda", "torch")
 # What makes two runs' points the same point (point_id is per run); those absent from the rows are skipped.
 POINT_KEYS = ("workload", "model", "ep_size", "batch_size", "gamma", "graph", "ep_mode", "dispatch", "rank")
+
+
+RUN_COLUMNS = ["run_id", "point_id", "host_work_ms", "step_ms", "quiet_trials", "reference_run_id",
+               "excess_ms", "bound_ms", "run_disturbed", "run_disturbed_reason"]
+
+
+def _per_run_point(ok: pd.DataFrame, cfg: list) -> pd.DataFrame:
+    """Per (run, point): its machine and point keys, and the median and MAD of host work per step
+    over its quiet trials with host work, their count and the quiet trials' median step time."""
+    quiet = ~ok["disturbed"].to_numpy(bool)
+    host, step = _num(ok, "host_work_ms").to_numpy(), _num(ok, "step_ms").to_numpy()
+    groups = group_positions(ok, ["run_id", "point_id"], dropna=True)
+    first = [int(idx[0]) for idx in groups]
+    per = ok.iloc[first][["run_id", "point_id", *cfg]].reset_index(drop=True)
+    med, mad, step_med = (np.full(len(groups), np.nan) for _ in range(3))
+    n = np.zeros(len(groups), dtype=np.int64)
+    for k, idx in enumerate(groups):
+        q = idx[quiet[idx]]
+        h = host[q][~np.isnan(host[q])]
+        sq = step[q][~np.isnan(step[q])]
+        n[k] = h.size
+        if h.size:
+            med[k], mad[k] = float(np.median(h)), _mad(h)
+        if sq.size:
+            step_med[k] = float(np.median(sq))
+    return per.assign(host_work_ms=med, host_mad_ms=mad, step_ms=step_med, quiet_trials=n)
+
+
+def _judge_runs(per: pd.DataFrame, cfg: list) -> pd.DataFrame:
+    """RUN_RULE over the runs of each machine at each point: reference run, excess, bound, verdict."""
+    host, mad, step = (per[c].to_numpy(float) for c in ("host_work_ms", "host_mad_ms", "step_ms"))
+    quiet_n, run_ids = per["quiet_trials"].to_numpy(), per["run_id"].to_numpy(object)
+    ref = np.full(len(per), None, dtype=object)
+    excess, bounds = np.full(len(per), np.nan), np.full(len(per), np.nan)
+    bad, why = np.zeros(len(per), bool), np.full(len(per), "", dtype=object)
+    for idx in group_positions(per, cfg) if cfg else [np.arange(len(per))]:
+        judged = idx[quiet_n[idx] >= MIN_TRIALS]
+        why[idx[quiet_n[idx] < MIN_TRIALS]] = f"not judged: fewer than {MIN_TRIALS} quiet trials with host work"
+        if len(judged) < 2:
+            why[judged] = "not judged: no other run of this machine at this point"
+            continue
+        low = judged[np.argmin(host[judged])]
+        bound = max(MAD_K * float(mad[low]), STEP_FRACTION * float(step[low]))
+        for i in judged:
+            ref[i], excess[i], bounds[i] = run_ids[low], float(host[i] - host[low]), bound
+            if excess[i] > bound:
+                bad[i] = True
+                why[i] = (f"host work {host[i]:.2f} ms/step, +{excess[i]:.2f} over the quietest run "
+                          f"of this machine at this point (bound {bound:.2f})")
+    return per.assign(reference_run_id=pd.Series(ref, index=per.index, dtype=object), excess_ms=excess, bound_ms=bounds, run_disturbed=bad,
+                      run_disturbed_reason=why)
 
 
 def run_disturbance(rows: pd.DataFrame) -> pd.DataFrame:
     """One row per (run, point): the median host work per step of its quiet trials, the lowest such
     median among the same machine's runs at the same point (`reference_run_id`), the excess over it,
     the bound, and `run_disturbed` / `run_disturbed_reason` by RUN_RULE. Rows without host diagnostics
-    are not judged (run_disturbed False, reason says why)."""
-    cols = ["run_id", "point_id", "host_work_ms", "step_ms", "quiet_trials", "reference_run_id",
-            "excess_ms", "bound_ms", "run_disturbed", "run_disturbed_reason"]
-    ok = rows[_ok(rows)]
+    are not judged (run_disturbed False, reason says why). Trials are quiet by the rows' verdict
+    (`judged`: read where the loader or Runs set it)."""
+    ok = judged(rows)
+    ok = ok[_ok(ok)]
     if ok.empty or "point_id" not in ok.columns:
-        return pd.DataFrame(columns=cols)
-    ok = ok.assign(_quiet=~disturbed_flags(ok).to_numpy(), _host=_num(ok, "host_work_ms"), _step=_num(ok, "step_ms"))
+        return pd.DataFrame(columns=RUN_COLUMNS)
     if "run_id" not in ok.columns:
         ok = ok.assign(run_id="")
     cfg = [c for c in (*MACHINE_KEYS, *POINT_KEYS) if c in ok.columns]
-    ok[cfg] = ok[cfg].astype(str)  # NaN and mixed types compare as text
-    per = []
-    for (rid, pid), g in ok.groupby(["run_id", "point_id"], sort=False):
-        q = g[g["_quiet"] & g["_host"].notna()]
-        host = q["_host"].to_numpy()
-        per.append({"run_id": rid, "point_id": pid, **{c: g[c].iloc[0] for c in cfg},
-                    "host_work_ms": float(np.median(host)) if host.size else np.nan,
-                    "host_mad_ms": _mad(host) if host.size else np.nan,
-                    "step_ms": float(g.loc[g["_quiet"], "_step"].median()), "quiet_trials": int(host.size)})
-    per = pd.DataFrame(per)
-    per["reference_run_id"], per["excess_ms"], per["bound_ms"] = None, np.nan, np.nan
-    per["run_disturbed"], per["run_disturbed_reason"] = False, ""
-    groups = per.groupby(cfg, sort=False, dropna=False).groups if cfg else {"": per.index}
-    for idx in groups.values():
-        g = per.loc[idx]
-        judged = g[g["quiet_trials"] >= MIN_TRIALS]
-        per.loc[g.index.difference(judged.index), "run_disturbed_reason"] = \
-            f"not judged: fewer than {MIN_TRIALS} quiet trials with host work"
-        if len(judged) < 2:
-            if len(judged):
-                per.loc[judged.index, "run_disturbed_reason"] = "not judged: no other run of this machine at this point"
-            continue
-        low = judged.loc[judged["host_work_ms"].idxmin()]
-        bound = max(MAD_K * float(low["host_mad_ms"]), STEP_FRACTION * float(low["step_ms"]))
-        for i in judged.index:
-            excess = float(per.at[i, "host_work_ms"] - low["host_work_ms"])
-            per.at[i, "reference_run_id"], per.at[i, "excess_ms"], per.at[i, "bound_ms"] = low["run_id"], excess, bound
-            if excess > bound:
-                per.at[i, "run_disturbed"] = True
-                per.at[i, "run_disturbed_reason"] = (
-                    f"host work {per.at[i, 'host_work_ms']:.2f} ms/step, +{excess:.2f} over the quietest run "
-                    f"of this machine at this point (bound {bound:.2f})")
-    return per[cols].reset_index(drop=True)
+    ok = ok.assign(**{c: ok[c].astype(str) for c in cfg})  # NaN and mixed types compare as text
+    return _judge_runs(_per_run_point(ok, cfg), cfg)[RUN_COLUMNS].reset_index(drop=True)

@@ -14,7 +14,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from dspark_lab.results.load import RUN_SUFFIX
+from dspark_lab.results.records import RUN_SUFFIX
 
 
 class OutputError(Exception):

@@ -54,13 +54,27 @@ def value_problem(column: str, value: Any) -> Optional[str]:
     return None
 
 
+# The plainly valid values of JSON-decoded rows, by exact type: checked first (loading 500 runs
+# checks 10 million values); anything else gets value_problem's full check.
+_PLAIN = {**{c: (int,) for c in INT_COLUMNS}, **{c: (float, int) for c in FLOAT_COLUMNS},
+          **{c: (bool,) for c in BOOL_COLUMNS}, **{c: (str,) for c in STR_COLUMNS if c != "status"}}
+
+
+def _plainly_valid(column: str, value: Any) -> bool:
+    t = type(value)
+    return t in _PLAIN.get(column, ()) and (t is not float or math.isfinite(value))
+
+
 def row_problems(rec: dict) -> list[str]:
     """Everything wrong with a recorded row (empty: it is valid)."""
     out = [f"{c} is missing" for c in REQUIRED if rec.get(c) in (None, "")]
     if rec.get("status") == "ok":
         out += [f"{c} is missing from an ok row" for c in REQUIRED_OK if rec.get(c) is None]
     for c in schema.ROW_COLUMNS:
-        p = value_problem(c, rec.get(c))
+        v = rec.get(c)
+        if v is None or _plainly_valid(c, v):
+            continue
+        p = value_problem(c, v)
         if p:
             out.append(p)
     return out

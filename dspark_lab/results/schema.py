@@ -1,9 +1,10 @@
 """The tidy row: one per config point x strategy x trial. Everything downstream reads these columns.
 
-A recorded run is a JSON-lines file (see results/store.py): a header record with the machine fingerprint,
-then per point its `row` records (the columns below), `timeline` records (a few profiled steps as
-segments) and a closing `point` record that marks the point finished. Read them with
-`dspark_lab.results.Runs.load()` (or `store.load_runs`); rows are built by `results.rows.build_row`.
+A recorded run is a JSON-lines file, written by results/store.py (RunWriter): a header record with the
+machine fingerprint, then per point its `row` records (the columns below), `timeline` records (a few
+profiled steps as segments) and a closing `point` record that marks the point finished. Read them with
+`dspark_lab.results.Runs.load()` (results/load.py reads and validates them); rows are built by
+`results.rows.build_row`.
 """
 from __future__ import annotations
 
@@ -71,7 +72,9 @@ DIAG_COLUMNS = (
     "stop_reason",  # "ci_target" | "time_cap" | "fixed_trials": why the point stopped measuring
     "ci_half_width_pct",  # the point's headline ratio CI half-width when it stopped, % (None if none)
 )
-FINGERPRINT_COLUMNS = ("gpu", "driver", "cuda", "torch", "run_id", "recorded_at")
+# A machine, as runs are compared and resumed: the fingerprint keys that must agree.
+MACHINE_KEYS = ("gpu", "driver", "cuda", "torch")
+FINGERPRINT_COLUMNS = MACHINE_KEYS + ("run_id", "recorded_at")
 
 ROW_COLUMNS = CONFIG_COLUMNS + STATUS_COLUMNS + TIMING_COLUMNS + TRACE_COLUMNS + DIAG_COLUMNS
 
@@ -100,5 +103,3 @@ RANK_COLUMNS = (
     "blocked_from_others_ms", "collective_from_others_ms",
     "sync_sites",  # JSON {"file:line function": syncs per step} from sync debug mode, this rank (CUDA)
 )
-GPU_RANK_PARTS = ("gpu_busy_ms", "gpu_collective_ms", "gpu_idle_ms")
-EP_MODES = ("single", "predicate_only", "real", "predicted")

@@ -9,7 +9,9 @@ from typing import Sequence
 
 import numpy as np
 
-_RNG_SEED = 20261130
+# One seed and one resample count for every bootstrap and resampling in results (stats, noise,
+# ep_predict): the same samples always give the same interval.
+BOOTSTRAP_SEED = 20261130
 BOOTSTRAP_RESAMPLES = 4000
 MINUS = "\u2212"  # a real minus sign in user-facing text
 EN_DASH = "\u2013"
@@ -23,7 +25,7 @@ def median_ci(samples: Sequence[float], level: float = 0.95) -> tuple[float, flo
     med = float(np.median(x))
     if x.size == 1:
         return med, med, med
-    rng = np.random.default_rng(_RNG_SEED)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
     boots = np.median(rng.choice(x, size=(BOOTSTRAP_RESAMPLES, x.size), replace=True), axis=1)
     lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2])
     return med, float(lo), float(hi)
@@ -56,7 +58,7 @@ def compare(a: Sequence[float], b: Sequence[float], a_name: str = "A", b_name: s
     a, b = np.asarray(a, float), np.asarray(b, float)
     if a.size == 0 or b.size == 0:
         raise ValueError("compare needs samples on both sides")
-    rng = np.random.default_rng(_RNG_SEED)
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
     paired = a.size == b.size and a.size > 1
     if paired:
         ratios = a / b

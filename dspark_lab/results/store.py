@@ -15,7 +15,8 @@ Resuming appends; nothing is ever rewritten. One process writes a file at a time
 an advisory lock (flock) until it is closed, and a second writer gets RunFileBusy. When a point
 was measured more than once in one file (an interrupted write, or a failed point retried), loading
 keeps only its last committed attempt, so no row is doubled; rows with no commit are not loaded.
-Reading and validation live in results/load.py; rows are built by results/rows.py.
+Reading and validation live in results/records.py and results/load.py (stdlib only here: recording
+needs no pandas); rows are built by results/rows.py.
 """
 from __future__ import annotations
 
@@ -31,18 +32,14 @@ from contextlib import contextmanager
 import warnings
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from dspark_lab.results import schema
-from dspark_lab.results.paths import default_data_dir, runs_dir
-from dspark_lab.results import load as _load
-from dspark_lab.results.load import RUN_SUFFIX, TIMELINE_COLUMNS, DataWarning, SchemaVersionError  # noqa: F401  (store.* names)
+from dspark_lab.results.paths import runs_dir
+from dspark_lab.results import records
+# DataWarning: what reading a damaged run file warns with (tests and the CLI catch it from here).
+from dspark_lab.results.records import RUN_SUFFIX, DataWarning, SchemaVersionError
 
-if TYPE_CHECKING:  # pandas is imported when loading, so that recording needs only the stdlib
-    import pandas as pd
-
-# Fingerprint keys that must agree for a run to be resumed on this machine.
-MACHINE_KEYS = ("gpu", "driver", "cuda", "torch")
 
 
 class RunFileBusy(RuntimeError):
@@ -74,24 +71,14 @@ def _dumps(record: dict) -> str:
     return json.dumps(record, default=_json_default, separators=(",", ":"))
 
 
-def load_runs(
-    paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
-) -> tuple[pd.DataFrame, pd.DataFrame, list[dict]]:
-    """Load run files (or every run file under folders; default: the data dir): (rows, timelines,
-    headers). Reading and validation live in results/load.py (see its rules): a damaged record or
-    file gives a DataWarning naming file and line and the good records still load."""
-    loaded = _load.load(paths, default=default_data_dir())
-    return loaded.rows, loaded.timelines, loaded.headers
-
-
-def _read_checked(path: Path) -> _load.FileRecords:
+def _read_checked(path: Path) -> records.FileRecords:
     """A run file's records for resuming or its header; SchemaVersionError / ValueError if unusable."""
-    recs = _load.read_file(path)
+    recs = records.read_file(path)
     if recs.header_line is not None and recs.header is None:
         # read_file skipped the file: say why, as an error (resume must not append to it).
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DataWarning)
-            raw = _load.read_file(path, _load._Log(emit=False))
+            raw = records.read_file(path, records.ProblemLog(emit=False))
         if raw.unreadable and "schema_version" in raw.unreadable:
             raise SchemaVersionError(f"{path}: {raw.unreadable}")
         raise ValueError(f"{path}: {raw.unreadable or 'unreadable header'}")
@@ -346,8 +333,8 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def latest_run(folder: str | os.PathLike | None = None) -> Path:
-    """The most recently written run file in a folder (by modification time, then name)."""
+def last_modified_run(folder: str | os.PathLike | None = None) -> Path:
+    """The run file of a folder written to last (by modification time, then name): the one to resume."""
     folder = Path(folder) if folder is not None else runs_dir()
     files = sorted(folder.glob(f"*{RUN_SUFFIX}")) if folder.is_dir() else []
     if not files:
@@ -355,6 +342,7 @@ def latest_run(folder: str | os.PathLike | None = None) -> Path:
     return max(files, key=lambda p: (p.stat().st_mtime, p.name))
 
 
-def same_machine(a: dict, b: dict) -> list[str]:
-    """The fingerprint keys (gpu, driver, cuda, torch) on which two fingerprints differ."""
-    return [k for k in MACHINE_KEYS if str(a.get(k)) != str(b.get(k))]
+def machine_differences(a: dict, b: dict) -> list[str]:
+    """The machine keys (schema.MACHINE_KEYS: gpu, driver, cuda, torch) on which two fingerprints
+    differ; a run is resumed only where there are none."""
+    return [k for k in schema.MACHINE_KEYS if str(a.get(k)) != str(b.get(k))]

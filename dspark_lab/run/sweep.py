@@ -16,7 +16,7 @@ from dspark_lab.results import schema
 from dspark_lab import strategies as strategies_mod
 from dspark_lab.results import rows as rowbuild
 from dspark_lab.config import CAPTURE_BUCKETS, MODEL_PRESETS, LabConfig
-from dspark_lab.results.store import same_machine
+from dspark_lab.results.store import machine_differences
 from dspark_lab.run import point
 
 GRID_FIELDS = ("ep_size", "batch_size", "gamma", "strategy")
@@ -248,7 +248,7 @@ def point_label(cfg: LabConfig) -> str:
 def check_resume(writer, spec: SweepSpec, fingerprint: dict | None) -> None:
     """Refuse to resume a run on another machine or with another sweep (it would mix them)."""
     if fingerprint is not None:
-        diff = same_machine(writer.fingerprint, fingerprint)
+        diff = machine_differences(writer.fingerprint, fingerprint)
         if diff:
             was = ", ".join(f"{k}={writer.fingerprint.get(k)}" for k in diff)
             now = ", ".join(f"{k}={fingerprint.get(k)}" for k in diff)
