@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from dataclasses import Field, asdict, dataclass, field, fields, replace
+from typing import Any, Callable, Collection
 
 from dspark_lab import strategies
 from dspark_lab.predicate import MOE_A2A_BACKENDS, ParallelSettings
@@ -45,8 +45,9 @@ class ModelSize:
 
 
 @dataclass(frozen=True)
-class Workload:
-    """The work around the draft step, per decode step (see workload.py for the order).
+class WorkloadCosts:
+    """The costs of a workload preset around the draft step, per decode step (see model/workload.py
+    for the order).
 
     Host costs are wall-clock microseconds of host-side batch preparation; the target verify is
     GPU work queued ahead of the draft step, its duration calibrated on the current GPU.
@@ -65,15 +66,15 @@ class Workload:
 # and the host is blocked for about target_verify - draft_prep - launches = 4.8 - 1.0 - ~0.3 = 3.5 ms.
 # (~0.8 ms of launches and bookkeeping per step was measured on an H200: a first version with
 # 2.6 / 4.5 / 1.0 / 1.2 gave 9.1 ms device-direct steps with 3.2 ms blocked.)
-WORKLOAD_PRESETS: dict[str, Workload] = {
-    "sglang_profile": Workload(4.8, 1600.0, 1000.0, 1200.0),
+WORKLOAD_PRESETS: dict[str, WorkloadCosts] = {
+    "sglang_profile": WorkloadCosts(4.8, 1600.0, 1000.0, 1200.0),
     # GPU-bound: the host is blocked most of the step, yet the sync costs little (little host
     # work after it for the GPU to starve on).
-    "gpu_bound": Workload(8.0, 300.0, 150.0, 50.0),
+    "gpu_bound": WorkloadCosts(8.0, 300.0, 150.0, 50.0),
     # Host-bound: the GPU is already idle when the sync comes, so it costs almost nothing.
-    "host_bound": Workload(0.5, 4000.0, 1000.0, 1000.0),
+    "host_bound": WorkloadCosts(0.5, 4000.0, 1000.0, 1000.0),
     # Tiny: for tests and CPU runs, where the host costs are all that exists.
-    "tiny": Workload(0.2, 50.0, 20.0, 20.0),
+    "tiny": WorkloadCosts(0.2, 50.0, 20.0, 20.0),
 }
 
 MODEL_PRESETS: dict[str, ModelSize] = {
@@ -122,31 +123,66 @@ def _one_of(name: str, value: Any, allowed) -> None:
 MAX_STEPS = 100_000
 MAX_WARMUP = 100_000
 MAX_TRIALS = 1000
+MAX_GAMMA = 64
 SEED_LIMIT = 2**63  # torch.manual_seed takes a 64-bit seed; keep it in the signed range
+READBACKS = ("lagged", "none")
+
+
+def _about(default: Any, help: str, *, choices: Collection | Callable[[], Collection] | None = None,
+           range: tuple | None = None, metavar: str | None = None, help_off: str | None = None) -> Any:
+    """A LabConfig field with what the command line says of it and what it allows, said here once:
+    `help` (a "{default}" in it is replaced by the default; else the CLI appends one), `choices` (a
+    collection read when asked, or a function for a registry that can grow), `range` ((lo, hi) inclusive, hi None: no
+    bound), `metavar`, and for a bool the help of its --no- flag (`help_off`)."""
+    facts = {"help": help, "choices": choices, "range": range, "metavar": metavar, "help_off": help_off}
+    return field(default=default, metadata={k: v for k, v in facts.items() if v is not None})
+
+
+def choices_of(f: Field) -> tuple | None:
+    """A field's allowed values, or None where any value of its type in its range goes."""
+    allowed = f.metadata.get("choices")
+    if allowed is None:
+        return None
+    return tuple(allowed() if callable(allowed) else allowed)
+
+
+def type_of(f: Field) -> type:
+    """The field's value type (its annotation is a string: `from __future__ import annotations`)."""
+    return {"int": int, "float": float, "bool": bool, "str": str}[f.type.split(" |")[0]]
 
 
 @dataclass(frozen=True)
 class LabConfig:
-    ep_size: int = 1
-    batch_size: int = 8
-    gamma: int = 4
-    strategy: str = "device_direct"
-    model: str = "small"
-    workload: str = "sglang_profile"
-    # Workload overrides (None keeps the preset's value).
-    target_verify_ms: float | None = None
-    host_prep_scale: float = 1.0  # multiplies all three host-prep costs
-    query_mode: str = "gamma"
-    graph: bool = True  # CUDA-graph replay of the draft forward (CUDA only; CPU runs eagerly)
-    device: str = "auto"
-    steps: int = 60
-    warmup: int = 10
-    trials: int = 5
-    seed: int = 0
-    moe_a2a_backend: str = "none"
-    readback: str = "lagged"  # see workload.py: how the step's result returns to the host
+    ep_size: int = _about(1, "MoE EP size (a divisor of the model's expert count)", range=(1, None))
+    batch_size: int = _about(8, "batch size (padded up to a capture bucket)", range=(1, CAPTURE_BUCKETS[-1]))
+    gamma: int = _about(4, "draft block size", range=(1, MAX_GAMMA))
+    strategy: str = _about("device_direct", "allocation strategy of num_token_non_padded",
+                           choices=strategies.names)
+    model: str = _about("small", "draft model size preset", choices=MODEL_PRESETS)
+    workload: str = _about("sglang_profile", "work around the draft step: sglang_profile mimics PR #34782's "
+                           "8.4 ms step; gpu_bound / host_bound show when the sync costs little; tiny is for "
+                           "tests and CPU", choices=WORKLOAD_PRESETS)
+    # Overrides of the workload preset's costs (target_verify_ms None keeps the preset's; the scale
+    # multiplies all three host-prep costs).
+    target_verify_ms: float | None = _about(None, "override the workload's target-verify GPU time",
+                                            range=(0, 1000), metavar="MS")
+    host_prep_scale: float = _about(1.0, "multiply the workload's host-prep costs", range=(0, 100), metavar="X")
+    query_mode: str = _about("gamma", "rows per request in the draft forward", choices=QUERY_MODES)
+    graph: bool = _about(True, "replay the draft forward as a CUDA graph (default; CPU runs eagerly)",
+                         help_off="run the draft forward eagerly")
+    device: str = _about("auto", "where to run: auto picks cuda when available", choices=DEVICES)
+    steps: int = _about(60, "timed steps per trial", range=(1, MAX_STEPS))
+    warmup: int = _about(10, "untimed warm-up steps per trial", range=(0, MAX_WARMUP))
+    trials: int = _about(5, "trials per strategy and point (interleaved across strategies)", range=(1, MAX_TRIALS))
+    seed: int = _about(0, "random seed", range=(0, SEED_LIMIT - 1))
+    moe_a2a_backend: str = _about("none", "MoE all-to-all backend (customized turns the predicate on at EP 1)",
+                                  choices=MOE_A2A_BACKENDS)
+    # see model/workload.py: how the step's result returns to the host
+    readback: str = _about("lagged", "how a step's result returns to the host (default: {default}, as "
+                           "SGLang's overlap scheduler)", choices=READBACKS)
 
     def __post_init__(self) -> None:
+        # Integers, each with its own wording of what is allowed.
         _positive_int("batch_size", self.batch_size)
         _positive_int("gamma", self.gamma)
         _positive_int("ep_size", self.ep_size)
@@ -158,9 +194,14 @@ class LabConfig:
             raise _field_error("seed", "an integer between 0 and 2**63 - 1", self.seed)
         if not isinstance(self.graph, bool):
             raise _field_error("graph", "True or False", self.graph)
-        _one_of("strategy", self.strategy, strategies.names())
-        _one_of("model", self.model, MODEL_PRESETS)
-        _one_of("workload", self.workload, WORKLOAD_PRESETS)
+        # Names and real numbers, from the fields' own choices and ranges.
+        for f in fields(self):
+            value, allowed, bounds = getattr(self, f.name), choices_of(f), f.metadata.get("range")
+            if allowed is not None:
+                _one_of(f.name, value, allowed)
+            elif type_of(f) is float and not (value is None and f.default is None):
+                _real_between(f.name, value, *bounds)
+        # Across fields.
         experts = MODEL_PRESETS[self.model].experts
         if experts % self.ep_size:
             divisors = [d for d in range(1, experts + 1) if experts % d == 0]
@@ -169,17 +210,10 @@ class LabConfig:
             )
         if self.batch_size > CAPTURE_BUCKETS[-1]:
             raise _field_error("batch_size", f"at most {CAPTURE_BUCKETS[-1]} (largest capture bucket)", self.batch_size)
-        if self.gamma > 64:
-            raise _field_error("gamma", "between 1 and 64", self.gamma)
-        _one_of("query_mode", self.query_mode, QUERY_MODES)
-        _one_of("device", self.device, DEVICES)
-        _one_of("moe_a2a_backend", self.moe_a2a_backend, MOE_A2A_BACKENDS)
-        _one_of("readback", self.readback, ("lagged", "none"))
-        if self.target_verify_ms is not None:
-            _real_between("target_verify_ms", self.target_verify_ms, 0, 1000)
-        _real_between("host_prep_scale", self.host_prep_scale, 0, 100)
+        if self.gamma > MAX_GAMMA:
+            raise _field_error("gamma", f"between 1 and {MAX_GAMMA}", self.gamma)
         if self.device == "cuda":
-            import torch
+            import torch  # here, not at the top: validating a config needs no torch
 
             if not torch.cuda.is_available():
                 raise _field_error("device", "'cpu' or 'auto' on this machine (no CUDA device is available)", "cuda")
@@ -203,10 +237,10 @@ class LabConfig:
         return MODEL_PRESETS[self.model]
 
     @property
-    def workload_costs(self) -> Workload:
+    def workload_costs(self) -> WorkloadCosts:
         w = WORKLOAD_PRESETS[self.workload]
         s = self.host_prep_scale
-        return Workload(
+        return WorkloadCosts(
             self.target_verify_ms if self.target_verify_ms is not None else w.target_verify_ms,
             w.prep_before_target_us * s,
             w.draft_prep_us * s,
@@ -239,3 +273,6 @@ class LabConfig:
         if unknown:
             raise ValueError(f"unknown config field(s) {unknown}; known: {sorted(known)}")
         return cls(**d)
+
+
+FIELDS: dict[str, Field] = {f.name: f for f in fields(LabConfig)}  # name -> field (its metadata: _about)

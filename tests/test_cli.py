@@ -14,11 +14,15 @@ from types import SimpleNamespace
 
 import pytest
 
+from dspark_lab import strategies
+from dspark_lab.cli import ep as ep_cli
 from dspark_lab.cli import main as cli
+from dspark_lab.cli.lists import parse_ints, parse_strategies
 from dspark_lab.results import schema
-from dspark_lab.config import LabConfig
+from dspark_lab.config import FIELDS, LabConfig, choices_of, type_of
 from dspark_lab.results import load as run_load
 from dspark_lab.results.store import DataWarning, RunWriter
+from dspark_lab.run.sweep import GRID_FIELDS, SweepSpecError
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_ARGS = ["--model", "tiny", "--workload", "tiny", "--steps", "3", "--warmup", "1", "--trials", "2",
@@ -80,6 +84,25 @@ def test_bad_arguments_name_the_option_and_the_allowed_values(argv, expected, ca
         assert text in err, (text, err)
 
 
+def test_parse_ints():
+    assert parse_ints("1,8", "ep_size") == (1, 8)
+    assert parse_ints(" 2 , 4,4 ", "gamma") == (2, 4)
+    with pytest.raises(SweepSpecError, match=r"--ep: 'x' is not an integer.*allowed: divisors.*1,2,4,8"):
+        parse_ints("1,x", "ep_size", option="--ep")
+    with pytest.raises(SweepSpecError, match=r"--batch: -1 is not positive.*1 to 256"):
+        parse_ints("-1", "batch_size", option="--batch")
+    with pytest.raises(SweepSpecError, match=r"gamma: expected comma-separated"):
+        parse_ints("2,,4", "gamma")
+
+
+def test_parse_strategies():
+    assert parse_strategies("all") == strategies.BUILTIN
+    assert parse_strategies("on_demand,device_direct") == ("on_demand", "device_direct")
+    with pytest.raises(SweepSpecError, match=r"--strategy: unknown strategy 'fast'.*persistent_fill"):
+        parse_strategies("fast,on_demand", option="--strategy")
+
+
+
 def test_bad_arguments_in_a_subprocess_exit_2_without_a_traceback():
     p = subprocess.run([sys.executable, "-m", "dspark_lab.cli.main", "sweep", "--gamma", "zero"],
                        capture_output=True, text=True, cwd=REPO, env=_env(REPO / "unused"))
@@ -107,6 +130,45 @@ def test_help_explains_every_option(command, capsys):
         for opt in action.option_strings:
             assert opt in text
     assert "default: None" not in text
+
+
+def _subparser(name: str) -> argparse.ArgumentParser:
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
+def _other_value(name: str):
+    """A valid value of LabConfig field `name` that is not its default, and the argv that sets it."""
+    f, flag = FIELDS[name], "--" + name.replace("_", "-")
+    if type_of(f) is bool:
+        return (not f.default), [("--no-" + flag[2:]) if f.default else flag]
+    if choices_of(f) is not None:
+        value = next(c for c in reversed(choices_of(f)) if c != f.default and c != "cuda")
+    else:
+        value = f.metadata["range"][0] + 2
+    return value, [flag, str(value)]
+
+
+@pytest.mark.parametrize("name", [n for n in FIELDS if n not in GRID_FIELDS])
+def test_every_config_field_has_a_sweep_option_that_sets_it(name):
+    value, argv = _other_value(name)
+    parser = _subparser("sweep")
+    spec, explicit = cli.spec_from_args(parser.parse_args(argv), parser)
+    assert explicit and getattr(spec.base, name) == value
+    assert getattr(cli.PRESETS["default"].base, name) != value  # the option did it, not the preset
+    help_text = " ".join(parser.format_help().split())
+    assert FIELDS[name].metadata["help"].split(" (default")[0] in help_text
+
+
+def test_ep_options_set_its_config_with_its_own_defaults():
+    parser = _subparser("ep")
+    args = parser.parse_args([])
+    assert (args.steps, args.warmup, args.batch_size, args.model) == (50, 5, 8, "small")
+    args = parser.parse_args(["--gamma", "8", "--workload", "tiny"])
+    assert LabConfig(**{n: getattr(args, n) for n in ep_cli.CONFIG_FIELDS}).with_() == \
+        LabConfig(gamma=8, workload="tiny", steps=50, warmup=5)
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--steps", "0"])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -406,7 +406,7 @@ def test_the_cache_never_lives_inside_the_runs_being_loaded(one_run, monkeypatch
 
 
 def test_cli_summary_lists_the_newest_runs_and_counts_the_rest(many):
-    from dspark_lab.cli import main as cli
+    from dspark_lab.cli import summary as cli
 
     runs, made = many[100]
     text = cli.summary_table(runs)

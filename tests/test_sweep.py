@@ -1,4 +1,4 @@
-"""The sweep: grid expansion, CLI-string parsing, failed points, interruption and resume."""
+"""The sweep: grid expansion, failed points, interruption and resume."""
 from __future__ import annotations
 
 import gzip
@@ -20,9 +20,7 @@ from dspark_lab.run.sweep import (
     SweepSpec,
     SweepSpecError,
     check_resume,
-    parse_ints,
-    parse_strategies,
-    point_label,
+    progress_label,
     run_sweep,
 )
 
@@ -136,24 +134,6 @@ def test_invalid_spec_names_the_field(changes, field, text):
     with pytest.raises(SweepSpecError, match=text) as e:
         DEFAULT_SWEEP.with_(**changes)
     assert e.value.field == field
-
-
-def test_parse_ints():
-    assert parse_ints("1,8", "ep_size") == (1, 8)
-    assert parse_ints(" 2 , 4,4 ", "gamma") == (2, 4)
-    with pytest.raises(SweepSpecError, match=r"--ep: 'x' is not an integer.*allowed: divisors.*1,2,4,8"):
-        parse_ints("1,x", "ep_size", option="--ep")
-    with pytest.raises(SweepSpecError, match=r"--batch: -1 is not positive.*1 to 256"):
-        parse_ints("-1", "batch_size", option="--batch")
-    with pytest.raises(SweepSpecError, match=r"gamma: expected comma-separated"):
-        parse_ints("2,,4", "gamma")
-
-
-def test_parse_strategies():
-    assert parse_strategies("all") == strategies.BUILTIN
-    assert parse_strategies("on_demand,device_direct") == ("on_demand", "device_direct")
-    with pytest.raises(SweepSpecError, match=r"--strategy: unknown strategy 'fast'.*persistent_fill"):
-        parse_strategies("fast,on_demand", option="--strategy")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -289,8 +269,8 @@ def test_default_measure_and_point_id_come_from_the_runner(tmp_path, monkeypatch
     assert set(rows.point_id) == {runner.point_id(spec.points()[0])}  # the sweep's id wins
 
 
-def test_point_label():
-    assert point_label(TINY.with_(ep_size=8, batch_size=32, gamma=4)) == "ep=8 bs=32 gamma=4"
+def test_progress_label():
+    assert progress_label(TINY.with_(ep_size=8, batch_size=32, gamma=4)) == "ep=8 bs=32 gamma=4"
 
 
 def test_plain_progress_without_tqdm(tmp_path, capsys, monkeypatch):

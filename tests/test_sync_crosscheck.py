@@ -216,6 +216,6 @@ def test_an_old_run_file_without_the_new_columns_loads_as_nan_and_unflagged(tmp_
 
 
 def test_cli_summary_shows_an_unmeasured_count_as_n_a():
-    from dspark_lab.cli.main import _fmt_num
+    from dspark_lab.cli.summary import _fmt_num
 
     assert (_fmt_num(float("nan")), _fmt_num(1.0), _fmt_num(None)) == ("n/a", "1.0", "?")

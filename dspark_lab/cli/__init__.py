@@ -1,2 +1,4 @@
-"""The command line: `dspark-lab` (main.py), its `ep` subcommand (ep.py), and the JupyterLab
-launcher behind `bash lab.sh` (launch.py)."""
+"""The command line: `dspark-lab` (main.py: the parser, sweep, report, main), its options generated
+from LabConfig's fields (options.py) and grid lists (lists.py), `doctor` (doctor.py), `ep` (ep.py),
+the text summary of recorded runs (summary.py), and the JupyterLab launcher behind `bash lab.sh`
+(launch.py)."""

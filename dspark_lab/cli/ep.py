@@ -6,8 +6,14 @@ import sys
 from pathlib import Path
 
 from dspark_lab import strategies as strategy_registry
-from dspark_lab.config import MODEL_PRESETS, WORKLOAD_PRESETS, LabConfig
+from dspark_lab.cli.options import HelpFormatter, add_config_option
+from dspark_lab.config import FIELDS, LabConfig
 from dspark_lab.model.dispatch import DISPATCH_MODES
+from dspark_lab.parallel.run import run_ep, standard_cases
+
+# The LabConfig fields `ep` sets (one batch size on every rank), and where its defaults are not the field's.
+CONFIG_FIELDS = ("batch_size", "gamma", "model", "workload", "steps", "trials", "warmup")
+DEFAULTS = {"steps": 50, "warmup": 5}
 
 
 def _csv(allowed, field):
@@ -20,9 +26,9 @@ def _csv(allowed, field):
     return parse
 
 
-def add_ep_parser(sub, formatter) -> None:
+def add_ep_parser(sub) -> None:
     p = sub.add_parser(
-        "ep", formatter_class=formatter,
+        "ep", formatter_class=HelpFormatter,
         help="measure the draft step on N real ranks (one process per GPU, NCCL; gloo on CPU)",
         description="Start one process per rank (up to the GPUs present; on CPU, gloo ranks), measure every "
                     "dispatch mode x case on every rank and write one run file whose header records the world "
@@ -41,24 +47,17 @@ def add_ep_parser(sub, formatter) -> None:
     p.add_argument("--jitter-ms", type=float, default=0.0, help="random host jitter per rank, uniform 0..J ms")
     p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=None,
                    help="one real batch per rank, comma list (default: --batch-size on every rank)")
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--gamma", type=int, default=4)
-    p.add_argument("--model", choices=sorted(MODEL_PRESETS), default="small")
-    p.add_argument("--workload", choices=sorted(WORKLOAD_PRESETS), default="sglang_profile")
-    p.add_argument("--steps", type=int, default=50)
-    p.add_argument("--trials", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=5)
+    for name in CONFIG_FIELDS:
+        default = DEFAULTS.get(name, FIELDS[name].default)
+        add_config_option(p, name, default=default, shown=default)
     p.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
     p.add_argument("--out", type=Path, default=None, metavar="PATH", help="run file or folder (default: data/runs/)")
     p.set_defaults(func=cmd_ep)
 
 
 def cmd_ep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from dspark_lab.parallel.run import run_ep, standard_cases
-
     try:
-        cfg = LabConfig(batch_size=args.batch_size, gamma=args.gamma, model=args.model, workload=args.workload,
-                        steps=args.steps, trials=args.trials, warmup=args.warmup)
+        cfg = LabConfig(**{name: getattr(args, name) for name in CONFIG_FIELDS})
         cases = standard_cases(args.world, args.strategies, rank0_only=args.rank0_only,
                                rank0_delay_ms=args.rank0_delay_ms, jitter_ms=args.jitter_ms)
         res = run_ep(cfg, args.world, args.dispatch, cases, out=args.out, backend=args.backend,

@@ -1,28 +1,26 @@
-"""Command line: `dspark-lab sweep | report | doctor | main` (see `dspark-lab COMMAND --help`)."""
+"""Command line: `dspark-lab sweep | report | doctor | main | ep` (see `dspark-lab COMMAND --help`):
+the parser, the sweep, report and main commands, and the exit statuses."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import warnings
+from functools import partial
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
+import torch
+
+from dspark_lab.cli.doctor import add_doctor_parser
+from dspark_lab.cli.ep import add_ep_parser
+from dspark_lab.cli.options import OPTION_OF, SPEC_KEYWORDS, HelpFormatter, add_sweep_config_options, float_in
+from dspark_lab.cli.summary import summary_table
+from dspark_lab.measure import probe
 from dspark_lab.results import paths, store
-from dspark_lab import strategies as strategies_mod
-from dspark_lab.config import DEVICES, MODEL_PRESETS, QUERY_MODES, WORKLOAD_PRESETS
-from dspark_lab.predicate import MOE_A2A_BACKENDS
-from dspark_lab.run.sweep import (
-    PRESETS,
-    ResumeError,
-    SweepSpec,
-    SweepSpecError,
-    allowed_values,
-    check_resume,
-    parse_ints,
-    parse_strategies,
-    run_sweep,
-)
+from dspark_lab.results.output import OutputError, check_output
+from dspark_lab.results.runs import Runs
+from dspark_lab.run import point
+from dspark_lab.run.sweep import PRESETS, ResumeError, SweepSpec, SweepSpecError, check_resume, run_sweep
 
 DEFAULT_REPORT = Path("out") / "report.html"
 # Per point with --target-ci alone: 24 default points x 8 s of trials stays within a few minutes.
@@ -42,132 +40,28 @@ EXIT_CODES_HELP = (
     "a parent that is a file, no permission, a full disk); 130 interrupted."
 )
 
-# Grid / config field -> the option that sets it (for error messages).
-OPTION_OF = {
-    "ep_size": "--ep", "batch_size": "--batch", "gamma": "--gamma", "strategy": "--strategy",
-    "model": "--model", "workload": "--workload", "steps": "--steps", "warmup": "--warmup",
-    "trials": "--trials", "graph": "--graph/--no-graph", "device": "--device", "seed": "--seed",
-    "target_verify_ms": "--target-verify-ms", "host_prep_scale": "--host-prep-scale",
-    "query_mode": "--query-mode", "readback": "--readback", "moe_a2a_backend": "--moe-a2a-backend",
-}
-# Options that change the sweep (dest -> SweepSpec.with_ keyword).
-SPEC_OPTIONS = {
-    "ep": "ep_sizes", "batch": "batch_sizes", "gamma": "gammas", "strategy": "strategies",
-    "model": "model", "workload": "workload", "steps": "steps", "warmup": "warmup", "trials": "trials",
-    "graph": "graph", "device": "device", "seed": "seed", "target_verify_ms": "target_verify_ms",
-    "host_prep_scale": "host_prep_scale", "query_mode": "query_mode", "readback": "readback",
-    "moe_a2a_backend": "moe_a2a_backend",
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# argparse types
-# ---------------------------------------------------------------------------------------------
-def _list_type(name: str) -> Callable[[str], tuple]:
-    def parse(text: str) -> tuple:
-        try:
-            return parse_strategies(text, option="") if name == "strategy" else parse_ints(text, name, option="")
-        except SweepSpecError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
-
-    parse.__name__ = name  # argparse names the type in its messages
-    return parse
-
-
-def _count(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (allowed: integers >= {minimum})") from None
-        if v < minimum:
-            raise argparse.ArgumentTypeError(f"{v} is too small (allowed: integers >= {minimum})")
-        return v
-
-    return parse
-
-
-def _float_in(lo: float, hi: float) -> Callable[[str], float]:
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number (allowed: {lo} to {hi})") from None
-        if not (lo <= v <= hi):
-            raise argparse.ArgumentTypeError(f"{v} is out of range (allowed: {lo} to {hi})")
-        return v
-
-    return parse
-
-
 # ---------------------------------------------------------------------------------------------
 # The parser
 # ---------------------------------------------------------------------------------------------
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Shows an option's default unless it is unset (None/False) or the help already says it."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "(default" in text or action.default in (None, False, True, argparse.SUPPRESS) or not action.option_strings:
-            return text
-        return text + " (default: %(default)s)"
-
-
-def _add_grid_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("grid (comma-separated lists; unset options come from --preset)")
-    g.add_argument("--preset", choices=sorted(PRESETS), default=None,
-                   help="starting grid: default = " + PRESETS["default"].describe()
-                   + "; quick = " + PRESETS["quick"].describe() + " (default: default)")
-    g.add_argument("--ep", type=_list_type("ep_size"), default=None, metavar="LIST",
-                   help=f"MoE EP sizes, e.g. 1,8 ({allowed_values('ep_size')})")
-    g.add_argument("--batch", type=_list_type("batch_size"), default=None, metavar="LIST",
-                   help=f"batch sizes, e.g. 1,8,32,128 ({allowed_values('batch_size')}; padded up to a capture bucket)")
-    g.add_argument("--gamma", type=_list_type("gamma"), default=None, metavar="LIST",
-                   help=f"draft block sizes, e.g. 2,4,8 ({allowed_values('gamma')})")
-    g.add_argument("--strategy", type=_list_type("strategy"), default=None, metavar="LIST",
-                   help="allocation strategies of num_token_non_padded, all measured at every point with "
-                        "interleaved trials: all, or any of " + "; ".join(
-                            f"{k} = {v}" for k, v in strategies_mod.describe().items()))
-    c = p.add_argument_group("base config (unset options come from --preset)")
-    c.add_argument("--model", choices=list(MODEL_PRESETS), default=None,
-                   help="draft model size preset (default: small)")
-    c.add_argument("--workload", choices=list(WORKLOAD_PRESETS), default=None,
-                   help="work around the draft step: sglang_profile mimics PR #34782's 8.4 ms step; "
-                        "gpu_bound / host_bound show when the sync costs little; tiny is for tests and CPU "
-                        "(default: sglang_profile)")
-    c.add_argument("--steps", type=_count(1), default=None, metavar="N", help="timed steps per trial")
-    c.add_argument("--warmup", type=_count(0), default=None, metavar="N", help="untimed warm-up steps per trial")
-    c.add_argument("--trials", type=_count(1), default=None, metavar="N",
-                   help="trials per strategy and point (interleaved across strategies)")
-    c.add_argument("--graph", dest="graph", action="store_true", default=None,
-                   help="replay the draft forward as a CUDA graph (default; CPU runs eagerly)")
-    c.add_argument("--no-graph", dest="graph", action="store_false", help="run the draft forward eagerly")
-    c.add_argument("--device", choices=list(DEVICES), default=None,
-                   help="where to run: auto picks cuda when available (default: auto)")
-    c.add_argument("--target-verify-ms", type=_float_in(0, 1000), default=None, metavar="MS",
-                   help="override the workload's target-verify GPU time")
-    c.add_argument("--host-prep-scale", type=_float_in(0, 100), default=None, metavar="X",
-                   help="multiply the workload's host-prep costs (default: 1)")
-    c.add_argument("--query-mode", choices=list(QUERY_MODES), default=None,
-                   help="rows per request in the draft forward (default: gamma)")
-    c.add_argument("--readback", choices=("lagged", "none"), default=None,
-                   help="how a step's result returns to the host (default: lagged, as SGLang's overlap scheduler)")
-    c.add_argument("--moe-a2a-backend", choices=list(MOE_A2A_BACKENDS), default=None,
-                   help="MoE all-to-all backend (customized turns the predicate on at EP 1) (default: none)")
-    c.add_argument("--seed", type=_count(0), default=None, metavar="N", help="random seed (default: 0)")
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dspark-lab",
         description="Host-to-device sync pitfalls around SGLang's DSpark draft forward: sweep, record, report.",
         epilog=EXIT_CODES_HELP,
-        formatter_class=_Formatter,
+        formatter_class=HelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_sweep_parser(sub)
+    _add_report_parser(sub)
+    add_doctor_parser(sub)
+    _add_main_parser(sub)
+    add_ep_parser(sub)
+    return parser
 
+
+def _add_sweep_parser(sub) -> None:
     p = sub.add_parser(
-        "sweep", formatter_class=_Formatter,
+        "sweep", formatter_class=HelpFormatter,
         help="measure a grid of EP x batch x gamma x strategy into a run file",
         description="Measure a grid of config points; each point measures all strategies with interleaved "
                     "trials and is written (fsynced) to the run file as soon as it finishes. A failed point "
@@ -175,14 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
                     "saved; rerun with --resume to finish it. One process writes a run file at a time (a "
                     "lock): a second --resume of a file being written is refused.\n\n" + EXIT_CODES_HELP,
     )
-    _add_grid_options(p)
+    add_sweep_config_options(p)
     a = p.add_argument_group("adaptive trials (each point until its headline ratio is steady)")
-    a.add_argument("--target-ci", type=_float_in(0.1, 100), default=None, metavar="PCT",
+    a.add_argument("--target-ci", type=float_in(0.1, 100), default=None, metavar="PCT",
                    help="measure each point in interleaved rounds until the 95%% CI half-width of its headline "
                         "ratio (device_direct / non_blocking, else the baseline over the best fix; disturbed "
                         "trials left out) is at most PCT %% of it, or --time-cap is reached; --trials is then "
                         "the minimum. Rows record which (stop_reason)")
-    a.add_argument("--time-cap", type=_float_in(1, 3600), default=None, metavar="S",
+    a.add_argument("--time-cap", type=float_in(1, 3600), default=None, metavar="S",
                    help=f"with --target-ci: seconds of trials per point at most (default: {DEFAULT_TIME_CAP_S:g})")
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=None, metavar="PATH",
@@ -203,8 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=cmd_sweep)
 
+
+def _add_report_parser(sub) -> None:
     p = sub.add_parser(
-        "report", formatter_class=_Formatter,
+        "report", formatter_class=HelpFormatter,
         help="build a standalone HTML report from recorded runs",
         description="Load run files (and every *.jsonl under folders) and write one standalone HTML file. "
                     "Damaged records or files are skipped with a warning naming file and line (the report "
@@ -227,19 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draw at most N runs side by side (default 4)")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser(
-        "doctor", formatter_class=_Formatter,
-        help="print this machine's fingerprint and the pageable-copy probe",
-        description="Print the machine fingerprint (GPU, driver, CUDA, torch, ...) and, on a CUDA machine, "
-                    "whether a non-blocking copy from pageable memory blocks the host, with each strategy's "
-                    "host cost per call.",
-    )
-    p.add_argument("--no-probe", dest="probe", action="store_false", help="skip the probe (fingerprint only)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(func=cmd_doctor)
 
+def _add_main_parser(sub) -> None:
     p = sub.add_parser(
-        "main", formatter_class=_Formatter,
+        "main", formatter_class=HelpFormatter,
         help="the README's main job: sweep on CUDA (else show recorded runs), then report",
         description="On a CUDA machine: record the fingerprint and probe, run the sweep (--preset) into "
                     "data/runs/, then build the report from every recorded run. Without CUDA: say so, build "
@@ -253,11 +140,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=cmd_main)
 
-    from dspark_lab.cli.ep import add_ep_parser  # real EP ranks (parallel/)
-
-    add_ep_parser(sub, _Formatter)
-    return parser
-
 
 # ---------------------------------------------------------------------------------------------
 # Helpers
@@ -267,15 +149,12 @@ def _err(msg: str) -> None:
 
 
 def fingerprint() -> dict:
-    from dspark_lab.measure import probe
-
+    """This machine's fingerprint (a seam: tests that run the sweep in a subprocess replace it)."""
     return probe.fingerprint()
 
 
 def run_probe() -> dict:
     """The pageable-copy probe for a run header; a probe that fails is recorded as such."""
-    from dspark_lab.measure import probe
-
     try:
         return probe.run_probe()
     except Exception as e:  # noqa: BLE001 - the sweep does not depend on it
@@ -286,7 +165,7 @@ def run_probe() -> dict:
 def spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[SweepSpec, bool]:
     """The sweep asked for on the command line, and whether any grid/config option was given."""
     spec = PRESETS[args.preset or "default"]
-    changes = {kw: getattr(args, dest) for dest, kw in SPEC_OPTIONS.items() if getattr(args, dest) is not None}
+    changes = {kw: getattr(args, dest) for dest, kw in SPEC_KEYWORDS.items() if getattr(args, dest) is not None}
     try:
         spec = spec.with_(**changes)
     except SweepSpecError as e:
@@ -329,10 +208,7 @@ def adaptive_measure(args: argparse.Namespace, parser: argparse.ArgumentParser, 
         if cap is not None:
             parser.error("argument --time-cap: only with --target-ci")
         return measure, {}
-    from functools import partial
-
-    if measure is None:
-        from dspark_lab.run.point import measure_point as measure
+    measure = measure or point.measure_point  # looked up now: tests stand a fake in for it
     cap = DEFAULT_TIME_CAP_S if cap is None else cap
     return partial(measure, target_ci_pct=target, time_cap_s=cap), {"adaptive": {"target_ci_pct": target, "time_cap_s": cap}}
 
@@ -378,8 +254,6 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
 
 def _load(paths):
     """Runs from files/folders; each skipped record or file is said on stderr (file:line)."""
-    from dspark_lab.results.runs import Runs
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", store.DataWarning)
         runs = Runs.load(paths)
@@ -393,10 +267,9 @@ def _load(paths):
 
 def write_report(runs, out: Path, **options) -> tuple[Path | None, int]:
     """Render the HTML report to `out`: (path, 0), or (None, exit status) with a one-line error."""
-    from dspark_lab.results.output import OutputError, check_output
-
     try:
         check_output(out)  # before the work: refuse early
+        # Here, not at the top: plotly takes ~3 s to import, which sweep, doctor, ep and --help do not need.
         from dspark_lab.views import report
     except OutputError as e:
         _err(str(e))
@@ -442,47 +315,7 @@ def cmd_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     return EXIT_OK
 
 
-def _flatten(d: dict, prefix: str = "") -> list[tuple[str, str]]:
-    out = []
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.extend(_flatten(v, key + "."))
-        elif isinstance(v, float):
-            out.append((key, f"{v:.1f}"))
-        elif isinstance(v, (list, tuple)):
-            out.append((key, json.dumps(v)))
-        else:
-            out.append((key, str(v)))
-    return out
-
-
-def _table(pairs: Sequence[tuple[str, str]], title: str) -> str:
-    width = max((len(k) for k, _ in pairs), default=0)
-    return "\n".join([title, "-" * len(title)] + [f"{k:<{width}}  {v}" for k, v in pairs])
-
-
-def cmd_doctor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from dspark_lab.measure import probe
-
-    fp = probe.fingerprint()
-    pr = probe.run_probe() if args.probe else None
-    if args.json:
-        print(json.dumps({"fingerprint": fp, "probe": pr}, indent=2, default=str))
-        return 0
-    print(_table(_flatten(fp), "fingerprint"))
-    if pr is not None:
-        print()
-        if pr.get("available"):
-            print(_table(_flatten(pr), "probe (host time of one call, µs: GPU idle / with work queued)"))
-            print()
-        print("probe: " + probe.describe(pr))
-    return 0
-
-
 def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=None) -> int:
-    import torch
-
     data = args.data if args.data is not None else paths.default_data_dir()
     status = 0
     if torch.cuda.is_available():
@@ -512,62 +345,6 @@ def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=
         return out_status
     print(f"\nreport: {out} ({len(runs.headers)} runs, {len(runs.rows)} rows)")
     return status
-
-
-# ---------------------------------------------------------------------------------------------
-# A short text summary of recorded rows
-# ---------------------------------------------------------------------------------------------
-SUMMARY_RUNS = 20  # runs listed by summary_table, the newest
-
-
-def summary_table(runs) -> str:
-    """The headline (with its rule), then per machine the headline's run at the reference batch and
-    gamma: median step time over trials and syncs/step by strategy x EP size. Same rule, same
-    numbers as the report and the notebooks (results.Runs.headline)."""
-    import pandas as pd
-
-    from dspark_lab.results.runs import REFERENCE, Runs
-
-    if not isinstance(runs, Runs):
-        runs = Runs(runs)
-    if runs.rows.empty:
-        return "(no rows)"
-    head = runs.headline()
-    table = runs.table().to_dict("records")
-    older = max(0, len(table) - SUMMARY_RUNS)  # a team's worth of runs: the newest listed, the rest counted
-    listing = ["recorded runs:"] + [
-        f"  {r['run']}: {r['GPU']} | driver {r['driver']} | CUDA {r['CUDA']} | torch {r['torch']} | "
-        f"{r['points']} points, {r['failed points']} failed" for r in table[older:]]
-    if older:
-        listing.insert(1, f"  ({older} older run(s) not listed; the report's table lists every run)")
-    blocks = ["\n".join(listing), head.text()]
-    for e in head.entries:
-        rows = runs.ok[(runs.ok["run_id"] == e["run_id"]) & (runs.ok["workload"] == REFERENCE.workload)
-                       & (runs.ok["batch_size"] == REFERENCE.batch_size) & (runs.ok["gamma"] == REFERENCE.gamma)]
-        cells = {}
-        for ep, g in rows.groupby("ep_size"):
-            summ = runs.summary(g).set_index("strategy")
-            syncs = g.groupby("strategy")["syncs_per_step"].median()
-            for s_name, r in summ.iterrows():
-                cells[(s_name, f"EP {ep}")] = f"{r['median_ms']:7.2f} ms  {_fmt_num(syncs.get(s_name))} sync/step"
-        table = pd.Series(cells).unstack()
-        table.index.name = None
-        table = table.loc[[s for s in strategies_mod.names() if s in table.index] +
-                          [s for s in table.index if s not in strategies_mod.names()]]
-        with pd.option_context("display.width", 200, "display.max_columns", 20):
-            body = table.fillna("-").to_string()
-        blocks.append(f"{e['label']}: {REFERENCE.workload}, batch {REFERENCE.batch_size}, gamma "
-                      f"{REFERENCE.gamma}: median step time over that run's trials, median unintended "
-                      f"syncs per step\n{body}")
-    return "\n\n".join(blocks)
-
-
-def _fmt_num(v) -> str:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return "?"
-    return "n/a" if f != f else f"{f:.1f}"  # NaN: not measured (sync counts on CPU)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 from dspark_lab.results import schema
 from dspark_lab import strategies as strategies_mod
 from dspark_lab.results import rows as rowbuild
-from dspark_lab.config import CAPTURE_BUCKETS, MODEL_PRESETS, LabConfig
+from dspark_lab.config import LabConfig
 from dspark_lab.results.store import machine_differences
 from dspark_lab.run import point
 
@@ -166,67 +166,6 @@ PRESETS: dict[str, SweepSpec] = {"default": DEFAULT_SWEEP, "quick": QUICK_SWEEP}
 
 
 # ---------------------------------------------------------------------------------------------
-# Parsing CLI strings ("1,8", "all")
-# ---------------------------------------------------------------------------------------------
-def allowed_values(name: str) -> str:
-    """Human-readable allowed values of a grid field (for error messages and --help)."""
-    if name == "ep_size":
-        by_model = []
-        for model, size in MODEL_PRESETS.items():
-            divisors = ",".join(str(d) for d in range(1, size.experts + 1) if size.experts % d == 0)
-            by_model.append(f"{divisors} for model {model}")
-        return "divisors of the model's expert count: " + "; ".join(by_model)
-    if name == "batch_size":
-        return f"integers from 1 to {CAPTURE_BUCKETS[-1]}"
-    if name == "gamma":
-        return "integers from 1 to 64"
-    if name == "strategy":
-        return "all, or any of " + ", ".join(strategies_mod.names())
-    raise KeyError(name)
-
-
-def _msg(label: str, body: str) -> str:
-    return f"{label}: {body}" if label else body
-
-
-def parse_ints(text: str, name: str, option: str | None = None) -> tuple[int, ...]:
-    """'1,8' -> (1, 8). Errors name the option (default: the field; "" for none) and the allowed values."""
-    label = name if option is None else option
-    allowed = allowed_values(name)
-    parts = [p.strip() for p in str(text).split(",")]
-    if any(p == "" for p in parts):
-        raise SweepSpecError(name, _msg(label, f"expected comma-separated integers such as 1,8; got {text!r} "
-                                               f"(allowed: {allowed})"))
-    values = []
-    for p in parts:
-        try:
-            v = int(p)
-        except ValueError:
-            raise SweepSpecError(name, _msg(label, f"{p!r} is not an integer; expected comma-separated "
-                                                   f"integers such as 1,8 (allowed: {allowed})")) from None
-        if v <= 0:
-            raise SweepSpecError(name, _msg(label, f"{v} is not positive (allowed: {allowed})"))
-        values.append(v)
-    return _dedupe(values)
-
-
-def parse_strategies(text: str, option: str | None = None) -> tuple[str, ...]:
-    """'all' or 'device_direct,on_demand' -> names; errors list the known strategies."""
-    label = "strategy" if option is None else option
-    allowed = allowed_values("strategy")
-    parts = [p.strip() for p in str(text).split(",")]
-    if parts == ["all"]:
-        return strategies_mod.names()
-    if any(p == "" for p in parts):
-        raise SweepSpecError("strategy", _msg(label, f"expected comma-separated names; got {text!r} (allowed: {allowed})"))
-    unknown = [p for p in parts if p not in strategies_mod.names()]
-    if unknown:
-        raise SweepSpecError("strategy", _msg(label, f"unknown strategy {', '.join(map(repr, unknown))} "
-                                                      f"(allowed: {allowed})"))
-    return _dedupe(parts)
-
-
-# ---------------------------------------------------------------------------------------------
 # Running
 # ---------------------------------------------------------------------------------------------
 @dataclass
@@ -241,7 +180,8 @@ class SweepSummary:
         return f"{self.measured} measured, {self.failed} failed, {self.skipped} already recorded, of {self.total} points"
 
 
-def point_label(cfg: LabConfig) -> str:
+def progress_label(cfg: LabConfig) -> str:
+    """The point as the progress bar and the failure lines name it ("ep=1 bs=8 gamma=4")."""
     return f"ep={cfg.ep_size} bs={cfg.batch_size} gamma={cfg.gamma}"
 
 
@@ -286,13 +226,8 @@ def run_sweep(
     closed, every finished point being already on disk (each is fsynced as it is written).
     """
     measure = measure or point.measure_point
-    point_id = point_id or point.point_id
     failed_rows = failed_rows or point.failed_rows
-
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # a bare GPU box: plain lines instead of a bar
-        tqdm = _PlainProgress
+    tqdm = _progress_class()
 
     def say(msg: str) -> None:
         if log is not None:
@@ -301,48 +236,23 @@ def run_sweep(
             tqdm.write(msg, file=sys.stderr)
 
     summary = SweepSummary(total=len(spec))
-    todo = []
-    for cfg in spec.points():
-        pid = point_id(cfg)
-        if writer.is_complete(pid, retry_failed=retry_failed):
-            summary.skipped += 1
-        else:
-            todo.append((cfg, pid))
+    todo = _pending(spec, writer, point_id or point.point_id, retry_failed)
+    summary.skipped = summary.total - len(todo)
     if summary.skipped:
         say(f"resume: {summary.skipped} of {summary.total} points already recorded in {writer.path}")
-
     strategies = list(spec.strategies)
-    tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
-    bar = tqdm(total=len(todo), unit="point", disable=not progress, dynamic_ncols=True, desc="sweep",
-               file=sys.stderr, mininterval=0.5 if tty else 15.0,
-               bar_format="{l_bar}{bar}| {n:.1f}/{total:.0f} points [{elapsed}<{remaining}]{postfix}")
+    bar = _open_bar(tqdm, len(todo), progress)
     try:
         for i, (cfg, pid) in enumerate(todo):
-            label = point_label(cfg)
+            label = progress_label(cfg)
             bar.set_postfix_str(label)
-            done = float(i)
-
-            def on_progress(message: str, fraction: float, _done=done, _label=label) -> None:
-                f = min(max(float(fraction), 0.0), 1.0)
-                bar.set_postfix_str(f"{_label} {message}", refresh=False)
-                bar.update(max(_done + f - bar.n, 0.0))  # throttled by mininterval
-
             try:
-                result = measure(cfg, strategies, on_progress=on_progress)
+                result = measure(cfg, strategies, on_progress=_on_progress(bar, i, label))
                 rows = [dict(r, point_id=pid) for r in result.rows]
                 timelines = [dict(t, point_id=pid) for t in (getattr(result, "timelines", None) or [])]
             except Exception as e:  # noqa: BLE001 - a failed point is recorded, the sweep goes on
                 _free_cuda_memory()
-                rows = None
-                try:
-                    rows = failed_rows(cfg, strategies, e) if failed_rows else None
-                except Exception:  # noqa: BLE001
-                    rows = None
-                if not rows:  # the runner's helper itself failed: the same builder, config as given
-                    config = {k: v for k, v in cfg.to_dict().items() if k in schema.CONFIG_COLUMNS}
-                    rows = rowbuild.failed_rows({**config, "point_id": pid}, strategies, e)
-                rows = [dict(r, point_id=pid, status="failed") for r in rows]
-                writer.write_point(pid, rows, [], status="failed")
+                writer.write_point(pid, _failed_point_rows(cfg, pid, strategies, e, failed_rows), [], status="failed")
                 summary.failed += 1
                 msg = f"{type(e).__name__}: {e}"
                 summary.failures.append((label, msg))
@@ -356,6 +266,51 @@ def run_sweep(
     finally:
         bar.close()
     return summary
+
+
+def _progress_class():
+    try:
+        from tqdm.auto import tqdm  # optional: a bare GPU box has plain lines instead of a bar
+    except ImportError:
+        return _PlainProgress
+    return tqdm
+
+
+def _open_bar(tqdm, total: int, progress: bool):
+    """The sweep's bar, in points (fractions while a point runs); a log gets a line each 15 s."""
+    tty = hasattr(sys.stderr, "isatty") and sys.stderr.isatty()
+    return tqdm(total=total, unit="point", disable=not progress, dynamic_ncols=True, desc="sweep",
+                file=sys.stderr, mininterval=0.5 if tty else 15.0,
+                bar_format="{l_bar}{bar}| {n:.1f}/{total:.0f} points [{elapsed}<{remaining}]{postfix}")
+
+
+def _pending(spec: SweepSpec, writer, point_id: Callable[[LabConfig], str], retry_failed: bool) -> list:
+    """(config, point id) of each point not yet complete in the file (resume), in grid order."""
+    todo = [(cfg, point_id(cfg)) for cfg in spec.points()]
+    return [(cfg, pid) for cfg, pid in todo if not writer.is_complete(pid, retry_failed=retry_failed)]
+
+
+def _on_progress(bar, done: int, label: str) -> Callable[[str, float], None]:
+    """measure's progress callback for the point after `done` finished ones: the bar moves within it."""
+    def on_progress(message: str, fraction: float) -> None:
+        f = min(max(float(fraction), 0.0), 1.0)
+        bar.set_postfix_str(f"{label} {message}", refresh=False)
+        bar.update(max(done + f - bar.n, 0.0))  # throttled by mininterval
+
+    return on_progress
+
+
+def _failed_point_rows(cfg: LabConfig, pid: str, strategies: list, error: Exception, failed_rows) -> list[dict]:
+    """The rows recording a failed point: the runner's helper's, else (it failed too) the same
+    builder on the config as given."""
+    try:
+        rows = failed_rows(cfg, strategies, error) if failed_rows else None
+    except Exception:  # noqa: BLE001
+        rows = None
+    if not rows:
+        config = {k: v for k, v in cfg.to_dict().items() if k in schema.CONFIG_COLUMNS}
+        rows = rowbuild.failed_rows({**config, "point_id": pid}, strategies, error)
+    return [dict(r, point_id=pid, status="failed") for r in rows]
 
 
 class _PlainProgress:
