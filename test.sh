@@ -12,7 +12,9 @@ py=$(bash scripts/ensure_env.sh)
 if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium could not be installed: the browser test will skip" >&2
 fi
-"$py" -m pytest -m "not sglang" "$@"
+# Two workers (pytest-xdist); `--dist loadgroup` keeps the tests of one xdist_group on one worker, so
+# the notebooks (tests/conftest.py: executed_notebooks) are executed once. DSPARK_TEST_WORKERS=0: serial.
+"$py" -m pytest -m "not sglang" -n "${DSPARK_TEST_WORKERS:-2}" --dist loadgroup "$@"
 if [ "${DSPARK_SKIP_SGLANG:-0}" != 1 ]; then
   bash scripts/sglang_env.sh
 fi
