@@ -49,7 +49,7 @@ def recorded_env(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def executed_notebooks(recorded_env) -> dict:
     """Each notebook executed once per test session, top to bottom: name -> (notebook, seconds).
-    Tests using it carry pytest.mark.xdist_group(NOTEBOOK_GROUP)."""
+    Only tests/test_notebooks.py uses it: under pytest-xdist `--dist loadfile` one worker builds it."""
     import nbformat  # the dev extra: the test files using this importorskip it first
 
     out = {}

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from dspark_lab import strategies
-from dspark_lab.results import schema, store
+from dspark_lab.results import Runs, schema, store
 from dspark_lab.views import figures
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,9 +103,6 @@ def a_point(rows, one_run=True):
 NOTEBOOKS_DIR = ROOT / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
 COMMITTED_DATA = ROOT / "data"  # the notebooks' fixed input: the committed runs
-# The tests that read conftest.executed_notebooks (built once per session) share one xdist group, so
-# under `--dist loadgroup` they run on one worker and the notebooks are executed once.
-NOTEBOOK_GROUP = "notebooks"
 
 
 def kernel_env(data_dir: Path, out_dir: Path, **extra: str) -> dict:
@@ -139,3 +136,45 @@ def printed(cells) -> str:
 
 def errors(cells) -> list[str]:
     return [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs(cells, "error")]
+
+
+# -- notebook 01's section "One rank's sync costs every rank" ------------------------------------
+
+EP_SECTION = "## One rank's sync costs every rank"
+
+
+def ep_section(nb) -> list:
+    """Notebook 01's EP section's code cells (from its heading to the next heading of its level)."""
+    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(EP_SECTION))
+    end = next((i for i in range(start + 1, len(nb.cells))
+                if nb.cells[i].cell_type == "markdown" and nb.cells[i].source.startswith("## ")), len(nb.cells))
+    return [c for c in nb.cells[start:end] if c.cell_type == "code"]
+
+
+def figure_titles(cells) -> list[str]:
+    out = []
+    for c in cells:
+        for o in c.get("outputs", []):
+            fig = o.get("data", {}).get("application/vnd.plotly.v1+json")
+            if fig:
+                t = fig["layout"]["title"]
+                out.append(t["text"] if isinstance(t, dict) else t)
+    return out
+
+
+def _share_tables(cells) -> list[str]:
+    return [o["data"]["text/html"] for c in cells for o in c.get("outputs", []) if "text/html" in o.get("data", {})]
+
+
+def assert_ep_section_drawn(cells, data: Path, run_id: str, dispatch: str) -> str:
+    """Notebook 01's EP section drew its two figures and its share table for `run_id`; returns what it printed."""
+    titles = figure_titles(cells)
+    assert any(t.startswith("One rank's sync costs every rank") for t in titles), titles
+    assert any(t.startswith("Who waits for whom") for t in titles), titles
+    text = printed(cells)
+    assert f"run {Runs.load(data).labels()[run_id]}; dispatch {dispatch}" in text  # the run is named by its label
+    assert f"{dispatch}, 2 ranks:" in text  # the share table read out, from the run's numbers
+    assert "no real-EP run recorded" not in text
+    tables = _share_tables(cells)
+    assert tables and "only rank 0 device_direct" in tables[0]
+    return text

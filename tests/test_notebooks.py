@@ -1,7 +1,8 @@
 """The notebooks run top to bottom, headless, in recorded mode (no GPU needed), on a fixed
 input: the committed runs under data/runs/. The headline (the reference point's numbers and the
 rule that chose them) is the same in `dspark-lab main` (what `bash lab.sh` runs without a GPU),
-the HTML report, notebook 01 and notebook 03."""
+the HTML report, notebook 01 and notebook 03. Notebook 01 draws its EP section for the newest committed
+real-EP run (test_notebook01_ep.py runs that section alone on other data)."""
 from __future__ import annotations
 
 import html
@@ -10,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers import COMMITTED_DATA as DATA, NOTEBOOK_GROUP, NOTEBOOKS, errors, printed
+from dspark_lab.results import Runs
+from helpers import COMMITTED_DATA as DATA, NOTEBOOKS, assert_ep_section_drawn, ep_section, errors, printed
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
-# The notebooks are executed once per session (conftest.executed_notebooks), on one xdist worker.
-pytestmark = pytest.mark.xdist_group(NOTEBOOK_GROUP)
+# The notebooks are executed once per session (conftest.executed_notebooks); only this file uses them,
+# so under pytest-xdist `--dist loadfile` they are executed on one worker, once.
 
 
 def headline_lines(text: str) -> list[str]:
@@ -76,3 +78,13 @@ def test_the_headline_is_the_same_in_the_cli_the_report_and_notebooks_01_and_03(
     rows = runs.ok[(runs.ok.run_id == e["run_id"]) & (runs.ok.point_id == e["point_id"]) & ~runs.ok.disturbed]
     dd = rows[rows.strategy == "device_direct"].step_ms.median()
     assert f"device_direct {dd:.2f} ms" in want[0]
+
+
+def test_the_whole_notebook_draws_the_section_for_the_newest_committed_real_ep_run(executed_notebooks):
+    nb, _ = executed_notebooks["01_onboarding.ipynb"]
+    runs = Runs.load(DATA)
+    real = runs.ok[runs.ok["ep_mode"] == "real"]
+    assert not real.empty, "the committed runs hold real-EP runs"
+    newest = [r for r in runs.run_ids() if r in set(real.run_id)][-1]
+    modes = list(dict.fromkeys(real[real.run_id == newest].dispatch))
+    assert_ep_section_drawn(ep_section(nb), DATA, newest, "a2a_fixed" if "a2a_fixed" in modes else modes[0])
