@@ -12,7 +12,13 @@ py=$(bash scripts/ensure_env.sh)
 if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium could not be installed: the browser test will skip" >&2
 fi
-"$py" -m pytest -m "not sglang" "$@"
+# Two workers (pytest-xdist). `--dist loadfile` keeps each test file on one worker, so a file's
+# module fixtures and the notebooks (executed once, for tests/test_notebooks.py) are built once;
+# files go out in collection order (the browser test early). (`loadgroup` would let files share a
+# worker, but with pytest 9.2 it ignores xdist_group marks: pytest-xdist issue 1386.)
+# DSPARK_TEST_WORKERS=0: serial.
+"$py" -m pytest -m "not sglang" -n "${DSPARK_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
+
 if [ "${DSPARK_SKIP_SGLANG:-0}" != 1 ]; then
   bash scripts/sglang_env.sh
 fi

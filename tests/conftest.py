@@ -2,14 +2,19 @@ import atexit
 import os
 import shutil
 import tempfile
+import time
 
 import pytest
 import torch
+
+from helpers import COMMITTED_DATA, NOTEBOOKS, execute_notebook, kernel_env, synthetic_runs
 
 # The run-file cache (dspark_lab/results/cache.py) of this test session: its own folder, removed at
 # exit, never the user's ~/.cache (subprocesses inherit it).
 os.environ["DSPARK_CACHE"] = tempfile.mkdtemp(prefix="dspark-test-cache-")
 atexit.register(shutil.rmtree, os.environ["DSPARK_CACHE"], True)
+
+GALLERY_DIR = COMMITTED_DATA / "gallery"
 
 
 def pytest_collection_modifyitems(config, items):
@@ -19,3 +24,37 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "cuda" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def data():
+    """The synthetic set, always (a fixed input: tests must not depend on what data/runs holds)."""
+    r, t, h = synthetic_runs()
+    return r, t, h, False
+
+
+@pytest.fixture(scope="session")
+def recorded_env(tmp_path_factory) -> dict:
+    """The notebooks' kernel environment: recorded mode on the committed data, exports to a temp folder."""
+    extra = {}
+    if not (GALLERY_DIR.is_dir() and any(GALLERY_DIR.glob("*.json"))):
+        # Notebook 04 reads a recorded gallery: record a tiny one on this machine.
+        from dspark_lab.gallery import report as gallery_report
+
+        rec = gallery_report.record(device="cpu", steps=2, trials=1)
+        extra["DSPARK_GALLERY_DATA"] = str(gallery_report.save(rec, tmp_path_factory.mktemp("gallery") / "cpu.json"))
+    return kernel_env(COMMITTED_DATA, tmp_path_factory.mktemp("out"), **extra)
+
+
+@pytest.fixture(scope="session")
+def executed_notebooks(recorded_env) -> dict:
+    """Each notebook executed once per test session, top to bottom: name -> (notebook, seconds).
+    Only tests/test_notebooks.py uses it: under pytest-xdist `--dist loadfile` one worker builds it."""
+    import nbformat  # the dev extra: the test files using this importorskip it first
+
+    out = {}
+    for path in NOTEBOOKS:
+        t0 = time.perf_counter()
+        nb = execute_notebook(nbformat.read(path, as_version=4), recorded_env)
+        out[path.name] = (nb, time.perf_counter() - t0)
+    return out

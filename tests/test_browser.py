@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from test_figures import RUNS_DIR, write_synthetic_runs
+from helpers import RUNS_DIR, write_synthetic_runs
 from test_lab_sh import lab_env, start_lab, stop_hard
 
 pytestmark = pytest.mark.browser
@@ -29,6 +29,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 PANEL_NOTEBOOKS = ("01_onboarding.ipynb", "03_design_review.ipynb")
 ALL_NOTEBOOKS = ("01_onboarding.ipynb", "02_tuning_new_gpu.ipynb", "03_design_review.ipynb")
+PANEL_FIGURES = 4  # comparison, syncs, breakdown, timeline
 
 
 @pytest.fixture(scope="module")
@@ -167,14 +168,14 @@ def _matches(state, want, chosen) -> bool:
 
 
 def _wait_for_expected(page, controls, backend, run_ids, what: str, timeout_s: float = 30.0):
-    deadline = time.time() + timeout_s
+    deadline = time.monotonic() + timeout_s
     while True:
         settings = _settings(controls, run_ids)
         want = _expected(backend, settings)
         state = page.evaluate(JS_STATE)
         if _matches(state, want, settings["strategy"]):
             return settings, state
-        if time.time() > deadline:
+        if time.monotonic() > deadline:
             raise AssertionError(f"after moving {what}: the panel does not show the recorded point.\n"
                                  f"settings {settings}\nexpected {want}\nshown {json.dumps(state)[:3000]}")
         page.wait_for_timeout(300)
@@ -205,18 +206,57 @@ def _open_and_run_all(page, lab, name) -> float:
 
 
 JS_SCROLLER = "() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer')"
+JS_TWO_FRAMES = "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
+# A plotly figure is drawn once its svg, its title (where it has one) and, for axes, its plot area are
+# in the page: plotly draws them in that order, so a figure caught half-drawn fails this.
+JS_PLOT_MISSING = """gd => { const fl = gd._fullLayout; if (!fl || !gd.querySelector('.main-svg')) return 'no svg';
+  const t = fl.title && fl.title.text; if (t && !gd.querySelector('.gtitle')) return 'no title';
+  const axes = fl._has && fl._has('cartesian');
+  return axes && !gd.querySelector('.bglayer .bg, .draglayer .nsewdrag') ? 'no plot area' : ''; }"""
+JS_PLOT_DRAWN = f"gd => !({JS_PLOT_MISSING})(gd)"
+# What is not yet drawn of the code cells on screen (empty once each shows its outputs): as many
+# figures as it has plotly outputs, those on screen drawn, and its widgets (the panel) rendered. The
+# panel's own figures are checked apart (_show_panel): they fill in once its cell is scrolled to.
+JS_SCREEN_PENDING = f"""() => {{ const w = ({JS_NOTEBOOK})(); const sc = ({JS_SCROLLER})(); if (!w || !sc) return ['no notebook'];
+  const box = sc.getBoundingClientRect(), missing = {JS_PLOT_MISSING}, pending = [];
+  w.content.widgets.forEach((c, i) => {{
+    if (c.model.type !== 'code' || !c.node.isConnected) return;
+    const r = c.node.getBoundingClientRect();
+    if (r.bottom <= box.top || r.top >= box.bottom) return;
+    if (c.isPlaceholder()) return pending.push(`cell ${{i}}: placeholder`);
+    const outs = c.model.outputs.toJSON().map(o => o.data || {{}});
+    const plots = Array.from(c.node.querySelectorAll('.js-plotly-plot')).filter(gd => !gd.closest('.jupyter-widgets'));
+    const want = outs.filter(d => d['application/vnd.plotly.v1+json']).length;
+    if (plots.length < want) pending.push(`cell ${{i}}: ${{plots.length}} of ${{want}} figures`);
+    plots.forEach((gd, k) => {{ const p = gd.getBoundingClientRect();  // below the fold: drawn when scrolled to
+      const m = p.bottom > box.top && p.top < box.bottom ? missing(gd) : '';
+      if (m) pending.push(`cell ${{i}}: figure ${{k}}: ${{m}}`); }});
+    if (outs.some(d => d['application/vnd.jupyter.widget-view+json']) && !c.node.querySelector('.jupyter-widgets'))
+      pending.push(`cell ${{i}}: widgets not rendered`);
+  }});
+  return pending; }}"""
+
+
+def _wait_until_drawn(page, what: str, timeout_ms: int = 60_000) -> None:
+    """Wait until the code cells on screen show their outputs (JS_SCREEN_PENDING empty)."""
+    try:
+        page.wait_for_function(f"() => ({JS_SCREEN_PENDING})().length === 0", timeout=timeout_ms, polling=200)
+    except Exception as e:  # noqa: BLE001  (playwright's TimeoutError): say what is missing
+        raise AssertionError(f"{what}: not drawn after {timeout_ms / 1000:.0f} s: {page.evaluate(JS_SCREEN_PENDING)}") from e
 
 
 def _page_through(page, stem: str, max_pages: int = 30) -> int:
     """Scroll the notebook from top to bottom a screen at a time, a screenshot per screen
-    (out/browser_<stem>_page_NN.png), waiting for lazily drawn plots; back to the top after."""
+    (out/browser_<stem>_page_NN.png), each once the plots on it are drawn (JupyterLab draws off-screen
+    cells lazily); back to the top after."""
     for old in OUT.glob(f"browser_{stem}_page_*.png"):
         old.unlink()
     scroller = page.evaluate_handle(JS_SCROLLER)
     n = 0
     for n in range(max_pages):
-        scroller.evaluate(f"el => {{ el.scrollTop = {n} * (el.clientHeight - 60); }}")
-        page.wait_for_timeout(1200)
+        # Two animation frames after the scroll, the windowed notebook has attached the cells it brought on screen.
+        scroller.evaluate(f"el => {{ el.scrollTop = {n} * (el.clientHeight - 60); return {JS_TWO_FRAMES}; }}")
+        _wait_until_drawn(page, f"{stem}, screen {n}")
         page.screenshot(path=str(OUT / f"browser_{stem}_page_{n:02d}.png"))
         if scroller.evaluate("el => el.scrollTop + el.clientHeight >= el.scrollHeight - 2"):
             break
@@ -231,23 +271,15 @@ def _exercise_panel(page, name, backend, store_rows):
     stem = name.split("_")[0]
     cell = page.locator(".jp-Notebook .jp-CodeCell", has=page.locator(".dspark-mode")).first
     # The panel's plots are drawn once its cell is on screen (JupyterLab renders off-screen cells lazily).
-    deadline, state = time.time() + 90, None
-    while time.time() < deadline:
-        cell.evaluate("el => el.scrollIntoView({block: 'start'})")
-        page.wait_for_timeout(1500)
-        state = page.evaluate(JS_STATE)
-        if state and state["comparison"]:
-            break
-    assert state and state["comparison"], f"{name}: the panel drew no comparison figure: {state}"
+    _show_panel(page, name)
     opts = backend.options()
     run_ids = [rid for _, rid in opts["run"]]
     controls = _controls(cell)
     # The first render, before any change: title above subtitle (a screenshot for the eye, too).
-    cell.evaluate("el => el.scrollIntoView({block: 'start'})")
-    page.wait_for_timeout(800)
     page.screenshot(path=str(OUT / f"browser_{stem}_first_render.png"))
     first = _title_boxes(cell)
-    assert len(first) == 4 and all(t["top"] >= -4 and t["bottom"] <= t["plot_top"] for t in first), first
+    assert len(first) == PANEL_FIGURES, first
+    assert all("top" in t and t["top"] >= -4 and t["bottom"] <= t["plot_top"] for t in first), first
     _wait_for_expected(page, controls, backend, run_ids, "nothing (first render)")
 
     for k in ("ep_size", "batch_size", "gamma"):
@@ -273,10 +305,23 @@ def _exercise_panel(page, name, backend, store_rows):
     _wait_for_expected(page, controls, backend, run_ids, "run (one)")
     after = _title_boxes(cell)
     assert [(t["lines"], round(t["top"])) for t in after] == [(t["lines"], round(t["top"])) for t in first], (first, after)
-    cell.evaluate("el => el.scrollIntoView({block: 'start'})")
-    page.wait_for_timeout(800)
+    _show_panel(page, name)
     page.screenshot(path=str(OUT / f"browser_{stem}_panel.png"))
     return [_text(t) for t in controls["run"].locator("select").evaluate("e => Array.from(e.options).map(o => o.text)")]
+
+
+JS_PANEL_DRAWN = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return false;
+  cell.scrollIntoView({{block: 'start'}});
+  const plots = Array.from(cell.querySelectorAll('.js-plotly-plot'));
+  return plots.length === {PANEL_FIGURES} && plots.every({JS_PLOT_DRAWN}); }}"""
+
+
+def _show_panel(page, name: str) -> None:
+    """Scroll the panel's cell to the top of the screen until its figures are all drawn."""
+    try:
+        page.wait_for_function(JS_PANEL_DRAWN, timeout=90_000, polling=250)
+    except Exception as e:  # noqa: BLE001  (playwright's TimeoutError): say what the panel showed
+        raise AssertionError(f"{name}: the panel's {PANEL_FIGURES} figures were not drawn: {page.evaluate(JS_STATE)}") from e
 
 
 def _title_boxes(cell):
@@ -293,12 +338,9 @@ def _title_boxes(cell):
 def test_lab_sh_kit_runs_all_three_notebooks_and_every_control_moves_the_figures(lab):
     from playwright.sync_api import sync_playwright
 
-    from dspark_lab.results import Runs
-    from dspark_lab.results.backend import RecordedBackend
-    from dspark_lab.views import panel
+    from dspark_lab.results.backend import load_recorded
 
-    data_dir = lab["env"].get("DSPARK_DATA")
-    backend = RecordedBackend(Runs.load(data_dir) if data_dir else Runs.load())
+    backend = load_recorded(lab["env"].get("DSPARK_DATA"))  # what the notebooks' panel reads (live.open_backend)
     OUT.mkdir(parents=True, exist_ok=True)
     labels = {}
     with sync_playwright() as pw:
@@ -312,7 +354,7 @@ def test_lab_sh_kit_runs_all_three_notebooks_and_every_control_moves_the_figures
                 pages = _page_through(page, name.split("_")[0])
                 print(f"{name}: {pages} screenshots of the whole notebook")
                 if name in PANEL_NOTEBOOKS:
-                    labels[name] = _exercise_panel(page, name, backend, rows)
+                    labels[name] = _exercise_panel(page, name, backend, backend.runs.rows)
                 page.evaluate(JS_SHUTDOWN)
                 page.close()
         finally:

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from dspark_lab.views import figures
-from test_figures import a_point, data  # noqa: F401  (the synthetic-runs fixture)
+from helpers import a_point  # the synthetic-runs fixture `data` is in conftest.py
 
 
 def _png_size(path) -> tuple[int, int]:

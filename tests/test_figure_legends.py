@@ -20,7 +20,7 @@ def test_wrapped_entries_take_columns_as_wide_as_the_widest():
 
 
 def test_the_breakdown_leaves_room_for_its_legend_and_its_note():
-    from test_figures import synthetic_runs
+    from helpers import synthetic_runs
 
     rows, _, _ = synthetic_runs(runs=(("run-a", "SYNTH-GPU-A", "1.0"),), eps=(2,), batches=(8,), gammas=(4,))
     rows = rows.assign(disturbed=rows.trial == 0)  # a note: disturbed trials left out

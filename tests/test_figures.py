@@ -1,14 +1,10 @@
 """Figures from recorded data hold the recorded numbers (trace values checked against the rows).
 
-Input is fixed: a synthetic set generated below (clearly not GPU data: two runs, failed rows). The
+Input is fixed: the synthetic set of tests/helpers.py (clearly not GPU data: two runs, failed rows). The
 committed runs under data/runs/ are checked explicitly in test_committed_runs_load_cleanly.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
-import numpy as np
-import pandas as pd
 import pytest
 
 from dspark_lab.views import figures
@@ -19,91 +15,7 @@ from dspark_lab.results.strategy_info import strategy_order
 from dspark_lab import strategies
 from dspark_lab.results import Runs
 from dspark_lab.results.stats import median_ci
-
-ROOT = Path(__file__).resolve().parents[1]
-RUNS_DIR = ROOT / "data" / "runs"
-
-
-# -- synthetic data (shared with test_panel.py) ---------------------------------------------------
-
-def synthetic_runs(runs=(("run-a", "SYNTH-GPU-A", "1.0"), ("run-b", "SYNTH-GPU-B", "2.0")),
-                   eps=(1, 2), batches=(1, 8, 32), gammas=(2, 4), trials=3, seed=0):
-    """(rows_df, timelines_df, headers) shaped like store.load_runs(), values made up."""
-    rng = np.random.default_rng(seed)
-    rows, segs, headers = [], [], []
-    for ri, (run_id, gpu, driver) in enumerate(runs):
-        headers.append({"run_id": run_id, "gpu": gpu, "driver": driver, "cuda": "12.0", "torch": "2.0-synth",
-                        "recorded_at": f"2026-01-0{ri + 1}T10:00:00+00:00"})
-        for ep in eps:
-            for bs in batches:
-                for g in gammas:
-                    pid = f"p{ep}-{bs}-{g}"
-                    for si, s in enumerate(strategies.names()):
-                        dd = s == "device_direct"
-                        base = 6.0 + 0.01 * bs + 0.05 * g + ri * 0.5
-                        stream = 1.0 if dd else 0.0
-                        host = dict(host_prep_ms=3.0, host_blocked_ms=3.5 if dd else 0.0, host_readback_ms=0.2,
-                                    host_copy_ms=0.02 * (s != "persistent_fill"), host_launch_ms=0.3,
-                                    host_other_ms=0.1 + si * 0.01)
-                        prof = sum(host.values())
-                        busy = 0.7 * prof + 0.001 * bs
-                        for t in range(trials):
-                            step = base + (2.3 if dd else 0.0) + rng.normal(0, 0.05)
-                            rows.append({
-                                "point_id": pid, "ep_size": ep, "batch_size": bs, "gamma": g, "strategy": s,
-                                "model": "small", "workload": "sglang_profile", "graph": True, "device": "cuda",
-                                "query_token_num": g, "bucket_batch_size": bs, "num_tokens": bs * g,
-                                "target_verify_ms": 4.5, "predicate": ep > 1, "status": "ok", "error": "",
-                                "trial": t, "steps": 60, "step_ms": step, "step_ms_p50": step, "step_ms_p90": step * 1.1,
-                                "profiled_step_ms": prof, "syncs_per_step": stream, "stream_syncs_per_step": stream,
-                                "device_syncs_per_step": 0.0, "event_syncs_per_step": 0.0, "sync_memcpy_per_step": 0.0,
-                                "readback_syncs_per_step": 1.0, "h2d_pageable_per_step": 1.0 if s in ("device_direct", "non_blocking") else 0.0,
-                                "h2d_pinned_per_step": 0.0, "allocs_per_step": 1.0, **host,
-                                "gpu_busy_ms": busy, "gpu_idle_ms": prof - busy, "gpu_idle_after_sync_ms": 1.2 if dd else 0.0,
-                                "sync_site": "dspark_lab/strategies.py:25 device_direct" if dd else "",
-                                **{k: headers[-1][k] for k in schema.FINGERPRINT_COLUMNS},
-                            })
-                        for k in range(3):
-                            t0 = k * prof
-                            segs += [
-                                [run_id, pid, s, "host", "step", t0, t0 + prof, f"step {k + 1}"],
-                                [run_id, pid, s, "host", "prep", t0, t0 + 3.0, "prep"],
-                                [run_id, pid, s, "gpu", "kernel", t0 + 0.5, t0 + 5.5, "target_verify"],
-                                [run_id, pid, s, "gpu", "kernel", t0 + 5.5005, t0 + 5.8, "draft"],
-                            ]
-                            if dd:
-                                segs += [[run_id, pid, s, "host", "blocked", t0 + 3.0, t0 + 6.5, "blocked"],
-                                         [run_id, pid, s, "host", "sync", t0 + 3.0, t0 + 6.5,
-                                          "cudaStreamSynchronize at dspark_lab/strategies.py(26): device_direct"]]
-    tl = pd.DataFrame(segs, columns=["run_id", "point_id", "strategy", "lane", "part", "start_ms", "end_ms", "label"])
-    return pd.DataFrame(rows), tl, headers
-
-
-def write_synthetic_runs(folder) -> Path:
-    """Write the synthetic set as run files (store format) under folder/runs; returns folder."""
-    from dspark_lab.results import store
-
-    rows, tl, headers = synthetic_runs()
-    folder = Path(folder)
-    for h in headers:
-        fp = {k: h[k] for k in ("gpu", "driver", "cuda", "torch")}
-        with store.RunWriter.create(folder / "runs", fingerprint=fp, sweep={}, run_id=h["run_id"]) as w:
-            r = rows[rows.run_id == h["run_id"]]
-            t = tl[tl.run_id == h["run_id"]]
-            for pid, g in r.groupby("point_id", sort=False):
-                recs = g.drop(columns=list(schema.FINGERPRINT_COLUMNS)).to_dict("records")
-                tls = [{"kind": "timeline", "point_id": pid, "strategy": s,
-                        "segments": gg[["lane", "part", "start_ms", "end_ms", "label"]].values.tolist()}
-                       for s, gg in t[t.point_id == pid].groupby("strategy", sort=False)]
-                w.write_point(pid, recs, tls)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def data():
-    """The synthetic set, always (a fixed input: tests must not depend on what data/runs holds)."""
-    r, t, h = synthetic_runs()
-    return r, t, h, False
+from helpers import RUNS_DIR, a_point, synthetic_runs
 
 
 def test_committed_runs_load_cleanly():
@@ -118,16 +30,6 @@ def test_committed_runs_load_cleanly():
     assert len(runs.labels()) == len(list(RUNS_DIR.glob("*.jsonl")))
     assert len(set(runs.labels().values())) == len(runs.labels())
     assert runs.headline().entries, "the committed runs hold the reference point"
-
-
-def a_point(rows, one_run=True):
-    """A recorded point that has every strategy ok (first such one), from one run."""
-    ok = figures.ok_rows(rows)
-    if one_run and "run_id" in ok:
-        ok = ok[ok["run_id"] == ok["run_id"].iloc[0]]
-    n = ok.groupby("point_id")["strategy"].nunique()
-    pid = n.idxmax()
-    return ok[ok["point_id"] == pid]
 
 
 def _xs(trace):

@@ -196,7 +196,7 @@ def test_lab_sh_serves_localhost_only_with_a_token_and_stops_cleanly_on_sigint(t
 
 def test_lab_sh_report_is_one_command_away(tmp_path):
     """`bash lab.sh report` still gives the old main job's report from the recorded runs."""
-    from test_figures import RUNS_DIR, write_synthetic_runs
+    from helpers import RUNS_DIR, write_synthetic_runs
 
     env = lab_env(tmp_path)
     data = RUNS_DIR.parent if RUNS_DIR.is_dir() and any(RUNS_DIR.glob("*.jsonl")) else write_synthetic_runs(tmp_path / "data")

@@ -20,7 +20,7 @@ from dspark_lab.views import figures, panel
 from dspark_lab.results import schema  # noqa: E402
 from dspark_lab.config import LabConfig  # noqa: E402
 from dspark_lab.results.stats import median_ci  # noqa: E402
-from test_figures import synthetic_runs  # noqa: E402
+from helpers import synthetic_runs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +263,7 @@ def test_make_panel_says_live_when_cuda(monkeypatch):
 
 
 def test_make_panel_says_recorded_without_cuda(monkeypatch, tmp_path):
-    from test_figures import write_synthetic_runs
+    from helpers import write_synthetic_runs
 
     monkeypatch.setenv("DSPARK_DATA", str(write_synthetic_runs(tmp_path)))
     monkeypatch.delenv(config.MODE_ENV, raising=False)

@@ -21,12 +21,21 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 FP = {"gpu": "TEST-GPU", "driver": "1.0", "cuda": "13.0", "torch": "2.x"}
 
 
+def _figure_modules() -> list[str]:
+    """The views' figure modules, found on disk (figures*.py, and figures/ if it is a package)."""
+    views = ROOT / "dspark_lab" / "views"
+    files = sorted(views.glob("figures*.py")) + sorted(views.glob("figures/*.py"))
+    return [".".join(f.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__") for f in files]
+
+
 @pytest.mark.parametrize("module,absent", [
     ("dspark_lab.results", ("torch", "plotly")), ("dspark_lab.results.runs", ("torch", "plotly")),
     ("dspark_lab.results.store", ("torch", "plotly")), ("dspark_lab.measure", ("torch",)),
-    ("dspark_lab.measure.ranges", ("torch",)), ("dspark_lab.views.figures", ("torch",)), ("dspark_lab.views.report", ("torch",)),
+    ("dspark_lab.measure.ranges", ("torch",)), ("dspark_lab.views.report", ("torch",)),
+    *((m, ("torch",)) for m in _figure_modules()),
 ])
 def test_views_and_the_results_layer_do_not_import_torch(module, absent):
+    """In a fresh process: the results layer loads neither torch nor plotly, the views' figures no torch."""
     code = f"import {module}, sys; print(sorted(m for m in {absent!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

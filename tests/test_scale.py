@@ -24,7 +24,7 @@ from dspark_lab.results import noise
 from dspark_lab.results.load import DataWarning
 from dspark_lab.results.backend import ALL_RUNS, MAX_RUN_OPTIONS, RecordedBackend
 from dspark_lab.results.runs import MAX_COMPARED
-from test_figures import write_synthetic_runs
+from helpers import write_synthetic_runs
 
 MACHINES = ("SYNTH-GPU-A", "SYNTH-GPU-B", "SYNTH-GPU-C")
 PAST = time.time() - 3600  # file times an hour back: not "racy" (results.cache.racy), so cacheable

@@ -1,0 +1,180 @@
+"""Shared by the test files: the synthetic recorded set (made-up numbers, clearly not GPU data: two
+runs on two fake machines, every strategy, a timeline per point) as DataFrames or as run files in the
+store's format; the committed runs' folder; and notebooks executed headless. Fixtures are in conftest.py."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from dspark_lab import strategies
+from dspark_lab.results import Runs, schema, store
+from dspark_lab.views import figures
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS_DIR = ROOT / "data" / "runs"  # the committed runs
+
+
+def synthetic_runs(runs=(("run-a", "SYNTH-GPU-A", "1.0"), ("run-b", "SYNTH-GPU-B", "2.0")),
+                   eps=(1, 2), batches=(1, 8, 32), gammas=(2, 4), trials=3, seed=0):
+    """(rows, timelines, headers): two DataFrames and a header dict per run, as recorded runs load; values made up."""
+    rng = np.random.default_rng(seed)
+    rows, segs, headers = [], [], []
+    for ri, (run_id, gpu, driver) in enumerate(runs):
+        headers.append({"run_id": run_id, "gpu": gpu, "driver": driver, "cuda": "12.0", "torch": "2.0-synth",
+                        "recorded_at": f"2026-01-0{ri + 1}T10:00:00+00:00"})
+        for ep in eps:
+            for bs in batches:
+                for g in gammas:
+                    pid = f"p{ep}-{bs}-{g}"
+                    for si, s in enumerate(strategies.names()):
+                        dd = s == "device_direct"
+                        base = 6.0 + 0.01 * bs + 0.05 * g + ri * 0.5
+                        stream = 1.0 if dd else 0.0
+                        host = dict(host_prep_ms=3.0, host_blocked_ms=3.5 if dd else 0.0, host_readback_ms=0.2,
+                                    host_copy_ms=0.02 * (s != "persistent_fill"), host_launch_ms=0.3,
+                                    host_other_ms=0.1 + si * 0.01)
+                        prof = sum(host.values())
+                        busy = 0.7 * prof + 0.001 * bs
+                        for t in range(trials):
+                            step = base + (2.3 if dd else 0.0) + rng.normal(0, 0.05)
+                            rows.append({
+                                "point_id": pid, "ep_size": ep, "batch_size": bs, "gamma": g, "strategy": s,
+                                "model": "small", "workload": "sglang_profile", "graph": True, "device": "cuda",
+                                "query_token_num": g, "bucket_batch_size": bs, "num_tokens": bs * g,
+                                "target_verify_ms": 4.5, "predicate": ep > 1, "status": "ok", "error": "",
+                                "trial": t, "steps": 60, "step_ms": step, "step_ms_p50": step, "step_ms_p90": step * 1.1,
+                                "profiled_step_ms": prof, "syncs_per_step": stream, "stream_syncs_per_step": stream,
+                                "device_syncs_per_step": 0.0, "event_syncs_per_step": 0.0, "sync_memcpy_per_step": 0.0,
+                                "readback_syncs_per_step": 1.0, "h2d_pageable_per_step": 1.0 if s in ("device_direct", "non_blocking") else 0.0,
+                                "h2d_pinned_per_step": 0.0, "allocs_per_step": 1.0, **host,
+                                "gpu_busy_ms": busy, "gpu_idle_ms": prof - busy, "gpu_idle_after_sync_ms": 1.2 if dd else 0.0,
+                                "sync_site": "dspark_lab/strategies.py:25 device_direct" if dd else "",
+                                **{k: headers[-1][k] for k in schema.FINGERPRINT_COLUMNS},
+                            })
+                        for k in range(3):
+                            t0 = k * prof
+                            segs += [
+                                [run_id, pid, s, "host", "step", t0, t0 + prof, f"step {k + 1}"],
+                                [run_id, pid, s, "host", "prep", t0, t0 + 3.0, "prep"],
+                                [run_id, pid, s, "gpu", "kernel", t0 + 0.5, t0 + 5.5, "target_verify"],
+                                [run_id, pid, s, "gpu", "kernel", t0 + 5.5005, t0 + 5.8, "draft"],
+                            ]
+                            if dd:
+                                segs += [[run_id, pid, s, "host", "blocked", t0 + 3.0, t0 + 6.5, "blocked"],
+                                         [run_id, pid, s, "host", "sync", t0 + 3.0, t0 + 6.5,
+                                          "cudaStreamSynchronize at dspark_lab/strategies.py(26): device_direct"]]
+    tl = pd.DataFrame(segs, columns=["run_id", "point_id", "strategy", "lane", "part", "start_ms", "end_ms", "label"])
+    return pd.DataFrame(rows), tl, headers
+
+
+def write_synthetic_runs(folder) -> Path:
+    """Write the synthetic set as run files (store format) under folder/runs; returns folder."""
+    rows, tl, headers = synthetic_runs()
+    folder = Path(folder)
+    for h in headers:
+        fp = {k: h[k] for k in ("gpu", "driver", "cuda", "torch")}
+        with store.RunWriter.create(folder / "runs", fingerprint=fp, sweep={}, run_id=h["run_id"]) as w:
+            r = rows[rows.run_id == h["run_id"]]
+            t = tl[tl.run_id == h["run_id"]]
+            for pid, g in r.groupby("point_id", sort=False):
+                recs = g.drop(columns=list(schema.FINGERPRINT_COLUMNS)).to_dict("records")
+                tls = [{"kind": "timeline", "point_id": pid, "strategy": s,
+                        "segments": gg[["lane", "part", "start_ms", "end_ms", "label"]].values.tolist()}
+                       for s, gg in t[t.point_id == pid].groupby("strategy", sort=False)]
+                w.write_point(pid, recs, tls)
+    return folder
+
+
+def a_point(rows, one_run=True):
+    """A recorded point that has every strategy ok (first such one), from one run."""
+    ok = figures.ok_rows(rows)
+    if one_run and "run_id" in ok:
+        ok = ok[ok["run_id"] == ok["run_id"].iloc[0]]
+    n = ok.groupby("point_id")["strategy"].nunique()
+    pid = n.idxmax()
+    return ok[ok["point_id"] == pid]
+
+
+# -- notebooks, executed headless ---------------------------------------------------------------
+
+NOTEBOOKS_DIR = ROOT / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+COMMITTED_DATA = ROOT / "data"  # the notebooks' fixed input: the committed runs
+
+
+def kernel_env(data_dir: Path, out_dir: Path, **extra: str) -> dict:
+    """A kernel's environment: this process's, in recorded mode on `data_dir`, exports to `out_dir`,
+    the package importable from this checkout (this process's os.environ is left as it is)."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return {**os.environ, "DSPARK_LAB_MODE": "recorded", "DSPARK_DATA": str(data_dir), "DSPARK_OUT": str(out_dir),
+            "PYTHONPATH": path, **extra}
+
+
+def execute_notebook(nb, env: dict):
+    """Run the notebook's cells in a fresh kernel started with `env` (in notebooks/, as Jupyter would);
+    the outputs land in `nb`, which is returned. Raises CellExecutionError naming a failing cell."""
+    import nbclient  # the dev extra: test files that call this importorskip it first
+
+    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(NOTEBOOKS_DIR)}})
+    client.execute(env=env)
+    return nb
+
+
+def outputs(cells, kind: str) -> list:
+    """The cells' outputs of one output_type ("stream", "error", "display_data", ...)."""
+    return [o for c in cells for o in c.get("outputs", []) if o.get("output_type") == kind]
+
+
+def printed(cells) -> str:
+    """What the cells printed (stdout and stderr), in order."""
+    return "".join(o.get("text", "") for o in outputs(cells, "stream"))
+
+
+def errors(cells) -> list[str]:
+    return [f"{o.get('ename')}: {o.get('evalue')}" for o in outputs(cells, "error")]
+
+
+# -- notebook 01's section "One rank's sync costs every rank" ------------------------------------
+
+EP_SECTION = "## One rank's sync costs every rank"
+
+
+def ep_section(nb) -> list:
+    """Notebook 01's EP section's code cells (from its heading to the next heading of its level)."""
+    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(EP_SECTION))
+    end = next((i for i in range(start + 1, len(nb.cells))
+                if nb.cells[i].cell_type == "markdown" and nb.cells[i].source.startswith("## ")), len(nb.cells))
+    return [c for c in nb.cells[start:end] if c.cell_type == "code"]
+
+
+def figure_titles(cells) -> list[str]:
+    out = []
+    for c in cells:
+        for o in c.get("outputs", []):
+            fig = o.get("data", {}).get("application/vnd.plotly.v1+json")
+            if fig:
+                t = fig["layout"]["title"]
+                out.append(t["text"] if isinstance(t, dict) else t)
+    return out
+
+
+def _share_tables(cells) -> list[str]:
+    return [o["data"]["text/html"] for c in cells for o in c.get("outputs", []) if "text/html" in o.get("data", {})]
+
+
+def assert_ep_section_drawn(cells, data: Path, run_id: str, dispatch: str) -> str:
+    """Notebook 01's EP section drew its two figures and its share table for `run_id`; returns what it printed."""
+    titles = figure_titles(cells)
+    assert any(t.startswith("One rank's sync costs every rank") for t in titles), titles
+    assert any(t.startswith("Who waits for whom") for t in titles), titles
+    text = printed(cells)
+    assert f"run {Runs.load(data).labels()[run_id]}; dispatch {dispatch}" in text  # the run is named by its label
+    assert f"{dispatch}, 2 ranks:" in text  # the share table read out, from the run's numbers
+    assert "no real-EP run recorded" not in text
+    tables = _share_tables(cells)
+    assert tables and "only rank 0 device_direct" in tables[0]
+    return text

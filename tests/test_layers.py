@@ -1,0 +1,94 @@
+"""The layers hold: import-linter's contracts in pyproject.toml are all kept (`lint-imports`, the
+console script of this environment), and the same check reports a tiny package that breaks a layers
+and a forbidden contract as broken, so a kept verdict means something."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10: import-linter brings tomli
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+
+pytestmark = pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter (the dev extra) is not installed")
+
+
+def lint_imports(cwd: Path, pythonpath: Path) -> subprocess.CompletedProcess:
+    """`lint-imports` on the config in `cwd`, importing from `pythonpath`; no cache written."""
+    env = {**os.environ, "PYTHONPATH": str(pythonpath), "COLUMNS": "400"}  # contract names on one line each
+    return subprocess.run([str(LINT_IMPORTS), "--no-cache"], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_every_contract_in_pyproject_is_kept():
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    assert {c["type"] for c in contracts} == {"layers", "forbidden"}
+    r = lint_imports(ROOT, ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for c in contracts:
+        assert f"{c['name']} KEPT" in r.stdout, (c["name"], r.stdout)
+    assert f"Contracts: {len(contracts)} kept, 0 broken." in r.stdout
+
+
+TOY_CONFIG = """
+[tool.importlinter]
+root_package = "toy"
+include_external_packages = true
+
+[[tool.importlinter.contracts]]
+id = "layers"
+name = "toy layers"
+type = "layers"
+layers = ["toy.views", "toy.results"]
+
+[[tool.importlinter.contracts]]
+id = "no-heavy"
+name = "toy results never import heavy"
+type = "forbidden"
+source_modules = ["toy.results"]
+forbidden_modules = ["heavy"]
+"""
+
+
+def _toy(tmp_path: Path, results_source: str) -> Path:
+    """A package `toy` (views above results) and an external package `heavy`, with the config above."""
+    for name, src in {"toy/__init__.py": "", "toy/views.py": "from toy import results\n",
+                      "toy/results.py": results_source, "heavy/__init__.py": ""}.items():
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(src)
+    (tmp_path / "pyproject.toml").write_text(TOY_CONFIG)
+    return tmp_path
+
+
+def test_the_check_reports_an_upward_import_and_a_forbidden_one(tmp_path):
+    r = lint_imports(_toy(tmp_path, "import heavy\nfrom toy import views\n"), tmp_path)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "toy layers BROKEN" in r.stdout and "toy results never import heavy BROKEN" in r.stdout
+    assert "toy.results -> toy.views" in r.stdout and "toy.results -> heavy" in r.stdout
+    assert "Contracts: 0 kept, 2 broken." in r.stdout
+
+
+def test_the_toy_package_without_those_imports_is_kept(tmp_path):
+    """The same toy with results importing only the standard library: both contracts kept."""
+    r = lint_imports(_toy(tmp_path, "import json\n"), tmp_path)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Contracts: 2 kept, 0 broken." in r.stdout
+
+
+def test_a_function_level_import_counts_too(tmp_path):
+    """An import inside a function (the old way to dodge a loop) breaks the layers all the same."""
+    r = lint_imports(_toy(tmp_path, textwrap.dedent("""
+        def late():
+            from toy import views
+            return views
+    """)), tmp_path)
+    assert r.returncode == 1 and "toy layers BROKEN" in r.stdout, r.stdout + r.stderr
