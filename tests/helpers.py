@@ -11,7 +11,7 @@ import pandas as pd
 
 from dspark_lab import strategies
 from dspark_lab.results import Runs, schema, store
-from dspark_lab.views import figures
+from dspark_lab.results.runs import ok_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS_DIR = ROOT / "data" / "runs"  # the committed runs
@@ -90,7 +90,7 @@ def write_synthetic_runs(folder) -> Path:
 
 def a_point(rows, one_run=True):
     """A recorded point that has every strategy ok (first such one), from one run."""
-    ok = figures.ok_rows(rows)
+    ok = ok_rows(rows)
     if one_run and "run_id" in ok:
         ok = ok[ok["run_id"] == ok["run_id"].iloc[0]]
     n = ok.groupby("point_id")["strategy"].nunique()

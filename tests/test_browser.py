@@ -126,20 +126,21 @@ def _settings(controls, run_ids: list) -> dict:
 def _expected(backend, settings: dict):
     """What the panel must draw for `settings`: per run label, strategies and recorded median step
     times of the nearest recorded point; or the error the panel must show."""
-    from dspark_lab.views import figures
+    from dspark_lab.results.runs import ok_rows
+    from dspark_lab.results.strategy_info import strategy_order
 
     try:
         data = backend.get(settings)
     except ValueError as e:
         return {"error": str(e)}
-    ok = figures.ok_rows(data.rows).assign(run_id=lambda d: d["run_id"].astype(str))
+    ok = ok_rows(data.rows).assign(run_id=lambda d: d["run_id"].astype(str))
     labels = backend.runs.labels()  # results.Runs: one short unique label per run
     traces = []  # in the panel's order (runs as first seen)
     for rid, g in ok.groupby("run_id", sort=False):
         # Disturbed trials (results.noise) are left out of the bars, unless all of a strategy's are.
         med = g.groupby("strategy").apply(lambda t: t.step_ms[~t.disturbed].median() if (~t.disturbed).any()
                                           else t.step_ms.median())
-        order = figures.strategy_order(med.index)
+        order = strategy_order(med.index)
         traces.append((labels.get(rid, rid), order, [float(med[s]) for s in order]))
     # A run recorded without a profiled pass (e.g. the one-process input of the EP prediction) has
     # no timeline: the panel then draws no lanes for it.

@@ -15,8 +15,6 @@ per-point figures), sweeps, timelines, ranks (real EP runs, per rank), render (p
 static export). This module only names what notebooks, the panel and the report call. Importing it
 changes nothing global: notebooks call `figures.apply_display_config()` once.
 """
-from dspark_lab.results.runs import ok_rows  # noqa: F401  (see below)
-from dspark_lab.results.strategy_info import strategy_order  # noqa: F401  (see below)
 from dspark_lab.views.figures.layout import (DEFAULT_WIDTH_PX, LEGEND_ROW_PX, fit_layout, fold_subtitle,
                                              legend_entries, legend_rows)
 from dspark_lab.views.figures.point import step_breakdown, strategy_comparison, sync_cost, sync_counts
@@ -32,5 +30,3 @@ __all__ = [
     "fit_layout", "fold_subtitle", "legend_entries", "legend_rows", "DEFAULT_WIDTH_PX", "LEGEND_ROW_PX",
     "PART_NAMES", "PART_COLORS", "SYNC_KINDS", "TIMELINE_NAMES",
 ]
-# `figures.ok_rows` and `figures.strategy_order` are results names that tests/helpers.py (a_point) and
-# test_browser still call through this module; they go once those import them from results.
