@@ -311,10 +311,17 @@ def _exercise_panel(page, name, backend, store_rows):
     return [_text(t) for t in controls["run"].locator("select").evaluate("e => Array.from(e.options).map(o => o.text)")]
 
 
+# The panel's FigureWidgets draw once they are on screen, and the panel is taller than the screen:
+# bring the first figure not yet drawn (or, while some are still missing, the last one there) to the
+# middle of the screen, scrolling only when it is off screen (a scroll on every poll can keep a
+# widget from settling); once all four are drawn, the panel's cell goes back to the top.
 JS_PANEL_DRAWN = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return false;
-  cell.scrollIntoView({{block: 'start'}});
-  const plots = Array.from(cell.querySelectorAll('.js-plotly-plot'));
-  return plots.length === {PANEL_FIGURES} && plots.every({JS_PLOT_DRAWN}); }}"""
+  const plots = Array.from(cell.querySelectorAll('.js-plotly-plot')), drawn = {JS_PLOT_DRAWN};
+  const todo = plots.find(gd => !drawn(gd)) || (plots.length < {PANEL_FIGURES} ? (plots[plots.length - 1] || cell) : null);
+  if (!todo) {{ cell.scrollIntoView({{block: 'start'}}); return true; }}
+  const r = todo.getBoundingClientRect();
+  if (r.top < 0 || r.bottom > window.innerHeight) todo.scrollIntoView({{block: plots.length < {PANEL_FIGURES} ? 'end' : 'center'}});
+  return false; }}"""
 
 
 def _show_panel(page, name: str) -> None:
