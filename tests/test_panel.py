@@ -24,13 +24,6 @@ from helpers import synthetic_runs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def data():
-    """A fixed input: the synthetic set (two runs)."""
-    r, t, h = synthetic_runs()
-    return r, t, h, False
-
-
-@pytest.fixture(scope="module")
 def recorded_panel(data):
     rows, tl, headers, _ = data
     return panel.Panel(RecordedBackend(Runs(rows, tl, headers)))

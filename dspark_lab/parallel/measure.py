@@ -25,7 +25,7 @@ from dspark_lab.config import LabConfig
 from dspark_lab.measure import intervals as iv
 from dspark_lab.measure import loop, syncs, trace
 from dspark_lab.predicate import enable_num_token_non_padded
-from dspark_lab.measure.profile import PROFILE_STEPS, STRATEGY_RANGE, analyse, profile_strategies
+from dspark_lab.measure.profile import DEBUG_STEPS, PROFILE_STEPS, STRATEGY_RANGE, analyse, profile_strategies
 from dspark_lab.results.schema import RANK_COLUMNS, ROW_COLUMNS
 from dspark_lab.model.dispatch import check_mode
 from dspark_lab.parallel.ranks import RankContext, nccl_version
@@ -175,7 +175,7 @@ def _case_stats(tr: dict, step: RankStep, cuda: bool, debug_sites: bool, sync) -
     if cuda and stats.get("gpu_busy_ms") is not None:
         stats["gpu_busy_ms"] = max(0.0, stats["gpu_busy_ms"] - stats["gpu_collective_ms"])
     if cuda and debug_sites:  # every rank runs these steps, so the collectives stay matched
-        debug = syncs.debug_sites_per_step(step.step, steps=3)
+        debug = syncs.debug_sites_per_step(step.step, steps=DEBUG_STEPS)
         sync()
         if debug:
             stats["sync_site"] = max(debug, key=debug.get)
