@@ -76,6 +76,13 @@ JS_ERRORS = f"""() => {{ const w = ({JS_NOTEBOOK})(); const out = [];
     for (const o of c.model.outputs.toJSON()) if (o.output_type === 'error') out.push(o.ename + ': ' + o.evalue); }}
   return out; }}"""
 JS_SHUTDOWN = f"async () => {{ const w = ({JS_NOTEBOOK})(); if (w) await w.sessionContext.shutdown(); }}"
+# A plotly figure is drawn once its svg, its title (where it has one) and, for axes, its plot area are
+# in the page: plotly draws them in that order, so a figure caught half-drawn fails this.
+JS_PLOT_MISSING = """gd => { const fl = gd._fullLayout; if (!fl || !gd.querySelector('.main-svg')) return 'no svg';
+  const t = fl.title && fl.title.text; if (t && !gd.querySelector('.gtitle')) return 'no title';
+  const axes = fl._has && fl._has('cartesian');
+  return axes && !gd.querySelector('.bglayer .bg, .draglayer .nsewdrag') ? 'no plot area' : ''; }"""
+JS_PLOT_DRAWN = f"gd => !({JS_PLOT_MISSING})(gd)"
 # The panel's cell, its strategy-comparison FigureWidget, its status line and its controls.
 JS_PANEL_CELL = "(() => { const m = document.querySelector('.jp-Notebook .dspark-mode'); return m && m.closest('.jp-CodeCell'); })"
 JS_STATE = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return null;
@@ -90,6 +97,10 @@ JS_STATE = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return null;
     if (typeof t === 'string' && t.startsWith('Timeline')) out.timeline_lanes = Array.from(new Set(
       gd.data.flatMap(d => d.y ? Array.from(d.y) : [])));
   }}
+  out.figures = Array.from(cell.querySelectorAll('.dspark-figure')).map(b => {{
+    const gd = b.querySelector('.js-plotly-plot'), r = b.getBoundingClientRect();
+    return {{name: (b.className.match(/dspark-figure-(\\w+)/) || [])[1], plot: !!gd,
+             drawn: !!gd && ({JS_PLOT_DRAWN})(gd), top: Math.round(r.top), height: Math.round(r.height)}}; }});
   return out; }}"""
 
 
@@ -208,13 +219,6 @@ def _open_and_run_all(page, lab, name) -> float:
 
 JS_SCROLLER = "() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer')"
 JS_TWO_FRAMES = "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
-# A plotly figure is drawn once its svg, its title (where it has one) and, for axes, its plot area are
-# in the page: plotly draws them in that order, so a figure caught half-drawn fails this.
-JS_PLOT_MISSING = """gd => { const fl = gd._fullLayout; if (!fl || !gd.querySelector('.main-svg')) return 'no svg';
-  const t = fl.title && fl.title.text; if (t && !gd.querySelector('.gtitle')) return 'no title';
-  const axes = fl._has && fl._has('cartesian');
-  return axes && !gd.querySelector('.bglayer .bg, .draglayer .nsewdrag') ? 'no plot area' : ''; }"""
-JS_PLOT_DRAWN = f"gd => !({JS_PLOT_MISSING})(gd)"
 # What is not yet drawn of the code cells on screen (empty once each shows its outputs): as many
 # figures as it has plotly outputs, those on screen drawn, and its widgets (the panel) rendered. The
 # panel's own figures are checked apart (_show_panel): they fill in once its cell is scrolled to.
@@ -312,15 +316,16 @@ def _exercise_panel(page, name, backend, store_rows):
 
 
 # The panel's FigureWidgets draw once they are on screen, and the panel is taller than the screen:
-# bring the first figure not yet drawn (or, while some are still missing, the last one there) to the
-# middle of the screen, scrolling only when it is off screen (a scroll on every poll can keep a
-# widget from settling); once all four are drawn, the panel's cell goes back to the top.
+# bring the first figure box (its widget's own element, there before plotly draws into it) that holds
+# no drawn plot to the middle of the screen, scrolling only when it is off screen (a scroll on every
+# poll can keep a widget from settling); once all four are drawn, the panel's cell goes back to the top.
 JS_PANEL_DRAWN = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return false;
-  const plots = Array.from(cell.querySelectorAll('.js-plotly-plot')), drawn = {JS_PLOT_DRAWN};
-  const todo = plots.find(gd => !drawn(gd)) || (plots.length < {PANEL_FIGURES} ? (plots[plots.length - 1] || cell) : null);
+  const boxes = Array.from(cell.querySelectorAll('.dspark-figure')), drawn = {JS_PLOT_DRAWN};
+  const ok = box => {{ const gd = box.querySelector('.js-plotly-plot'); return !!gd && drawn(gd); }};
+  const todo = boxes.find(b => !ok(b)) || (boxes.length < {PANEL_FIGURES} ? cell : null);
   if (!todo) {{ cell.scrollIntoView({{block: 'start'}}); return true; }}
   const r = todo.getBoundingClientRect();
-  if (r.top < 0 || r.bottom > window.innerHeight) todo.scrollIntoView({{block: plots.length < {PANEL_FIGURES} ? 'end' : 'center'}});
+  if (r.top < 0 || r.bottom > window.innerHeight || r.height === 0) todo.scrollIntoView({{block: 'center'}});
   return false; }}"""
 
 

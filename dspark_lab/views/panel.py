@@ -158,8 +158,10 @@ class Panel:
         self.progress = W.FloatProgress(value=0, min=0, max=1, description="", layout=W.Layout(
             width="340px", visibility="visible" if self.mode == "live" else "hidden"))
         self.figs = {k: go.FigureWidget(layout=dict(height=h, width=1000)) for k, h in FIGURE_HEIGHTS.items()}
-        for fw in self.figs.values():
+        for k, fw in self.figs.items():
             figures.widget_config(fw)  # no cloud "share" button, no logo
+            fw.add_class("dspark-figure")  # found by the browser test before plotly has drawn into it
+            fw.add_class(f"dspark-figure-{k}")
         self.widget = self._layout(W)
         self._worker = LatestWins(self._measure, self._measured, debounce_s) if self.mode == "live" else None
         for w in self.controls.values():
