@@ -83,6 +83,12 @@ JS_PLOT_MISSING = """gd => { const fl = gd._fullLayout; if (!fl || !gd.querySele
   const axes = fl._has && fl._has('cartesian');
   return axes && !gd.querySelector('.bglayer .bg, .draglayer .nsewdrag') ? 'no plot area' : ''; }"""
 JS_PLOT_DRAWN = f"gd => !({JS_PLOT_MISSING})(gd)"
+# The plotly figure drawn in a FigureWidget's box: inside it, or (where the widget draws into an
+# element of its own) the one whose middle lies within the box on screen.
+JS_PLOT_OF = """((cell, box) => { const inner = box.querySelector('.js-plotly-plot'); if (inner) return inner;
+  const b = box.getBoundingClientRect();
+  return Array.from(cell.querySelectorAll('.js-plotly-plot')).find(gd => { const r = gd.getBoundingClientRect();
+    const mid = (r.top + r.bottom) / 2; return r.height > 0 && mid >= b.top && mid <= b.bottom; }) || null; })"""
 # The panel's cell, its strategy-comparison FigureWidget, its status line and its controls.
 JS_PANEL_CELL = "(() => { const m = document.querySelector('.jp-Notebook .dspark-mode'); return m && m.closest('.jp-CodeCell'); })"
 JS_STATE = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return null;
@@ -98,7 +104,7 @@ JS_STATE = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return null;
       gd.data.flatMap(d => d.y ? Array.from(d.y) : [])));
   }}
   out.figures = Array.from(cell.querySelectorAll('.dspark-figure')).map(b => {{
-    const gd = b.querySelector('.js-plotly-plot'), r = b.getBoundingClientRect();
+    const gd = {JS_PLOT_OF}(cell, b), r = b.getBoundingClientRect();
     return {{name: (b.className.match(/dspark-figure-(\\w+)/) || [])[1], plot: !!gd,
              drawn: !!gd && ({JS_PLOT_DRAWN})(gd), top: Math.round(r.top), height: Math.round(r.height)}}; }});
   return out; }}"""
@@ -321,7 +327,7 @@ def _exercise_panel(page, name, backend, store_rows):
 # poll can keep a widget from settling); once all four are drawn, the panel's cell goes back to the top.
 JS_PANEL_DRAWN = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return false;
   const boxes = Array.from(cell.querySelectorAll('.dspark-figure')), drawn = {JS_PLOT_DRAWN};
-  const ok = box => {{ const gd = box.querySelector('.js-plotly-plot'); return !!gd && drawn(gd); }};
+  const ok = box => {{ const gd = {JS_PLOT_OF}(cell, box); return !!gd && drawn(gd); }};
   const todo = boxes.find(b => !ok(b)) || (boxes.length < {PANEL_FIGURES} ? cell : null);
   if (!todo) {{ cell.scrollIntoView({{block: 'start'}}); return true; }}
   const r = todo.getBoundingClientRect();

@@ -113,7 +113,8 @@ def test_two_runs_side_by_side():
     fig = figures.strategy_comparison(pt)
     assert len(fig.data) == 2
     by_label = {v: k for k, v in runs.labels().items()}
-    assert set(by_label) == {"SYNTH-GPU-A 2026-01-01 10:00", "SYNTH-GPU-B 2026-01-02 10:00"}
+    assert set(by_label) == {f"SYNTH-GPU-A · {runs.kind_name('run-a')} · 01-01 10:00",
+                             f"SYNTH-GPU-B · {runs.kind_name('run-b')} · 01-02 10:00"}
     for tr in fig.data:
         rid = by_label[tr.name]
         for s, y in zip(tr.x, tr.y):
