@@ -217,7 +217,7 @@ class Runs:
         entries = self.headline().entries
         if not entries:
             return ranked[:limit]
-        first = [str(e["run_id"]) for e in entries]
+        first = self.newest_started([str(e["run_id"]) for e in entries])  # newest machine's first
         r0 = one_process(self.ok)
         r0 = r0[(r0["run_id"].astype(str) == first[0])]
         r0 = selection.reference(r0, first[0]).iloc[0]

@@ -168,7 +168,7 @@ def build_html(runs: Runs, *, title: str = "dspark-lab: how num_token_non_padded
     parts += _comparisons(shown)
     fig_html = _FigureHtml()
     parts += _points(shown, fig_html)
-    parts += _sweeps(runs, fig_html)
+    parts += _sweeps(runs, shown, fig_html, chosen=compare is not None)
     parts += _failed(shown)
     parts += _all_runs(runs, ids)
     parts.append("</body></html>")
@@ -271,14 +271,19 @@ def _points(runs: Runs, fig_html: _FigureHtml) -> list[str]:
     return parts
 
 
-def _sweeps(runs: Runs, fig_html: _FigureHtml) -> list[str]:
-    """The grid runs (Runs.grid_runs: the latest default sweeps), not the compared one-point runs."""
-    ids = runs.grid_runs()
+def _sweeps(runs: Runs, shown: Runs, fig_html: _FigureHtml, chosen: bool) -> list[str]:
+    """The compared runs that hold a grid; when the default selection holds none (one-point runs of
+    the headline's point), the latest grid runs (Runs.grid_runs), said so."""
+    ids = [r for r in shown.run_ids() if shown.grid_size(r) > 1]
+    note = ""
+    if not ids and not chosen:
+        ids = runs.grid_runs()
+        note = (f"<p class='muted'>The compared runs hold one point each; the sweeps are the {len(ids)} most recent "
+                f"grid run(s): {html.escape('; '.join(runs.label_of(r) for r in ids))}.</p>")
     if not ids:
         return []
     grid = runs.subset(ids)
-    parts = ["<h2>Sweeps</h2>", f"<p class='muted'>The {len(ids)} most recent grid run(s): "
-             f"{html.escape('; '.join(runs.label_of(r) for r in ids))}.</p>"]
+    parts = ["<h2>Sweeps</h2>"] + ([note] if note else [])
     for (model, wl), g in grid.ok.groupby(["model", "workload"], sort=False):
         if g["point_id"].nunique() > 1:
             parts.append(fig_html(figures.sweep(g, workload=wl, model=model)))
