@@ -347,10 +347,13 @@ def _exercise_panel(page, name, backend, store_rows):
 JS_PANEL_DRAWN = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return false;
   const boxes = Array.from(cell.querySelectorAll('.dspark-figure')), drawn = {JS_PLOT_DRAWN};
   const ok = box => {{ const gd = {JS_PLOT_OF}(cell, box); return !!gd && drawn(gd); }};
-  const todo = boxes.find(b => !ok(b)) || (boxes.length < {PANEL_FIGURES} ? cell : null);
-  if (!todo) {{ cell.scrollIntoView({{block: 'start'}}); return true; }}
-  const r = todo.getBoundingClientRect();
-  if (r.top < 0 || r.bottom > window.innerHeight || r.height === 0) todo.scrollIntoView({{block: 'center'}});
+  const undrawn = boxes.find(b => !ok(b));
+  if (!undrawn && boxes.length >= {PANEL_FIGURES}) {{ cell.scrollIntoView({{block: 'start'}}); return true; }}
+  // An undrawn box to the middle; while boxes are still missing, the last one's top to the top, so the
+  // room below it (where the others go) is on screen.
+  const todo = undrawn || boxes[boxes.length - 1] || cell, r = todo.getBoundingClientRect();
+  if (undrawn) {{ if (r.top < 0 || r.bottom > window.innerHeight || r.height === 0) todo.scrollIntoView({{block: 'center'}}); }}
+  else if (r.top < 0 || r.top > window.innerHeight / 2) todo.scrollIntoView({{block: 'start'}});
   return false; }}"""
 
 

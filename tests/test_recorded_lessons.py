@@ -158,3 +158,80 @@ def test_the_sweep_figure_draws_only_runs_with_lines_and_at_most_five_per_facet(
     assert "2 run(s) with one batch size per EP not drawn" in fig.layout.annotations[-1].text
     assert all(a.textangle in (None, 0) for a in fig.layout.annotations)
     assert re.search(r"gamma 4 \(of 2, 4, 8\)", fig.layout.title.subtitle.text)
+
+
+def test_a_slide_has_text_of_at_least_18_px_and_its_legend_clear_of_the_edge(runs):
+    from dspark_lab.views.figures.render import SLIDE_TEXT_PX, slide_figure
+
+    pt = runs.rows[runs.rows.run_id.astype(str).isin(runs.default_selection())]
+    pt = pt[pt.point_id == pt.point_id.iloc[0]]
+    fig = slide_figure(figures.strategy_comparison(pt), "slide")
+    lay = fig.layout
+    assert SLIDE_TEXT_PX >= 18 and (lay.width, lay.height) == (1600, 900)
+    assert lay.font.size >= 18 and lay.legend.font.size >= 18 and lay.title.font.size > 18
+    assert lay.title.subtitle.font.size >= 18 and lay.xaxis.tickfont.size >= 18 and lay.yaxis.title.font.size >= 18
+    assert all(a.font.size >= 18 for a in lay.annotations)
+    assert lay.legend.x * 1600 >= 16  # not flush with the left edge
+
+
+def test_run_colours_stay_distinct_past_ten_runs_and_bar_labels_sit_at_the_foot(runs):
+    from dspark_lab.views.figures.style import run_color
+
+    assert len({run_color(i).lower() for i in range(24)}) == 24
+    pt = runs.rows[runs.rows.run_id.astype(str).isin(runs.default_selection())]
+    fig = figures.strategy_comparison(pt[pt.point_id == pt.point_id.iloc[0]])
+    bars = [tr for tr in fig.data if tr.type == "bar"]
+    assert bars and all(tr.insidetextanchor == "start" and tr.textposition == "inside" for tr in bars)
+    assert len({tr.marker.color for tr in bars}) == len(bars)
+
+
+def test_a_profiled_pass_far_longer_than_its_step_is_flagged_in_the_rank_figure(runs):
+    from dspark_lab.results.profile_checks import overrun_profiles
+    from dspark_lab.views.figures import ranks
+
+    allreduce = [r for r in runs.runs_of_kind("ep_real") if runs.part_of(r) == "allreduce"][0]
+    rows = runs.ok[runs.ok.run_id.astype(str) == allreduce]
+    over = overrun_profiles(rows)
+    # The recorded case: rank 0's first rank case, profiled at ~45 ms against a ~8.6 ms step.
+    assert list(zip(over["rank_case"], over["rank"])) == [("device_direct,device_direct", 0)]
+    fig = ranks.per_rank_breakdown(rows, "allreduce")
+    assert "profiled pass not this step's (rank 0 in device_direct,device_direct" in fig.layout.annotations[-1].text
+    assert any("⚠" in str(t) for t in fig.data[0].x[1])
+    quiet = runs.ok[runs.ok.run_id.astype(str) == runs.runs_of_kind("default_sweep")[0]]
+    assert overrun_profiles(quiet).empty  # one-process sweeps: profiled within 2x everywhere
+
+
+def test_rank_case_labels_read_as_words():
+    from dspark_lab.views.figures.ranks import case_label
+
+    assert case_label("device_direct,device_direct") == "all device_direct"
+    assert case_label("device_direct,non_blocking") == "r0 device_direct<br>r1 non_blocking"
+    assert case_label("non_blocking,non_blocking delay=1,0") == "all non_blocking<br>+1 ms on r0"
+
+
+def test_the_step_model_moves_the_penalty_with_the_exposed_host_work():
+    from dspark_lab.results.step_model import StepModel
+
+    m = StepModel.from_costs(1600, 1000, 1200, target_verify_ms=4.8, launch_ms=0.8, draft_gpu_ms=0.3)
+    assert m.device_direct_ms() == pytest.approx(1.6 + 4.8 + 1.2 + 0.8)  # config.py's 8.4 ms
+    assert m.sync_free_ms() == pytest.approx(max(4.6, 5.1))
+    m8 = m.scaled(1.0, verify_ms=8.0)  # GPU-bound enough that the host still runs ahead sync-free
+    assert m8.scaled(1.5).penalty_ms() == pytest.approx(m8.penalty_ms() + 0.5 * (1.6 + 1.2))  # follows exposed host work
+    host_bound = m.scaled(3.0, verify_ms=0.5)
+    assert host_bound.penalty_ms() == pytest.approx(0.0)  # the GPU idles anyway
+    gpu_bound = m.scaled(0.1, verify_ms=10.0)
+    assert gpu_bound.penalty_ms() / gpu_bound.sync_free_ms() < 0.1
+
+
+def test_the_step_model_is_checked_against_the_recorded_sync_cost_run(runs):
+    import dataclasses
+
+    from dspark_lab.config import WORKLOAD_PRESETS
+    from dspark_lab.results.step_model import check
+
+    pts = runs.ok[runs.ok.run_id.astype(str) == runs.runs_of_kind("sync_cost")[0]]
+    t = check(pts, {k: dataclasses.asdict(v) for k, v in WORKLOAD_PRESETS.items()})
+    assert set(t.workload) == {"sglang_profile", "gpu_bound", "host_bound"}
+    sp = t[t.workload == "sglang_profile"].iloc[0]
+    # device_direct within 10% of the measured step on the preset it was calibrated for
+    assert abs(sp["model device_direct ms"] / sp["measured device_direct ms"] - 1) < 0.10

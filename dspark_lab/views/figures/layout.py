@@ -55,63 +55,74 @@ def legend_entries(fig: go.Figure) -> list[str]:
     return [str(tr.name) for tr in fig.data if tr.showlegend is not False and tr.name]
 
 
-def legend_rows(names: Sequence[str], width_px: float) -> int:
-    """Rows a horizontal legend of `names` takes at `width_px` (entry ≈ 7 px a character + the swatch).
-    When the entries do not fit on one row, plotly sets them in columns as wide as the widest entry."""
+def legend_rows(names: Sequence[str], width_px: float, scale: float = 1.0) -> int:
+    """Rows a horizontal legend of `names` takes at `width_px` (entry ≈ 7 px a character + the swatch,
+    times `scale` for larger text). When the entries do not fit on one row, plotly sets them in columns
+    as wide as the widest entry."""
     if not names:
         return 0
-    widths = [7.0 * len(n) + 50 for n in names]
+    widths = [scale * (7.0 * len(n) + 50) for n in names]
     if sum(widths) <= width_px:
         return 1
     per_row = max(1, int(width_px // max(widths)))
     return -(-len(names) // per_row)
 
 
-def _top_margin(lay) -> int:
+def _top_margin(lay, k: float = 1.0) -> int:
     title_lines = _n_lines(lay.title.text)
     sub_lines = _n_lines(lay.title.subtitle.text) if lay.title.text else 0
-    return 14 + title_lines * (TITLE_FONT_PX + 8) + sub_lines * (SUBTITLE_FONT_PX + 5) + 26
+    return int(14 + title_lines * k * (TITLE_FONT_PX + 8) + sub_lines * k * (SUBTITLE_FONT_PX + 5) + 26 * k)
 
 
-def fit_layout(fig: go.Figure, width: Optional[int] = None, height: Optional[int] = None) -> go.Figure:
+def fit_layout(fig: go.Figure, width: Optional[int] = None, height: Optional[int] = None,
+               text_px: Optional[int] = None) -> go.Figure:
     """Title, subtitle and legend placed explicitly, in pixels from the figure's top and bottom edges.
 
     The title block's top margin is computed from its lines, and the legend sits horizontally below the
     plot with the bottom margin and height grown by its rows, so nothing is clipped or scrolls off.
     Nothing here depends on text measured in the browser, so the first render (a FigureWidget drawn
     before it is on screen) is laid out the same as a redraw. Idempotent: call again after a change
-    of size (`export` does)."""
+    of size (`export` does). `text_px`: the smallest text in pixels (a slide: 18; default 12), every
+    font and the margins scaled with it."""
     lay = fig.layout
     width = int(width or lay.width or DEFAULT_WIDTH_PX)
-    top = _top_margin(lay)
+    k = (text_px or SUBTITLE_FONT_PX) / SUBTITLE_FONT_PX
+    top = _top_margin(lay, k)
     names = legend_entries(fig)
     if not lay.showlegend and lay.showlegend is not None:
         names = []
-    rows = legend_rows(names, width - 80)
+    rows = legend_rows(names, width - 80 * k, k)
     meta = dict(lay.meta) if isinstance(lay.meta, dict) else {}
     plot_h = meta.get("dspark_plot_px")
     if plot_h is None:  # the plot area this figure asked for, kept across calls
         base_h = int(height or lay.height or 450)
         plot_h = max(200, base_h - 120)
-    bottom = 70 + (LEGEND_ROW_PX * rows + 12 if rows else 0)
+    row_px = LEGEND_ROW_PX * k
+    bottom = int(70 * k + (row_px * rows + 12 if rows else 0))
     note = [a for a in lay.annotations if getattr(a, "name", None) == NOTE_NAME]
-    bottom += 22 * len(note)
+    bottom += int(22 * k * len(note))
     total = int(height) if height else int(plot_h + top + bottom)
     fig.update_layout(
         height=total,
-        margin=dict(t=top, b=bottom, l=lay.margin.l if lay.margin.l is not None else 80,
+        margin=dict(t=top, b=bottom, l=lay.margin.l if lay.margin.l is not None else int(80 * k),
                     r=lay.margin.r if lay.margin.r is not None else 40),
         title=dict(x=0, xref="container", xanchor="left", y=1, yref="container", yanchor="top",
-                   pad=dict(t=14, l=16), font=dict(size=TITLE_FONT_PX),
-                   subtitle=dict(font=dict(size=SUBTITLE_FONT_PX, color="#555"))),
+                   pad=dict(t=14, l=16), font=dict(size=round(TITLE_FONT_PX * k)),
+                   subtitle=dict(font=dict(size=round(SUBTITLE_FONT_PX * k), color="#555"))),
         meta={**meta, "dspark_plot_px": plot_h},
     )
-    if rows:
-        fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", xref="container",
+    if text_px:  # every other text: axes, ticks, bar labels, legend, notes
+        fig.update_layout(font=dict(size=text_px), legend=dict(font=dict(size=text_px)))
+        fig.update_xaxes(tickfont=dict(size=text_px), title_font=dict(size=text_px))
+        fig.update_yaxes(tickfont=dict(size=text_px), title_font=dict(size=text_px))
+        for a in lay.annotations:
+            a.update(font=dict(size=max(text_px, (a.font.size or 0) if a.font else 0)))
+    if rows:  # the legend's left edge in line with the title's (16 px), never flush with the figure's
+        fig.update_layout(legend=dict(orientation="h", x=16 / width, xanchor="left", xref="container",
                                       y=0, yref="container", yanchor="bottom", entrywidthmode="pixels",
                                       traceorder="normal"))  # entries flow in rows; "grouped" would stack them
     for a in note:  # a failure note sits between the x axis and the legend (annotations take paper units)
-        above_px = (LEGEND_ROW_PX * rows + 16 if rows else 8) - bottom
+        above_px = (row_px * rows + 16 if rows else 8) - bottom
         a.update(yref="paper", y=above_px / max(1, total - top - bottom), yanchor="bottom")
     return fig
 

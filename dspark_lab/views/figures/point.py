@@ -15,7 +15,7 @@ from dspark_lab.results.stats import median_ci
 from dspark_lab.results.strategy_info import strategy_order
 from dspark_lab.results.sync_cost import CHARGED_COLUMN, for_points
 from dspark_lab.views.figures.layout import add_note, titled
-from dspark_lab.views.figures.style import PART_COLORS, PART_NAMES, READBACK_KIND, RUN_COLORS, SYNC_COLORS, SYNC_KINDS
+from dspark_lab.views.figures.style import PART_COLORS, PART_NAMES, READBACK_KIND, SYNC_COLORS, run_color, SYNC_KINDS
 
 Point = Union[pd.DataFrame, PointView]  # a point's rows, or its view
 
@@ -212,11 +212,12 @@ def _run_bars(fig: go.Figure, g_all: pd.DataFrame, name: str, i: int) -> None:
     n = [int((g["strategy"] == s).sum()) for s in order]
     med = [m for m, _, _ in stats]
     fig.add_bar(
-        x=order, y=med, name=name, marker_color=RUN_COLORS[i % len(RUN_COLORS)],
+        x=order, y=med, name=name, marker_color=run_color(i),
         error_y=dict(type="data", symmetric=False, array=[h - m for m, _, h in stats],
                      arrayminus=[m - lo for m, lo, _ in stats], thickness=1.5, width=6),
         customdata=[[lo, h, k] for (_, lo, h), k in zip(stats, n)],
-        text=[f"{m:.2f}" for m in med], textposition="inside",
+        # The value at the bar's foot: the CI whisker is at its top.
+        text=[f"{m:.2f}" for m in med], textposition="inside", insidetextanchor="start",
         hovertemplate="%{x}: median %{y:.3f} ms, 95% CI %{customdata[0]:.3f}–%{customdata[1]:.3f} "
                       "(%{customdata[2]} trials)<extra>%{fullData.name}</extra>",
         offsetgroup=str(i),

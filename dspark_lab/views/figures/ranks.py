@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from dspark_lab.results import schema
 from dspark_lab.results.frames import fingerprint_label
 from dspark_lab.results.runs import ok_rows, point_label
+from dspark_lab.results.profile_checks import describe, overrun_profiles
 from dspark_lab.views.figures.layout import add_note, titled
 from dspark_lab.views.figures.style import PART_COLORS, PART_NAMES
 
@@ -56,13 +57,33 @@ def per_rank(rows: pd.DataFrame, dispatch: Optional[str] = None, cases: Optional
     return agg
 
 
+def case_label(case: str) -> str:
+    """'device_direct,non_blocking' -> 'r0 device_direct<br>r1 non_blocking'; every rank alike ->
+    'all device_direct'; a host delay 'delay=1,0' -> '+1 ms on r0'."""
+    strategies, _, delay = str(case).partition(" delay=")
+    per = strategies.split(",")
+    head = f"all {per[0]}" if len(set(per)) == 1 else "<br>".join(f"r{i} {s}" for i, s in enumerate(per))
+    if delay:
+        ms = [d for d in delay.split(",")]
+        head += "<br>" + ", ".join(f"+{d} ms on r{i}" for i, d in enumerate(ms) if d not in ("0", "0.0"))
+    return head
+
+
+def _x(agg: pd.DataFrame, flagged: set) -> list:
+    """Two-level categories: the case (readable, horizontal), the rank (⚠ where its profile overran)."""
+    return [[case_label(c) for c in agg["rank_case"]],
+            [f"r{int(k)}{' ⚠' if (c, k) in flagged else ''}" for c, k in zip(agg["rank_case"], agg["rank"])]]
+
+
 def per_rank_breakdown(rows: pd.DataFrame, dispatch: Optional[str] = None, cases: Optional[Sequence[str]] = None) -> go.Figure:
     agg = per_rank(rows, dispatch, cases)
     r = _real(rows, dispatch)
     cpu = (r["device"] == "cpu").all()
     agg["gpu_idle_after_sync_ms"] = np.minimum(agg["gpu_idle_after_sync_ms"], agg["gpu_idle_ms"])
     agg["gpu_idle_other_ms"] = agg["gpu_idle_ms"] - agg["gpu_idle_after_sync_ms"]
-    x = [agg["rank_case"].tolist(), [f"r{int(k)} {s}" for k, s in zip(agg["rank"], agg["strategy"])]]
+    over = overrun_profiles(r[r["rank_case"].isin(set(agg["rank_case"]))])
+    flagged = set(zip(over["rank_case"], over["rank"])) if "rank_case" in over.columns else set()
+    x = _x(agg, flagged)
     fig = go.Figure()
     names = dict(PART_NAMES, gpu_collective_ms=COLLECTIVE_NAME_CPU if cpu else COLLECTIVE_NAME)
     colors = dict(PART_COLORS, gpu_collective_ms=COLLECTIVE_COLOR)
@@ -81,10 +102,13 @@ def per_rank_breakdown(rows: pd.DataFrame, dispatch: Optional[str] = None, cases
                     hovertemplate="max over ranks: %{y:.3f}<extra></extra>")
     fig.update_layout(barmode="group", bargap=0.25, bargroupgap=0.05,
                       yaxis_title="ms per step (left bar: host thread, right bar: GPU stream)")
-    if cpu:
-        add_note(fig, "CPU ranks (gloo): the collective part is the collectives' host wall time, also inside the host bar")
+    notes = [describe(over)] + (["CPU ranks (gloo): the collective part is the collectives' host wall time, "
+                                 "also inside the host bar"] if cpu else [])
+    if any(notes):
+        add_note(fig, "; ".join(n for n in notes if n))
+    fig.update_xaxes(tickangle=0)
     first = r.iloc[0]
-    extra = f"{point_label(first)} · {first['world_size']} ranks · dispatch {first['dispatch']}"
+    extra = f"{point_label(first)} · {int(first['world_size'])} ranks · dispatch {first['dispatch']}"
     return titled(fig, "One rank's sync costs every rank: each rank's step, host vs GPU", fingerprint_label(r), extra)
 
 
@@ -93,13 +117,21 @@ def who_waits(rows: pd.DataFrame, dispatch: Optional[str] = None, cases: Optiona
     which every rank runs as this one does; cases without that baseline are left out)."""
     agg = per_rank(rows, dispatch, cases).dropna(subset=["blocked_from_others_ms", "collective_from_others_ms"], how="all")
     r = _real(rows, dispatch)
-    x = [agg["rank_case"].tolist(), [f"r{int(k)} {s}" for k, s in zip(agg["rank"], agg["strategy"])]]
+    # Cases in which no rank waits for another (every value under 0.05 ms) say nothing here: left out.
+    waits = agg[["blocked_from_others_ms", "collective_from_others_ms"]].abs().max(axis=1).fillna(0)
+    keep = set(agg.loc[waits >= 0.05, "rank_case"])
+    left = [c for c in dict.fromkeys(agg["rank_case"]) if c not in keep]
+    agg = agg[agg["rank_case"].isin(keep)].reset_index(drop=True)
+    x = _x(agg, set())
     fig = go.Figure()
     fig.add_bar(x=x, y=agg["blocked_from_others_ms"].tolist(), name="host wait (blocked + readback) from others",
                 marker_color=PART_COLORS["host_blocked_ms"])
     fig.add_bar(x=x, y=agg["collective_from_others_ms"].tolist(), name="collective time from others",
                 marker_color=COLLECTIVE_COLOR)
-    fig.update_layout(barmode="group", yaxis_title="ms per step, over the all-ranks-alike case")
+    fig.update_layout(barmode="group", yaxis_title="ms per step, beyond all ranks alike")
+    fig.update_xaxes(tickangle=0)
+    if left:
+        add_note(fig, f"{len(left)} case(s) where no rank waits for another (< 0.05 ms) not drawn")
     first = r.iloc[0]
     return titled(fig, "Who waits for whom", fingerprint_label(r), f"{point_label(first)} · dispatch {first['dispatch']}")
 
@@ -117,4 +149,6 @@ def one_rank_share(rows: pd.DataFrame, strategy: str = "device_direct", others: 
         one = med(",".join([strategy] + [others] * (n - 1)))
         out.append({"dispatch": d, "world_size": n, f"all {others}": a, f"all {strategy}": b,
                     f"only rank 0 {strategy}": one, "share_of_penalty": (one - a) / (b - a) if b != a else np.nan})
-    return pd.DataFrame(out)
+    # Milliseconds to 0.01 (trial medians vary by more), the share to 0.01.
+    return pd.DataFrame(out).round({f"all {others}": 2, f"all {strategy}": 2, f"only rank 0 {strategy}": 2,
+                                    "share_of_penalty": 2})

@@ -15,6 +15,7 @@ from dspark_lab.views.figures.layout import fit_layout
 # "sendChartToCloud" unless showSendToCloud is false; it would post the figure to a cloud service).
 PLOTLY_CONFIG = {"displaylogo": False, "showSendToCloud": False, "modeBarButtonsToRemove": ["sendChartToCloud"]}
 SYSTEM_CHROMIUM = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
+SLIDE_TEXT_PX = 18  # the smallest text on an exported slide (readable from the back of a room)
 SLIDE_SIZES = {"slide": (1600, 900), "slide-4x3": (1400, 1050), "half-slide": (800, 900)}
 EXPORT_FORMATS = ("png", "svg", "pdf")
 
@@ -60,6 +61,14 @@ def slide_size(size) -> tuple[int, int]:
     return w, h
 
 
+def slide_figure(fig: go.Figure, size="slide") -> go.Figure:
+    """A copy of `fig` laid out for a slide: its size, text of at least SLIDE_TEXT_PX, legend room."""
+    w, h = slide_size(size)
+    out = go.Figure(fig)
+    out.update_layout(width=w, height=None, template=fig.layout.template)
+    return fit_layout(out, width=w, height=h, text_px=SLIDE_TEXT_PX)
+
+
 def export(fig: go.Figure, path_stem, size="slide", formats: Sequence[str] = ("png", "svg")) -> list:
     """Write `fig` as PNG and SVG (by default) at a slide size, laid out for that size so the title,
     subtitle and legend fit: `figures.export(fig, "out/comparison")` -> [out/comparison.png, .svg].
@@ -70,9 +79,7 @@ def export(fig: go.Figure, path_stem, size="slide", formats: Sequence[str] = ("p
     bad = [f for f in formats if f not in EXPORT_FORMATS]
     if bad:
         raise ValueError(f"formats {bad} not supported; allowed: {', '.join(EXPORT_FORMATS)}")
-    out = go.Figure(fig)
-    out.update_layout(width=w, height=None, template=fig.layout.template)
-    fit_layout(out, width=w, height=h)
+    out = slide_figure(fig, size)
     _kaleido_ready()
     stem = Path(path_stem)
     stem.parent.mkdir(parents=True, exist_ok=True)

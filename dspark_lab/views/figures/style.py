@@ -30,7 +30,15 @@ PART_COLORS = {
 
 STRATEGY_COLORS = {"device_direct": "#d62728", "non_blocking": "#ff7f0e", "on_demand": "#2ca02c",
                    "on_demand_pinned": "#17becf", "persistent_fill": "#1f77b4"}
-RUN_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22")
+# Runs side by side: 24 distinct colours (the first eight as before, then plotly's Dark24 and
+# Light24 less near-repeats), so runs stay apart well past ten; beyond 24 a colour repeats.
+RUN_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+              "#17becf", "#ff7f0e", "#2E91E5", "#1CA71C", "#FB0D0D", "#DA16FF", "#222A2A", "#B68100",
+              "#750D86", "#EB663B", "#511CFB", "#00A08B", "#FB00D1", "#FC0080", "#B2828D", "#6C7C32")
+
+
+def run_color(i: int) -> str:
+    return RUN_COLORS[i % len(RUN_COLORS)]
 DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
 NOTE_COLOR = "#8c1c13"  # a figure's failure / left-out note
 
