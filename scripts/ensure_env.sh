@@ -16,6 +16,12 @@ strip_filter() {
   if [ -x "$venv/bin/python" ] && git -C "$root" rev-parse --git-dir >/dev/null 2>&1 \
      && "$venv/bin/python" -c 'import nbstripout' 2>/dev/null; then
     local cmd="'$venv/bin/python' -m nbstripout --keep-id --extra-keys metadata.language_info"
+    # Kept while the python it names exists: a throwaway venv (a test's) must not re-point the clone's filter.
+    local have; have=$(git -C "$root" config --get filter.nbstripout.clean || true)
+    if [ -n "$have" ]; then
+      local py_have; py_have=$(printf '%s' "$have" | sed -n "s/^'\([^']*\)'.*/\1/p")
+      if [ -n "$py_have" ] && [ -x "$py_have" ] && "$py_have" -c 'import nbstripout' 2>/dev/null; then return 0; fi
+    fi
     git -C "$root" config filter.nbstripout.clean "$cmd"
     git -C "$root" config filter.nbstripout.smudge cat
     git -C "$root" config diff.ipynb.textconv "$cmd -t"
