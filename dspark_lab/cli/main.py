@@ -228,17 +228,24 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
         except store.RunFileBusy as e:
             _err(f"cannot resume: {e}")
             return EXIT_BUSY
-        except (OSError, ValueError) as e:  # missing, not a run file, a FIFO, a name too long
-            _err(f"cannot resume {out}: {getattr(e, 'strerror', None) or e}")
+        except ValueError as e:  # not a run file, or one of another schema (the message names it)
+            _err(f"cannot resume: {e}")
+            return EXIT_USAGE
+        except OSError as e:  # missing, a FIFO, a name too long
+            _err(f"cannot resume: {out}: {e.strerror or e}")
             return EXIT_USAGE
         try:
             recorded = SweepSpec.from_dict(writer.sweep)
             if not explicit:
                 spec = recorded
             check_resume(writer, spec, fp)
-        except (ResumeError, ValueError) as e:
+        except ResumeError as e:
             writer.close()
             _err(f"cannot resume: {e}")
+            return EXIT_USAGE
+        except ValueError as e:  # its recorded sweep of the wrong shape (a tampered header)
+            writer.close()
+            _err(f"cannot resume: {writer.path}: {e}")
             return EXIT_USAGE
         return _run(spec, writer, progress=args.progress, retry_failed=args.retry_failed,
                     save_traces=args.save_traces, measure=measure)

@@ -252,7 +252,8 @@ class WorkerGroup:
 
     def _watch(self, reader: threading.Thread, timeout_s: float) -> None:
         """Wait for `reader` (reading every rank's answer) at most `timeout_s`; WorkerError as soon as
-        a rank is seen stopped on two checks in a row (SIGSTOP, a debugger), TimeoutError at the end."""
+        a rank has exited or is seen stopped on two checks in a row (SIGSTOP, a debugger), TimeoutError
+        at the end."""
         deadline = time.monotonic() + timeout_s
         seen_stopped: set = set()
         while reader.is_alive():
@@ -260,7 +261,13 @@ class WorkerGroup:
             if left <= 0:
                 raise TimeoutError(f"ranks did not answer within {timeout_s} s")
             reader.join(min(WATCH_EVERY_S, left))
-            stopped = {r for r, p in enumerate(self.procs) if reader.is_alive() and is_stopped(p.pid)}
+            if not reader.is_alive():
+                return
+            dead = [(r, p.poll()) for r, p in enumerate(self.procs) if p.poll() is not None]
+            if dead:  # the others may wait for it in a collective for ever (NCCL does)
+                r, code = dead[0]
+                raise WorkerError(f"rank {r} stopped answering (it exited with {code}); the group is closed")
+            stopped = {r for r, p in enumerate(self.procs) if is_stopped(p.pid)}
             both = stopped & seen_stopped
             if both:
                 r = min(both)

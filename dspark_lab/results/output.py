@@ -55,7 +55,7 @@ def _not_regular(path: Path):
     """What `path` is when it exists and is not a regular file (never followed: a symlink is one), else None."""
     try:
         mode = os.lstat(path).st_mode
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (a parent that is a file: said later)
         return None
     if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
         return None

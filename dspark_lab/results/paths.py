@@ -28,7 +28,10 @@ def checked_folder(name: str, value: str, allowed: str) -> Path:
 
     if not value.strip():
         raise refuse("blank")
-    path = Path(value).expanduser()
+    try:
+        path = Path(value).expanduser()
+    except RuntimeError:  # Python 3.11: an unknown ~user
+        path = Path(value)
     if str(path).startswith("~"):
         raise refuse(f"{value.split('/')[0]!r:.60} is not a known user's home")
     try:

@@ -141,7 +141,7 @@ def cut_text(value, limit: int = MAX_FIELD_CHARS):
 def _table(df: pd.DataFrame) -> str:
     cut = df.copy()
     for c in cut.columns:
-        if cut[c].dtype == object:
+        if not pd.api.types.is_numeric_dtype(cut[c]):  # object or string columns
             cut[c] = cut[c].map(cut_text)
     return cut.to_html(index=False, escape=True, border=0, na_rep="")
 
