@@ -1,5 +1,10 @@
 import sys
 
+from dspark_lab.cli.exits import EXIT_INTERRUPTED
 from dspark_lab.cli.main import main
 
-sys.exit(main())
+try:
+    code = main()
+except KeyboardInterrupt:  # a Ctrl-C that came before main's own handler, or after it (issue 22)
+    code = EXIT_INTERRUPTED
+sys.exit(code)

@@ -2,18 +2,42 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
 from dspark_lab import strategies as strategy_registry
-from dspark_lab.cli.options import HelpFormatter, add_config_option
-from dspark_lab.config import FIELDS, LabConfig
+from dspark_lab.cli.exits import EXIT_CANNOT_WRITE, EXIT_FAILED, EXIT_OK
+from dspark_lab.cli.options import HelpFormatter, add_config_option, count_type, float_in
+from dspark_lab.cli.terminal import err, say
+from dspark_lab.config import CAPTURE_BUCKETS, FIELDS, LabConfig
 from dspark_lab.model.dispatch import DISPATCH_MODES
-from dspark_lab.parallel.run import run_ep, standard_cases
+from dspark_lab.parallel.run import check_world, run_ep, standard_cases
+from dspark_lab.parallel.workers import WorkerError, resolve_backend
+from dspark_lab.results import store
 
 # The LabConfig fields `ep` sets (one batch size on every rank), and where its defaults are not the field's.
 CONFIG_FIELDS = ("batch_size", "gamma", "model", "workload", "steps", "trials", "warmup")
 DEFAULTS = {"steps": 50, "warmup": 5}
+# Bounds that stop accidents (issue 22: nan, inf or 1e6 ms made the ranks spin forever): a host
+# delay or jitter of a second per step is far past any real host hiccup.
+MAX_HOST_MS = 1000.0
+
+
+def max_cpu_world() -> int:
+    """gloo ranks on the host: at most one per CPU core (at least 2, to show EP at all)."""
+    return max(2, os.cpu_count() or 1)
+
+
+def _batch_list(text: str) -> list:
+    try:
+        sizes = [int(x) for x in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or not all(1 <= b <= CAPTURE_BUCKETS[-1] for b in sizes):
+        raise argparse.ArgumentTypeError(f"must be a comma list of batch sizes, each 1 to {CAPTURE_BUCKETS[-1]}; "
+                                         f"got {text!r:.60}")
+    return sizes
 
 
 def _csv(allowed, field):
@@ -36,17 +60,21 @@ def add_ep_parser(sub) -> None:
                     "rank 0 running --rank0-only, a host delay on rank 0, host jitter on every rank. EP sizes "
                     "beyond the GPUs present: `sweep` (ep_mode predicate_only) or results.ep_predict.",
     )
-    p.add_argument("--world", type=int, default=2, help="ranks (EP size)")
+    p.add_argument("--world", type=count_type(1), default=2,
+                   help="ranks (EP size): a divisor of the model's experts, at most the GPUs present "
+                        "(on CPU: at most one gloo rank per core)")
     p.add_argument("--dispatch", type=_csv(DISPATCH_MODES, "--dispatch"), default=list(DISPATCH_MODES),
                    help=f"comma list of {', '.join(DISPATCH_MODES)}")
     p.add_argument("--strategies", type=_csv(strategy_registry.names(), "--strategies"), default=None,
                    help="comma list of strategies run on all ranks (default: all)")
     p.add_argument("--rank0-only", type=_csv(strategy_registry.names(), "--rank0-only"), default=["device_direct"],
                    help="strategies run on rank 0 alone while the others run non_blocking")
-    p.add_argument("--rank0-delay-ms", type=float, default=0.0, help="added host delay on rank 0 (ms)")
-    p.add_argument("--jitter-ms", type=float, default=0.0, help="random host jitter per rank, uniform 0..J ms")
-    p.add_argument("--batch-sizes", type=lambda s: [int(x) for x in s.split(",")], default=None,
-                   help="one real batch per rank, comma list (default: --batch-size on every rank)")
+    p.add_argument("--rank0-delay-ms", type=float_in(0, MAX_HOST_MS), default=0.0,
+                   help=f"added host delay on rank 0 (ms, 0 to {MAX_HOST_MS:g})")
+    p.add_argument("--jitter-ms", type=float_in(0, MAX_HOST_MS), default=0.0,
+                   help=f"random host jitter per rank, uniform 0..J ms (0 to {MAX_HOST_MS:g})")
+    p.add_argument("--batch-sizes", type=_batch_list, default=None,
+                   help="one real batch per rank, comma list of --world sizes (default: --batch-size on every rank)")
     for name in CONFIG_FIELDS:
         default = DEFAULTS.get(name, FIELDS[name].default)
         add_config_option(p, name, default=default, shown=default)
@@ -55,20 +83,55 @@ def add_ep_parser(sub) -> None:
     p.set_defaults(func=cmd_ep)
 
 
-def cmd_ep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+def check_ep_args(args: argparse.Namespace, parser: argparse.ArgumentParser):
+    """Every option checked before a rank is spawned or a file created (issue 22); returns
+    (config, cases). Errors: parser.error naming the option (exit 2)."""
     try:
         cfg = LabConfig(**{name: getattr(args, name) for name in CONFIG_FIELDS})
-        cases = standard_cases(args.world, args.strategies, rank0_only=args.rank0_only,
-                               rank0_delay_ms=args.rank0_delay_ms, jitter_ms=args.jitter_ms)
+    except ValueError as e:
+        parser.error(str(e))
+    try:
+        cfg.with_(ep_size=args.world)  # the model's experts split over the ranks
+        backend = resolve_backend(args.backend)
+        check_world(args.world, backend)
+    except ValueError as e:
+        parser.error(f"argument --world: {e}")
+    if backend == "gloo" and args.world > max_cpu_world():
+        parser.error(f"argument --world: at most {max_cpu_world()} gloo ranks on this host's "
+                     f"{os.cpu_count()} CPU cores; got {args.world}")
+    if args.batch_sizes is not None and len(args.batch_sizes) != args.world:
+        parser.error(f"argument --batch-sizes: one batch size per rank ({args.world}); got {len(args.batch_sizes)}")
+    try:
+        store.new_run_path(args.out, "<run_id>")
+    except store.RunPathError as e:
+        parser.error(f"argument --out: {e}")
+    cases = standard_cases(args.world, args.strategies, rank0_only=args.rank0_only,
+                           rank0_delay_ms=args.rank0_delay_ms, jitter_ms=args.jitter_ms)
+    return cfg, cases
+
+
+def cmd_ep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    cfg, cases = check_ep_args(args, parser)
+    try:
         res = run_ep(cfg, args.world, args.dispatch, cases, out=args.out, backend=args.backend,
                      batch_sizes=args.batch_sizes,
                      on_point=lambda d, r: print(f"{d}: {len(r.rows)} rows", file=sys.stderr))
     except ValueError as e:
         parser.error(str(e))
-    print(f"wrote {res['path']}")
+    except (WorkerError, TimeoutError) as e:  # a rank died, was stopped or hung: no run file is left
+        lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()] or [type(e).__name__]
+        # A rank's traceback: "rank N" and its last line (the exception) make the one line.
+        err(f"ep: {lines[0] if len(lines) == 1 else lines[0].split(':', 1)[0] + ': ' + lines[-1]}")
+        return EXIT_FAILED
+    except store.RunPathError as e:
+        parser.error(f"argument --out: {e}")
+    except OSError as e:
+        err(f"argument --out: cannot create a run file at {args.out} ({e.strerror or e})")
+        return EXIT_CANNOT_WRITE
+    say(f"wrote {res['path']}")
     for d in args.dispatch:
         rows = [r for r in res[d].rows if r["rank"] == 0]
         for case in dict.fromkeys(r["rank_case"] for r in rows):
             steps = sorted(r["step_ms_max_rank"] for r in rows if r["rank_case"] == case)
             print(f"{d:12s} {case:50s} {steps[len(steps) // 2]:8.3f} ms (max over ranks, median trial)")
-    return 0
+    return EXIT_OK

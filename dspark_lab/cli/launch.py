@@ -7,7 +7,14 @@ What it does, and why:
   - never goes to the network from the server (no update check, no news feed, no extension listing),
     so it starts the same on an offline or firewalled machine;
   - Jupyter's own log goes to a file (printed), so the terminal shows one URL and what each notebook is for;
-  - Ctrl-C (SIGINT) or SIGTERM stops the server, its kernels included, and exits 0.
+  - Ctrl-C (SIGINT), SIGTERM or SIGHUP (an ssh drop, a closed terminal) stops the server, its
+    kernels included, and exits 0;
+  - the token goes to the server through its environment (JUPYTER_TOKEN, the ecosystem's way), never
+    on its command line, which every local user can read in `ps` (issue 22);
+  - the server dies with this launcher even when the launcher is killed outright (SIGKILL): it asks
+    the kernel for SIGTERM when its parent dies (Linux prctl PR_SET_PDEATHSIG), so Jupyter still
+    shuts its kernels down, and each kernel exits when the server is gone (ipykernel watches its
+    parent, JPY_PARENT_PID).
 
 The server runs in a session of its own, so the terminal's Ctrl-C reaches this launcher only, which
 shuts the server down (Jupyter itself would ask "Shutdown this Jupyter server (y/[n])?" on a tty).
@@ -15,6 +22,7 @@ shuts the server down (Jupyter itself would ask "Shutdown this Jupyter server (y
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import secrets
@@ -45,6 +53,9 @@ NOTEBOOKS = (
                               "the no_host_syncs guard for your own code"),
 )
 START_NOTEBOOK = NOTEBOOKS[0][0]
+TOKEN_ENV = "JUPYTER_TOKEN"  # read by jupyter_server's IdentityProvider
+PR_SET_PDEATHSIG = 1
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 20.0
 # JupyterLab options that keep the server off the network (see the module docstring).
@@ -85,18 +96,41 @@ def lab_url(port: int, token: str, notebook: str = START_NOTEBOOK, host: str = H
 
 def jupyter_argv(python: str, *, port: int, token: str, root: Path = ROOT, notebook: str = START_NOTEBOOK,
                  as_root: Optional[bool] = None, extra: Sequence[str] = ()) -> list[str]:
-    """The JupyterLab command line: localhost, this port only, token auth, no browser (we open it once
-    the server answers), offline, --allow-root where needed."""
-    if not 0 < int(port) < 65536:
+    """The JupyterLab command line: localhost, this port only, no browser (we open it once the server
+    answers), offline, --allow-root where needed. The token is not on it: see server_env."""
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
         raise ValueError(f"port must be in 1..65535, got {port!r}")
     if not token:
         raise ValueError("token must be a non-empty string")
     argv = [python, "-m", "jupyterlab", "--no-browser", f"--ServerApp.ip={HOST}", f"--ServerApp.port={port}",
-            "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+            "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}",
             f"--LabApp.default_url=/lab/tree/{notebook_path(notebook)}", *OFFLINE_ARGS]
     if is_root() if as_root is None else as_root:
         argv.append("--allow-root")
     return argv + list(extra)
+
+
+def server_env(token: str, base=None) -> dict:
+    """The server's environment: ours plus the token (an environment is readable by its owner only,
+    /proc/PID/environ is mode 0400, where a command line is readable by every user)."""
+    if not token:
+        raise ValueError("token must be a non-empty string")
+    return {**(os.environ if base is None else base), TOKEN_ENV: token}
+
+
+def _die_with_launcher(launcher_pid: int):
+    """A preexec function for the server: SIGTERM to it when this launcher dies, however it dies
+    (Linux; elsewhere the launcher's own handlers are all there is)."""
+    libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+    def preexec() -> None:
+        os.setsid()  # a session of its own: the terminal's Ctrl-C reaches the launcher only
+        if libc is not None:
+            libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            if os.getppid() != launcher_pid:  # the launcher died before prctl took effect
+                os._exit(1)
+
+    return preexec
 
 
 def banner(url: str, log: Path, as_root: bool) -> str:
@@ -156,10 +190,10 @@ def run(python: str = sys.executable, *, port: Optional[int] = None, log: Option
     def on_signal(signum, _frame):
         stop["signal"] = signum
 
-    old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    old = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     with open(log, "ab") as logf:
         proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+                                env=server_env(token), preexec_fn=_die_with_launcher(os.getpid()))
         try:
             t0 = time.monotonic()
             while not _answers(port, token):
@@ -195,10 +229,21 @@ def run(python: str = sys.executable, *, port: Optional[int] = None, log: Option
     return 0 if rc == 0 else 1
 
 
+def port_number(text: str) -> int:
+    """--port: an integer 1..65535 (argparse says which option was wrong)."""
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 < port < 65536:
+        raise argparse.ArgumentTypeError(f"must be an integer from 1 to 65535; got {text!r:.40}")
+    return port
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="bash lab.sh", description="Open the dspark-lab notebooks in JupyterLab "
                                 "(127.0.0.1 only, token on, a free port).")
-    p.add_argument("--port", type=int, default=None, help="port to listen on (default: a free one)")
+    p.add_argument("--port", type=port_number, default=None, help="port to listen on, 1 to 65535 (default: a free one)")
     p.add_argument("--notebook", default=START_NOTEBOOK, choices=[n for n, _ in NOTEBOOKS],
                    help="notebook to open first")
     p.add_argument("--log", type=Path, default=None, help="Jupyter's log file (default: out/jupyterlab.log)")

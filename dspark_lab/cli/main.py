@@ -3,6 +3,7 @@ the parser, the sweep, report and main commands, and the exit statuses."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import warnings
 from functools import partial
@@ -13,6 +14,10 @@ import torch
 
 from dspark_lab.cli.doctor import add_doctor_parser
 from dspark_lab.cli.ep import add_ep_parser
+# The exit statuses, also importable from here (tests and scripts name them as main.EXIT_*).
+from dspark_lab.cli.exits import (EXIT_BUSY, EXIT_CANNOT_WRITE, EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED,  # noqa: F401
+                                  EXIT_OK, EXIT_REFUSED, EXIT_USAGE)
+from dspark_lab.cli.terminal import err as _err, say
 from dspark_lab.cli.options import OPTION_OF, SPEC_KEYWORDS, HelpFormatter, add_sweep_config_options, float_in
 from dspark_lab.cli.summary import summary_table
 from dspark_lab.measure import probe
@@ -25,20 +30,6 @@ from dspark_lab.run.sweep import PRESETS, ResumeError, SweepSpec, SweepSpecError
 DEFAULT_REPORT = Path("out") / "report.html"
 # Per point with --target-ci alone: 24 default points x 8 s of trials stays within a few minutes.
 DEFAULT_TIME_CAP_S = 8.0
-# Exit statuses (listed in --help).
-EXIT_OK = 0
-EXIT_FAILED = 1  # some point failed, or nothing recorded to report
-EXIT_USAGE = 2  # bad arguments, or a run file that cannot be resumed / read
-EXIT_BUSY = 3  # the run file is being written by another process (one writer per file)
-EXIT_REFUSED = 4  # the output would overwrite a run file or go into a runs folder
-EXIT_CANNOT_WRITE = 5  # the output cannot be written (a directory, a parent that is a file, no permission, full disk)
-EXIT_INTERRUPTED = 130
-EXIT_CODES_HELP = (
-    "exit status: 0 ok; 1 some point failed or nothing recorded to report; 2 bad arguments or a run file "
-    "that cannot be resumed; 3 the run file is being written by another process; 4 the output would "
-    "overwrite a run file or go into a runs folder (refused); 5 the output cannot be written (a directory, "
-    "a parent that is a file, no permission, a full disk); 130 interrupted."
-)
 
 # ---------------------------------------------------------------------------------------------
 # The parser
@@ -144,10 +135,6 @@ def _add_main_parser(sub) -> None:
 # ---------------------------------------------------------------------------------------------
 # Helpers
 # ---------------------------------------------------------------------------------------------
-def _err(msg: str) -> None:
-    print(f"dspark-lab: {msg}", file=sys.stderr)
-
-
 def fingerprint() -> dict:
     """This machine's fingerprint (a seam: tests that run the sweep in a subprocess replace it)."""
     return probe.fingerprint()
@@ -173,27 +160,41 @@ def spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     return spec, bool(changes) or args.preset is not None
 
 
+def _hold_interrupts() -> None:
+    """After the first Ctrl-C: a second one while shutting down must not turn exit 130 into a
+    traceback or a death by SIGINT (issue 22)."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to hold
+        pass
+
+
 def _interrupted(path: Path) -> int:
-    _err(f"interrupted; every finished point is saved in {path}\n"
-         f"  resume with: dspark-lab sweep --resume --out {path}")
+    _err(f"interrupted; every finished point is saved in {path}; resume with: dspark-lab sweep --resume --out {path}")
     return EXIT_INTERRUPTED
 
 
 def _run(spec: SweepSpec, writer: store.RunWriter, *, progress: bool, retry_failed: bool = False,
          save_traces: bool = False, measure=None) -> int:
-    print(f"run file: {writer.path}", file=sys.stderr)
+    say(f"run file: {writer.path}", file=sys.stderr)
     print(f"sweep: {spec.describe()}", file=sys.stderr)
     try:
         summary = run_sweep(spec, writer, measure=measure, progress=progress,
                             retry_failed=retry_failed, save_traces=save_traces,
                             log=None if progress else (lambda msg: print(msg, file=sys.stderr, flush=True)))
     except KeyboardInterrupt:
+        _hold_interrupts()
         writer.close()
         return _interrupted(writer.path)
+    except OSError as e:  # a full disk or file size limit mid-point: the torn block was cut off
+        writer.close()
+        _err(f"cannot write {writer.path} ({e.strerror or e}); every finished point is saved; "
+             f"free space, then resume with: dspark-lab sweep --resume --out {writer.path}")
+        return EXIT_CANNOT_WRITE
     writer.close()
     print(f"done: {summary}; run file {writer.path}", file=sys.stderr)
     for label, msg in summary.failures:
-        print(f"  failed: {label}: {msg.splitlines()[0] if msg else ''}", file=sys.stderr)
+        say(f"  failed: {label}: {msg.splitlines()[0] if msg else ''}", file=sys.stderr)
     return 1 if summary.failed else 0
 
 
@@ -227,17 +228,24 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
         except store.RunFileBusy as e:
             _err(f"cannot resume: {e}")
             return EXIT_BUSY
-        except (FileNotFoundError, ValueError) as e:
+        except ValueError as e:  # not a run file, or one of another schema (the message names it)
             _err(f"cannot resume: {e}")
+            return EXIT_USAGE
+        except OSError as e:  # missing, a FIFO, a name too long
+            _err(f"cannot resume: {out}: {e.strerror or e}")
             return EXIT_USAGE
         try:
             recorded = SweepSpec.from_dict(writer.sweep)
             if not explicit:
                 spec = recorded
             check_resume(writer, spec, fp)
-        except (ResumeError, ValueError) as e:
+        except ResumeError as e:
             writer.close()
             _err(f"cannot resume: {e}")
+            return EXIT_USAGE
+        except ValueError as e:  # its recorded sweep of the wrong shape (a tampered header)
+            writer.close()
+            _err(f"cannot resume: {writer.path}: {e}")
             return EXIT_USAGE
         return _run(spec, writer, progress=args.progress, retry_failed=args.retry_failed,
                     save_traces=args.save_traces, measure=measure)
@@ -245,11 +253,22 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
     extra.update(adaptive)
     if args.name:
         extra["name"] = args.name
-    try:
-        writer = store.RunWriter.create(args.out, fingerprint=fp, sweep=spec.to_dict(), **extra)
-    except FileExistsError as e:
-        parser.error(f"argument --out: {e}")
+    writer = _create_run(parser, args.out, fingerprint=fp, sweep=spec.to_dict(), **extra)
+    if writer is None:
+        return EXIT_CANNOT_WRITE
     return _run(spec, writer, progress=args.progress, save_traces=args.save_traces, measure=measure)
+
+
+def _create_run(parser, out, **header):
+    """A new run file at --out; a usage error (exit 2) when something is in the way, None (said on
+    stderr, exit 5) when the OS cannot create it."""
+    try:
+        return store.RunWriter.create(out, **header)
+    except store.RunPathError as e:
+        parser.error(f"argument --out: {e}")
+    except OSError as e:
+        _err(f"argument --out: cannot create a run file at {out} ({e.strerror or e})")
+        return None
 
 
 def _load(paths):
@@ -306,12 +325,12 @@ def cmd_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     except ValueError as e:
         parser.error(str(e))
     out, status = write_report(runs, args.out, **options)
-    if args.summary:
-        print(summary_table(runs))
+    if args.summary and out is not None:
+        say(summary_table(runs))
     if out is None:
         return status
     skipped = f"; {len(runs.warnings)} problem(s) skipped, listed above" if runs.warnings else ""
-    print(f"report: {out} ({len(runs.headers)} runs, {len(runs.rows)} rows{skipped})")
+    say(f"report: {out} ({len(runs.headers)} runs, {len(runs.rows)} rows{skipped})")
     return EXIT_OK
 
 
@@ -323,8 +342,9 @@ def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=
         fp = fingerprint()
         print(f"CUDA device: {fp.get('gpu')} (driver {fp.get('driver')}, torch {fp.get('torch')}); "
               f"running the {args.preset} sweep", file=sys.stderr)
-        writer = store.RunWriter.create(paths.runs_dir(data), fingerprint=fp, sweep=spec.to_dict(),
-                                        probe=run_probe())
+        writer = _create_run(parser, paths.runs_dir(data), fingerprint=fp, sweep=spec.to_dict(), probe=run_probe())
+        if writer is None:
+            return EXIT_CANNOT_WRITE
         status = _run(spec, writer, progress=args.progress, measure=measure)
         if status == EXIT_INTERRUPTED:
             return status
@@ -340,10 +360,10 @@ def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=
         _err(f"no recorded runs under {data}")
         return EXIT_FAILED
     out, out_status = write_report(runs, args.out)
-    print(summary_table(runs))
+    say(summary_table(runs))
     if out is None:
         return out_status
-    print(f"\nreport: {out} ({len(runs.headers)} runs, {len(runs.rows)} rows)")
+    say(f"\nreport: {out} ({len(runs.headers)} runs, {len(runs.rows)} rows)")
     return status
 
 
@@ -362,7 +382,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except store.RunFileBusy as e:
         _err(str(e))
         return EXIT_BUSY
+    except paths.SettingError as e:  # DSPARK_DATA or DSPARK_CACHE unusable (also a cache inside the runs)
+        _err(str(e))
+        return EXIT_USAGE
     except KeyboardInterrupt:
+        _hold_interrupts()
         _err("interrupted")
         return EXIT_INTERRUPTED
 

@@ -66,10 +66,21 @@ def profiled(*, with_stack: bool = False, profile_memory: bool = True,
     os.close(fd)
     try:
         prof.export_chrome_trace(path)
-        with open(path) as f:
-            out["trace"] = json.load(f)
+        out["trace"] = read_exported(path)
     finally:
         os.unlink(path)
+
+
+def read_exported(path: str) -> dict:
+    """The trace the profiler exported to `path`. A file cut short is the disk's fault, not the
+    trace's: OSError saying so (a JSONDecodeError there once read as a broken measurement, issue 22)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except ValueError as e:
+        size = os.path.getsize(path)
+        raise OSError(f"the profiler's trace at {path} is incomplete ({size} bytes, {type(e).__name__}): "
+                      "the disk is full or a file size limit (ulimit -f) was reached") from None
 
 
 def capture(step: Callable[[], None], steps: int, *, warmup: int = 2, with_stack: bool = False,

@@ -1,34 +1,47 @@
 """Calibrations kept on disk, so a new session skips them: one JSON file of small dicts, keyed by
 what makes a calibration valid (e.g. GPU name + driver + torch version for the target verify's
-layers per ms). $DSPARK_CACHE names the folder, else ~/.cache/dspark-lab. A file that cannot be
-read or parsed is ignored (a warning-free miss) and rewritten whole on the next store.
+layers per ms). $DSPARK_CACHE names the folder (results.paths.cache_setting checks it; off turns
+this cache off too, and an unusable setting is treated as off), else ~/.cache/dspark-lab. A file
+that cannot be read or parsed is ignored (a warning-free miss) and rewritten whole on the next
+store. The file is not trusted: `value` gives a number only when it is finite and within the
+bounds its user states (a hand-edited 1e9 or Infinity would hang or break every point, issue 22).
 """
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 import threading
 from pathlib import Path
 from typing import Optional
 
-CACHE_ENV = "DSPARK_CACHE"
+from dspark_lab.results.paths import CACHE_ENV, SettingError, cache_setting  # noqa: F401 - CACHE_ENV: its name
+
 FILE_NAME = "calibration.json"
 _LOCK = threading.Lock()
 
 
-def cache_dir() -> Path:
-    env = os.environ.get(CACHE_ENV)
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "dspark-lab"
+def cache_dir() -> Optional[Path]:
+    """The folder, or None when the cache is off (DSPARK_CACHE=off, or a setting that cannot be used)."""
+    try:
+        setting = cache_setting()
+    except SettingError:
+        return None
+    return Path.home() / ".cache" / "dspark-lab" if setting is False else setting
 
 
-def cache_file() -> Path:
-    return cache_dir() / FILE_NAME
+def cache_file() -> Optional[Path]:
+    folder = cache_dir()
+    return folder / FILE_NAME if folder is not None else None
 
 
 def _read_all() -> dict:
+    path = cache_file()
+    if path is None:
+        return {}
     try:
-        data = json.loads(cache_file().read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError, UnicodeDecodeError):
         return {}  # missing or corrupt: a miss; store() rewrites the file
     return data if isinstance(data, dict) else {}
@@ -41,14 +54,29 @@ def load(key: str) -> Optional[dict]:
     return entry if isinstance(entry, dict) else None
 
 
+def value(key: str, name: str, lo: float, hi: float) -> Optional[float]:
+    """The number `name` of the entry under `key` when it is a finite number in [lo, hi], else None
+    (a miss: the caller calibrates again and stores the new value over the bad one)."""
+    v = (load(key) or {}).get(name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        v = float(v)
+    except OverflowError:
+        return None
+    return v if math.isfinite(v) and lo <= v <= hi else None
+
+
 def store(key: str, values: dict) -> bool:
     """Merge `values` into the entry under `key` (atomic replace). False if the folder is not writable."""
     with _LOCK:
         data = _read_all()
         entry = data.get(key) if isinstance(data.get(key), dict) else {}
         data[key] = {**entry, **values}
+        folder = cache_dir()
+        if folder is None:
+            return False
         try:
-            folder = cache_dir()
             folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".calibration-", suffix=".json")
             with os.fdopen(fd, "w") as f:

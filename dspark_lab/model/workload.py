@@ -32,6 +32,11 @@ from dspark_lab.model.draft import CAPTURE_HIDDEN_NULL, DSPARK, TARGET_VERIFY, D
 from dspark_lab.predicate import enable_num_token_non_padded
 
 _ITERS_PER_US: list[float] = []
+# What a calibration on disk may say and still be used (calibration.value): wide around real
+# machines (about 100 iterations per us for sum(range(n)), about 50 target layers per ms on an
+# H200), narrow enough that a hand-edited 1e9 cannot make one spin call run for hours.
+SPIN_ITERS_PER_US = (0.1, 10_000.0)
+TARGET_LAYERS_PER_MS = (0.01, 10_000.0)
 
 
 def _cpu_name() -> str:
@@ -48,9 +53,9 @@ def _cpu_name() -> str:
 def _iters_per_us() -> float:
     if not _ITERS_PER_US:
         key = calibration.host_key(_cpu_name(), platform.python_version())
-        cached = (calibration.load(key) or {}).get("spin_iters_per_us")
-        if isinstance(cached, (int, float)) and cached > 0:
-            _ITERS_PER_US.append(float(cached))
+        cached = calibration.value(key, "spin_iters_per_us", *SPIN_ITERS_PER_US)
+        if cached is not None:
+            _ITERS_PER_US.append(cached)
         else:
             n = 200_000
             best = min(_timed_sum(n) for _ in range(5))
@@ -117,9 +122,9 @@ class TargetVerify:
         key = torch.cuda.get_device_name(self.device)
         disk_key = calibration.gpu_key(key, driver_version(), torch.__version__)
         if key not in self._layers_per_ms:
-            cached = (calibration.load(disk_key) or {}).get("target_layers_per_ms")
-            if isinstance(cached, (int, float)) and cached > 0:
-                self._layers_per_ms[key] = float(cached)
+            cached = calibration.value(disk_key, "target_layers_per_ms", *TARGET_LAYERS_PER_MS)
+            if cached is not None:
+                self._layers_per_ms[key] = cached
         if key not in self._layers_per_ms:
             # Time a 64-layer graph with CUDA events (median of 5 replays after warm-up).
             self.layers = 64

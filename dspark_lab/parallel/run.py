@@ -70,13 +70,17 @@ def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODE
             ep_mode="real", torch_ranks=info.get("torch"))
         results: dict = {}
         with writer:
-            for d in dispatches:
-                res = group.call(measure_ranks, cfg=cfg, dispatch=d, cases=cases, batch_sizes=batch_sizes,
-                                 profile_steps=profile_steps, timeout_s=timeout_s)[0]
-                writer.write_point(res.info["point_id"], res.rows, res.timelines)
-                results[d] = res
-                if on_point:
-                    on_point(d, res)
+            try:
+                for d in dispatches:
+                    res = group.call(measure_ranks, cfg=cfg, dispatch=d, cases=cases, batch_sizes=batch_sizes,
+                                     profile_steps=profile_steps, timeout_s=timeout_s)[0]
+                    writer.write_point(res.info["point_id"], res.rows, res.timelines)
+                    results[d] = res
+                    if on_point:
+                        on_point(d, res)
+            except BaseException:
+                writer.discard_if_empty()  # a header alone would list as a run with 0 points (issue 22)
+                raise
         results["path"] = writer.path
         return results
     finally:

@@ -36,6 +36,11 @@ NCCL_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 BACKENDS = ("auto", "gloo", "nccl")
 _HEADER = struct.Struct("!Q")
 PR_SET_PDEATHSIG = 1
+# Every wait on the ranks is bounded (issue 22): a request without its own timeout gets this one,
+# and while waiting the ranks are watched, so one that died or was stopped (SIGSTOP) ends the
+# wait at once with a WorkerError naming it instead of hanging the parent.
+DEFAULT_CALL_TIMEOUT_S = 3600.0
+WATCH_EVERY_S = 0.5
 
 
 def apply_nccl_safe_env(env: Optional[dict] = None) -> dict:
@@ -146,7 +151,9 @@ class WorkerGroup:
 
         self.spawner = threading.Thread(target=spawn, name="dspark-ep-spawner", daemon=True)
         self.spawner.start()
-        self._spawned.wait()
+        if not self._spawned.wait(self.start_timeout_s):
+            self._spawn_error = TimeoutError(f"the {self.world_size} rank processes were not started within "
+                                             f"{self.start_timeout_s} s")
         if self._spawn_error:
             self.close()
             raise self._spawn_error
@@ -231,9 +238,7 @@ class WorkerGroup:
 
         t = threading.Thread(target=read_all, daemon=True)
         t.start()
-        t.join(timeout_s)
-        if t.is_alive():
-            raise TimeoutError(f"ranks did not answer within {timeout_s} s")
+        self._watch(t, DEFAULT_CALL_TIMEOUT_S if timeout_s is None else timeout_s)
         if "err" in box:
             r, e = box["err"]
             codes = [p.poll() for p in self.procs]
@@ -245,8 +250,34 @@ class WorkerGroup:
             raise WorkerError("\n".join(errors))
         return [payload for _, payload in out]
 
+    def _watch(self, reader: threading.Thread, timeout_s: float) -> None:
+        """Wait for `reader` (reading every rank's answer) at most `timeout_s`; WorkerError as soon as
+        a rank has exited or is seen stopped on two checks in a row (SIGSTOP, a debugger), TimeoutError
+        at the end."""
+        deadline = time.monotonic() + timeout_s
+        seen_stopped: set = set()
+        while reader.is_alive():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"ranks did not answer within {timeout_s} s")
+            reader.join(min(WATCH_EVERY_S, left))
+            if not reader.is_alive():
+                return
+            dead = [(r, p.poll()) for r, p in enumerate(self.procs) if p.poll() is not None]
+            if dead:  # the others may wait for it in a collective for ever (NCCL does)
+                r, code = dead[0]
+                raise WorkerError(f"rank {r} stopped answering (it exited with {code}); the group is closed")
+            stopped = {r for r, p in enumerate(self.procs) if is_stopped(p.pid)}
+            both = stopped & seen_stopped
+            if both:
+                r = min(both)
+                raise WorkerError(f"rank {r} (pid {self.procs[r].pid}) is stopped (SIGSTOP or a debugger) "
+                                  "and cannot answer; the group is closed")
+            seen_stopped = stopped
+
     def call(self, fn: Callable, timeout_s: Optional[float] = None, **kwargs) -> list:
-        """Run `fn(ctx, **kwargs)` on every rank (ctx: ranks.RankContext); returns each rank's result."""
+        """Run `fn(ctx, **kwargs)` on every rank (ctx: ranks.RankContext); returns each rank's result.
+        Waits at most `timeout_s` (default DEFAULT_CALL_TIMEOUT_S); a dead or stopped rank: WorkerError."""
         if not self.alive():
             raise WorkerError("the worker group is not running (start() it, or it has exited)")
         with self._lock:
@@ -255,7 +286,7 @@ class WorkerGroup:
             try:
                 return self._collect(timeout_s)
             except WorkerError as e:
-                if "stopped answering" in str(e):
+                if "stopped answering" in str(e) or "is stopped" in str(e):
                     self.close()
                 raise
             except BaseException:
@@ -291,6 +322,16 @@ class WorkerGroup:
                 fut.set_result(self.call(fn, **kwargs))
             except BaseException as e:  # noqa: BLE001
                 fut.set_exception(e)
+
+
+def is_stopped(pid: int) -> bool:
+    """The process is stopped (state T) or traced-stopped (t), from /proc (Linux; elsewhere False)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in (b"T", b"t")
 
 
 # -- the worker process ---------------------------------------------------------------------------

@@ -3,24 +3,30 @@
 The JSON-lines run files stay the source of truth. Per run file, the cache holds what loading that
 file gave (its rows after validation and attempt selection, the disturbed verdicts, its header, the
 problems met, each with its line) and, in a second file, its timeline segments, read only when a
-view asks for them. An entry is used only when its key matches the run file as it is now:
+view asks for them. The cache is verified, never trusted (issue 22). An entry is used only when
 
-    key = resolved path, size, modification time (ns), LOADER_VERSION, the schema versions read,
-          and the disturbed-trial rule's version (results.noise.RULE_VERSION: the rows hold its verdict)
+    its key matches the run file as it is now: resolved path, size, modification time (ns), the
+        SHA-256 of the file's bytes (an edit that restores size and time is still seen),
+        LOADER_VERSION, the schema versions read, and the disturbed-trial rule's version
+        (results.noise.RULE_VERSION: the rows hold its verdict);
+    the entry's own bytes match the SHA-256 in its sidecar (<entry>.sha256, written after it): an
+        entry rewritten or cut by anything but this module is rebuilt;
+    and its row count is the one recorded in its metadata (a bundle: the sum over its files).
 
-so an appended, rewritten or touched run file is parsed again and its entry rewritten; a file
-modified in the last RACY_S seconds is not cached yet (its timestamp may not show a change to come). An entry that
-cannot be read (corrupt, truncated, written by another pyarrow, of another key) is ignored and
-rebuilt; the cache is never trusted over the file. Entries are written to a temporary name and
-renamed, so a reader never sees half an entry.
+Otherwise the run file is parsed again and the entry rewritten; a file modified in the last RACY_S
+seconds is not cached yet (its timestamp may not show a change to come). An entry that cannot be
+read (corrupt, truncated, written by another pyarrow, of another key) is ignored and rebuilt.
+Entries are written to a temporary name and renamed, so a reader never sees half an entry.
 
 Loading a set of files also writes a bundle: every kept row of that set in one Parquet file, with
 each file's key and what its loading said. A later load of the same paths reads the bundle in one go
 when every file's key still matches (500 runs: one read instead of 500), else the per-file entries.
 
-Where: $DSPARK_CACHE, else $XDG_CACHE_HOME/dspark-lab/runs, else ~/.cache/dspark-lab/runs; never
-inside a folder being loaded (ValueError naming DSPARK_CACHE). DSPARK_CACHE=off (or 0, none)
-turns it off. Without pyarrow there is no cache: loading gives the same rows, parsed every time.
+Where: $DSPARK_CACHE (checked once by results.paths.cache_setting: a usable folder path, or off),
+else $XDG_CACHE_HOME/dspark-lab/runs, else ~/.cache/dspark-lab/runs; never inside or equal to a
+folder being loaded, nor the folder of a run file being loaded (ValueError naming DSPARK_CACHE).
+DSPARK_CACHE=off (or 0, none, no, false) turns it off. Without pyarrow there is no cache: loading
+gives the same rows, parsed every time.
 """
 from __future__ import annotations
 
@@ -34,15 +40,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 from dspark_lab.results import noise, schema
+from dspark_lab.results.paths import CACHE_ENV as ENV, OFF, SettingError, cache_setting  # noqa: F401 - OFF: its values
 
 if TYPE_CHECKING:
     import pandas as pd
 
 # Bump when what an entry holds changes meaning (load.py's rules, the columns); a change of the
 # disturbed-trial rule is keyed on its own (noise.RULE_VERSION).
-LOADER_VERSION = 2
-ENV = "DSPARK_CACHE"
-OFF = ("off", "0", "none", "no", "false")
+LOADER_VERSION = 3
 _META = b"dspark_cache"
 _JSON_PREFIX = "__json__"  # an extra column of mixed types, stored as JSON text under this prefix
 RACY_S = 2.0  # see racy()
@@ -60,11 +65,9 @@ def available() -> bool:
 
 def default_dir() -> Optional[Path]:
     """The cache folder as configured, or None when turned off."""
-    env = os.environ.get(ENV)
-    if env is not None and env.strip().lower() in OFF:
-        return None
-    if env:
-        return Path(env).expanduser()
+    setting = cache_setting()
+    if setting is not False:
+        return setting
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base).expanduser() / "dspark-lab" / "runs"
 
@@ -73,19 +76,31 @@ def check_outside(cache_dir: Path, folders) -> None:
     """ValueError when the cache folder lies inside a folder being loaded (its files would sit among
     the runs); the loader reads only *.jsonl, but a runs folder holds run files and nothing derived."""
     c = cache_dir.expanduser().resolve()
-    for f in folders:
-        f = Path(f).expanduser().resolve()
+    for given in folders:
+        f = Path(given).expanduser().resolve()
+        if f.is_file():  # one run file: its folder is a runs folder too
+            f = f.parent
         if f.is_dir() and (c == f or c.is_relative_to(f)):
-            raise ValueError(f"{ENV}={cache_dir} lies inside {f}, a folder of run files being loaded; "
+            raise SettingError(f"{ENV}={cache_dir} lies inside {f}, a folder of run files being loaded; "
                              f"choose a folder outside it (default ~/.cache/dspark-lab/runs) or {ENV}=off")
 
 
+def _sha256_of_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def file_key(path: Path) -> Optional[dict]:
+    """What an entry of `path` must match; None when the file cannot be read now."""
     try:
         st = path.stat()
+        digest = _sha256_of_file(path)
     except OSError:
         return None
-    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+    return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest,
             "loader": LOADER_VERSION, "schemas": list(schema.READABLE_SCHEMA_VERSIONS),
             "disturbed_rule": noise.RULE_VERSION}
 
@@ -97,8 +112,10 @@ def racy(key: Optional[dict]) -> bool:
 
 
 def _stem(cache_dir: Path, key: dict) -> Path:
-    digest = hashlib.sha256(key["path"].encode()).hexdigest()[:24]
-    return cache_dir / f"{Path(key['path']).stem[:60]}-{digest}"
+    # os.fsencode: a file name that is not valid UTF-8 arrives with surrogates, which .encode() refuses.
+    digest = hashlib.sha256(os.fsencode(key["path"])).hexdigest()[:24]
+    readable = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in Path(key["path"]).stem[:60])
+    return cache_dir / f"{readable}-{digest}"
 
 
 @dataclass
@@ -120,13 +137,16 @@ class Entry:
 def _meta(entry: Entry) -> dict:
     return {"key": entry.key, "header": entry.header, "header_line": entry.header_line,
             "unreadable": entry.unreadable, "read_problems": entry.read_problems,
-            "select_problems": entry.select_problems, "run_id": entry.run_id}
+            "select_problems": entry.select_problems, "run_id": entry.run_id, "n_rows": entry.n_rows}
 
 
 def _json_columns(df: "pd.DataFrame") -> list:
     """Object columns holding anything but str or bool (mixed types, lists, dicts): kept as JSON."""
     out = []
     for c in df.columns:
+        if isinstance(c, str) and c.startswith(_JSON_PREFIX):
+            out.append(c)  # a recorded column with the prefix is encoded too, so decoding is unambiguous
+            continue
         if df[c].dtype != object:
             continue
         vals = [v for v in df[c] if v is not None and not (isinstance(v, float) and v != v)]
@@ -147,31 +167,29 @@ def to_table(df: "pd.DataFrame"):
 
 
 def from_table(table) -> "pd.DataFrame":
-    """Rows back from one Table (or several concatenated): JSON-text columns decoded in place."""
+    """Rows back from one Table (or several concatenated): every column named with the prefix is the
+    JSON text of the column named without it (to_table encodes every such name), decoded in place;
+    where a plain column of that name exists too (files concatenated), the decoded values fill it."""
     df = table.to_pandas()
-    for c in [c for c in df.columns if c.startswith(_JSON_PREFIX)]:
+    encoded = [c for c in df.columns if c.startswith(_JSON_PREFIX)]
+    if not encoded:
+        return df
+    out = df.drop(columns=encoded)
+    for c in encoded:
         name = c[len(_JSON_PREFIX):]
         dec = df[c].map(lambda v: json.loads(v) if isinstance(v, str) else None).astype(object)
-        if name in df.columns:
-            df[name] = df[name].astype(object).where(df[c].isna(), dec)
-            df = df.drop(columns=c)
-        else:
-            df = df.rename(columns={c: name})
-            df[name] = dec
-    return df
+        out[name] = out[name].astype(object).where(df[c].isna(), dec) if name in out.columns else dec
+    return out
 
 
 def read(cache_dir: Path, path: Path, key: dict) -> Optional[Entry]:
-    """The entry of `path` when present and of this key, else None (missing, stale or unreadable)."""
-    import pyarrow.parquet as pq
-
-    stem = _stem(cache_dir, key)
-    try:
-        table = pq.read_table(f"{stem}.rows.parquet")
-        meta = json.loads((table.schema.metadata or {})[_META])
-    except Exception:  # noqa: BLE001 - any unreadable entry is rebuilt from the run file
+    """The entry of `path` when present, verified and of this key, else None (missing, stale,
+    tampered or unreadable)."""
+    got = _read_verified(Path(f"{_stem(cache_dir, key)}.rows.parquet"))
+    if got is None:
         return None
-    if meta.get("key") != key:
+    table, meta = got
+    if meta.get("key") != key or meta.get("n_rows") != table.num_rows:
         return None
     table = table.replace_schema_metadata(None)
     return Entry(key=key, header=meta.get("header"), header_line=meta.get("header_line"),
@@ -180,13 +198,32 @@ def read(cache_dir: Path, path: Path, key: dict) -> Optional[Entry]:
                  rows=table, n_rows=table.num_rows)
 
 
-def _atomic_write(target: Path, table) -> None:
+def _sidecar(target: Path) -> Path:
+    return target.with_name(target.name + ".sha256")
+
+
+def _read_verified(target: Path) -> Optional[tuple]:
+    """(table, its metadata) of an entry whose bytes match its sidecar's SHA-256, else None."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=".parquet")
-    os.close(fd)
     try:
-        pq.write_table(table, tmp, compression="zstd")
+        want = _sidecar(target).read_text().strip()
+        data = target.read_bytes()
+        if hashlib.sha256(data).hexdigest() != want:
+            return None  # rewritten, cut or half-replaced: rebuilt from the run files
+        table = pq.read_table(pa.BufferReader(data))
+        meta = json.loads((table.schema.metadata or {})[_META])
+    except Exception:  # noqa: BLE001 - any unreadable entry is rebuilt from the run file
+        return None
+    return (table, meta) if isinstance(meta, dict) else None
+
+
+def _atomic_bytes(target: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=target.suffix)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.replace(tmp, target)
     except BaseException:
         try:
@@ -194,6 +231,19 @@ def _atomic_write(target: Path, table) -> None:
         except OSError:
             pass
         raise
+
+
+def _atomic_write(target: Path, table) -> None:
+    """The entry, then its sidecar (the SHA-256 of the entry's bytes): a reader between the two sees
+    a mismatch and rebuilds, never a wrong entry."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    data = sink.getvalue().to_pybytes()
+    _atomic_bytes(target, data)
+    _atomic_bytes(_sidecar(target), hashlib.sha256(data).hexdigest().encode())
 
 
 def write(cache_dir: Path, entry: Entry, rows_df: Optional["pd.DataFrame"]) -> Optional[object]:
@@ -212,6 +262,7 @@ def write(cache_dir: Path, entry: Entry, rows_df: Optional["pd.DataFrame"]) -> O
         _atomic_write(Path(f"{stem}.timelines.parquet"),
                       tl_table.replace_schema_metadata({_META: json.dumps({"key": entry.key})}))
         table = to_table(rows_df) if rows_df is not None else pa.table({})
+        entry.n_rows = table.num_rows
         table = table.replace_schema_metadata({_META: json.dumps(_meta(entry), default=str)})
         _atomic_write(Path(f"{stem}.rows.parquet"), table)
         return table.replace_schema_metadata(None)
@@ -220,45 +271,36 @@ def write(cache_dir: Path, entry: Entry, rows_df: Optional["pd.DataFrame"]) -> O
 
 
 def read_timelines(cache_dir: Path, key: dict) -> Optional["pd.DataFrame"]:
-    """The timeline segments of the entry of this key, or None (missing, stale or unreadable)."""
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(f"{_stem(cache_dir, key)}.timelines.parquet")
-        meta = json.loads((table.schema.metadata or {})[_META])
-    except Exception:  # noqa: BLE001
+    """The timeline segments of the entry of this key, or None (missing, stale, tampered or unreadable)."""
+    got = _read_verified(Path(f"{_stem(cache_dir, key)}.timelines.parquet"))
+    if got is None or got[1].get("key") != key:
         return None
-    if meta.get("key") != key:
-        return None
-    return table.replace_schema_metadata(None).to_pandas()
+    return got[0].replace_schema_metadata(None).to_pandas()
 
 
 # -- the bundle: one load's rows in one file ----------------------------------------------------
 
 def bundle_path(cache_dir: Path, files) -> Path:
     """The bundle of this list of run files (one per list: a changed list overwrites it)."""
-    digest = hashlib.sha256("\n".join(str(Path(f).resolve()) for f in files).encode()).hexdigest()[:24]
+    digest = hashlib.sha256(b"\n".join(os.fsencode(Path(f).resolve()) for f in files)).hexdigest()[:24]
     return cache_dir / f"bundle-{digest}.parquet"
 
 
 def read_bundle(cache_dir: Path, files, keys: list) -> Optional[tuple]:
     """(entries without rows, the kept rows as one Table) when the bundle of `files` exists and every
     file's key matches; else None."""
-    import pyarrow.parquet as pq
-
-    try:
-        table = pq.read_table(bundle_path(cache_dir, files))
-        meta = json.loads((table.schema.metadata or {})[_META])
-    except Exception:  # noqa: BLE001
+    got = _read_verified(bundle_path(cache_dir, files))
+    if got is None:
         return None
+    table, meta = got
     if meta.get("loader") != LOADER_VERSION or [e.get("key") for e in meta.get("entries", [])] != keys:
         return None
     entries = [Entry(key=e["key"], header=e.get("header"), header_line=e.get("header_line"),
                      unreadable=e.get("unreadable"), read_problems=e.get("read_problems") or [],
                      select_problems=e.get("select_problems") or [], run_id=e.get("run_id") or "",
                      n_rows=e.get("n_rows", 0)) for e in meta["entries"]]
-    if sum(e.n_rows for e in entries) < table.num_rows:
-        return None
+    if sum(e.n_rows for e in entries) != table.num_rows:
+        return None  # a bundle with rows added or cut
     return entries, table.replace_schema_metadata(None)
 
 

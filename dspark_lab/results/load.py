@@ -12,7 +12,9 @@ Rules (each case warns with a DataWarning naming file:line, and is listed in `Lo
   - rows of a point with no commit (`point`) record (an interrupted or torn write, e.g. a full
     disk): not loaded; a committed point with fewer readable rows than it committed is loaded
     with a warning saying how many are missing;
-  - per point, only its last committed attempt is loaded (a retried point replaces its failure).
+  - per point, only its last committed attempt is loaded (a retried point replaces its failure);
+  - a subfolder that cannot be listed: said (file None), the rest of the folder loads;
+  - a file name that is not valid UTF-8: loaded like any other (its cache entry is named safely).
 Good records of every other file (and of the same file) still load.
 """
 from __future__ import annotations
@@ -33,9 +35,22 @@ if TYPE_CHECKING:
 TIMELINE_COLUMNS = ("run_id", "point_id", "strategy", "lane", "part", "start_ms", "end_ms", "label")
 
 
+def _files_under(folder: Path, log: ProblemLog) -> list[Path]:
+    """The run files under `folder`, sorted; a subfolder that cannot be listed is said (not skipped silently)."""
+    def unreadable(err: OSError) -> None:
+        log(Path(err.filename) if err.filename else folder, None,
+            f"folder cannot be read ({err.strerror or err}); run files under it are not loaded")
+
+    found = []
+    for root, dirs, names in os.walk(folder, onerror=unreadable):  # symlinked folders not followed: no loops
+        found += [Path(root) / n for n in names if n.endswith(RUN_SUFFIX)]
+    return sorted(q for q in found if q.is_file())
+
+
 def run_files(paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
-              default: Optional[Path] = None) -> list[Path]:
+              default: Optional[Path] = None, log: Optional[ProblemLog] = None) -> list[Path]:
     """The run files named by `paths` (files and/or folders, searched recursively), sorted."""
+    log = log if log is not None else ProblemLog()
     if paths is None:
         paths = [default] if default is not None else []
     elif isinstance(paths, (str, os.PathLike)):
@@ -44,7 +59,7 @@ def run_files(paths: str | os.PathLike | Iterable[str | os.PathLike] | None = No
     for p in paths:
         p = Path(p)
         if p.is_dir():
-            files.extend(sorted(q for q in p.rglob(f"*{RUN_SUFFIX}") if q.is_file()))
+            files.extend(_files_under(p, log))
         elif p.is_file():
             files.append(p)
         else:
@@ -272,18 +287,19 @@ def _entries(files: list, cache_dir: Optional[Path]) -> list:
 
 
 def load(paths=None, *, default: Optional[Path] = None, cache=None) -> Loaded:
-    """Load run files (or every run file under folders). Never raises for a file's content;
-    FileNotFoundError only for a path that does not exist; ValueError for a cache folder inside a
+    """Load run files (or every run file under folders). Never raises for a file's content (nor
+    its name, nor a subfolder that cannot be read: each is a warning); FileNotFoundError only for a
+    path that does not exist; ValueError (paths.SettingError) for a cache folder that cannot be used or lies inside a
     folder being loaded. `cache`: None (the default folder, results/cache.py), a folder, or False."""
 
     cache_dir = _cache_dir(cache, paths, default)
-    files = run_files(paths, default)
+    log = ProblemLog()
+    files = run_files(paths, default, log)
     bundle = None
     if cache_dir is not None and files:
         keys = [_cache.file_key(p) for p in files]
         bundle = _cache.read_bundle(cache_dir, files, keys) if None not in keys else None
     entries, table = bundle if bundle is not None else (_entries(files, cache_dir), None)
-    log = ProblemLog()
     parts: list = []
     headers: list[dict] = []
     run_ids: dict[str, Path] = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,11 +95,30 @@ def _segment_ok(seg) -> bool:
             and math.isfinite(start) and math.isfinite(end))
 
 
+# A JSON escape of a UTF-16 surrogate (\ud800-\udfff): paired ones decode to one character, a lone
+# one to a string that is not text (pyarrow, and so pandas' string columns, refuse it: issue 22).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _text_only(value):
+    """`value` with every lone surrogate in its strings (keys too) replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_text_only(v) for v in value]
+    if isinstance(value, dict):
+        return {_text_only(k): _text_only(v) for k, v in value.items()}
+    return value
+
+
 def _parse(raw: bytes, lineno: int, last: bool, out: FileRecords, log: ProblemLog) -> Optional[dict]:
     """One line as a record of a known kind, else None (logged)."""
     path = out.path
     try:
         rec = json.loads(raw.decode("utf-8"))
+        if _SURROGATE_ESCAPE.search(raw):
+            rec = _text_only(rec)
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         why = "truncated record (an interrupted write?)" if last and not out.ends_with_newline else "corrupted record"
         log(path, lineno, f"{why}, skipped ({e.__class__.__name__}: {str(e)[:80]})")

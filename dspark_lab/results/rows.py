@@ -21,6 +21,13 @@ STR_COLUMNS = ("point_id", "strategy", "model", "workload", "device", "status", 
 FLOAT_COLUMNS = tuple(c for c in schema.ROW_COLUMNS if c not in INT_COLUMNS + BOOL_COLUMNS + STR_COLUMNS)
 REQUIRED = ("point_id", "strategy", "status")  # a row without these cannot be placed
 REQUIRED_OK: tuple = ()  # null measurements load as NaN (summaries skip them)
+# The rank columns (schema.RANK_COLUMNS) are extras, but views group and label by them: typed too,
+# so a list or an object there skips its row instead of breaking a groupby or a label (issue 22).
+RANK_TYPES = {"rank": "int", "world_size": "int", "ep_mode": "str", "dispatch": "str", "rank_case": "str",
+              "rank_strategies": "str", "sync_sites": "str", "host_delay_ms": "float", "host_jitter_ms": "float",
+              "gpu_collective_ms": "float", "step_ms_max_rank": "float", "blocked_from_others_ms": "float",
+              "collective_from_others_ms": "float"}
+INT64 = 2**63  # integers are stored as int64: a larger one cannot be a count or an index
 
 
 def _is_bool(v: Any) -> bool:
@@ -35,18 +42,22 @@ def value_problem(column: str, value: Any) -> Optional[str]:
     """Why `value` is not a valid `column` value, or None. None (null) is always allowed: missing."""
     if value is None:
         return None
-    if column in INT_COLUMNS:
-        if not _is_number(value) or not math.isfinite(value) or float(value) != int(value):
-            return f"{column} must be an integer, got {value!r}"
-    elif column in FLOAT_COLUMNS:
+    kind = RANK_TYPES.get(column)
+    if column in INT_COLUMNS or kind == "int":
+        if isinstance(value, int) and not _is_bool(value):
+            if not -INT64 <= value < INT64:
+                return f"{column} must be an integer within int64, got one of {len(str(abs(value)))} digits"
+        elif not _is_number(value) or not _finite(value) or float(value) != int(value):
+            return f"{column} must be an integer, got {_short(value)}"
+    elif column in FLOAT_COLUMNS or kind == "float":
         if not _is_number(value):
-            return f"{column} must be a number, got {type(value).__name__} {value!r:.60}"
-        if not math.isfinite(value):
-            return f"{column} must be finite, got {value!r}"
+            return f"{column} must be a number, got {type(value).__name__} {_short(value)}"
+        if not _finite(value):
+            return f"{column} must be finite, got {_short(value)}"
     elif column in BOOL_COLUMNS:
         if not _is_bool(value):
             return f"{column} must be true or false, got {value!r:.60}"
-    elif column in STR_COLUMNS:
+    elif column in STR_COLUMNS or kind == "str":
         if not isinstance(value, str):
             return f"{column} must be a string, got {type(value).__name__}"
     if column == "status" and value not in STATUSES:
@@ -54,14 +65,31 @@ def value_problem(column: str, value: Any) -> Optional[str]:
     return None
 
 
+def _finite(value: Any) -> bool:
+    """math.isfinite, with an integer too large for a float (more than 308 digits) not finite."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _short(value: Any) -> str:
+    """A value as an error message shows it: its repr cut to 60 characters (a field may be huge)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**60 else f"<{len(str(abs(value)))} digits>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 # The plainly valid values of JSON-decoded rows, by exact type: checked first (loading 500 runs
 # checks 10 million values); anything else gets value_problem's full check.
 _PLAIN = {**{c: (int,) for c in INT_COLUMNS}, **{c: (float, int) for c in FLOAT_COLUMNS},
-          **{c: (bool,) for c in BOOL_COLUMNS}, **{c: (str,) for c in STR_COLUMNS if c != "status"}}
+          **{c: (bool,) for c in BOOL_COLUMNS}, **{c: (str,) for c in STR_COLUMNS if c != "status"},
+          **{c: {"int": (int,), "float": (float, int), "str": (str,)}[k] for c, k in RANK_TYPES.items()}}
 
 
 def _plainly_valid(column: str, value: Any) -> bool:
     t = type(value)
+    if t is int:
+        return int in _PLAIN.get(column, ()) and -INT64 <= value < INT64
     return t in _PLAIN.get(column, ()) and (t is not float or math.isfinite(value))
 
 
@@ -70,7 +98,7 @@ def row_problems(rec: dict) -> list[str]:
     out = [f"{c} is missing" for c in REQUIRED if rec.get(c) in (None, "")]
     if rec.get("status") == "ok":
         out += [f"{c} is missing from an ok row" for c in REQUIRED_OK if rec.get(c) is None]
-    for c in schema.ROW_COLUMNS:
+    for c in (*schema.ROW_COLUMNS, *RANK_TYPES):
         v = rec.get(c)
         if v is None or _plainly_valid(c, v):
             continue

@@ -46,6 +46,35 @@ class RunFileBusy(RuntimeError):
     """Another process holds the run file's writer lock (one writer per run file)."""
 
 
+class RunPathError(FileExistsError):
+    """--out names no place a new run file may be created: something is in the way (the file, a
+    device, FIFO or link of that name, or a file where a folder must be); the message names the
+    path and what is there. Other OS failures creating it stay plain OSError."""
+
+
+def new_run_path(out: str | os.PathLike | None, run_id: str) -> Path:
+    """Where a new run file goes: `out` itself when it is a *.jsonl path (it must not exist, in any
+    form: a device, a FIFO or a link there is never written through), else <out>/<run_id>.jsonl
+    (out a folder, made if missing). RunPathError says why not; nothing is created here."""
+    out = Path(out) if out is not None else runs_dir()
+    if os.path.lexists(out) and not out.is_dir():
+        if out.suffix != RUN_SUFFIX:
+            raise RunPathError(f"{out} exists and is not a folder; give a folder or a new *{RUN_SUFFIX} path")
+        if out.is_file() and not out.is_symlink():
+            raise RunPathError(f"{out} exists; resume it (--resume) or choose another --out")
+        raise RunPathError(f"{out} exists and is not a regular file (a device, FIFO, socket or link); "
+                           f"choose another --out")
+    path = out if out.suffix == RUN_SUFFIX and not out.is_dir() else out / f"{run_id}{RUN_SUFFIX}"
+    if os.path.lexists(path):
+        raise RunPathError(f"{path} exists; resume it (--resume) or choose another --out")
+    for p in path.parents:
+        if os.path.lexists(p):
+            if not p.is_dir():
+                raise RunPathError(f"{path}: {p} is a file, not a folder")
+            break
+    return path
+
+
 def new_run_id() -> str:
     return datetime.now().strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
 
@@ -133,15 +162,10 @@ class RunWriter:
         **extra: Any,
     ) -> "RunWriter":
         """Start a new run file. `out` is a file path (must not exist) or a folder (default:
-        data/runs/), where the file is named <run_id>.jsonl. `extra` goes into the header."""
+        data/runs/), where the file is named <run_id>.jsonl (see new_run_path: RunPathError when
+        there is no such place; OSError when the OS refuses). `extra` goes into the header."""
         run_id = run_id or new_run_id()
-        out = Path(out) if out is not None else runs_dir()
-        if out.suffix == RUN_SUFFIX and not out.is_dir():
-            path = out
-        else:
-            path = out / f"{run_id}{RUN_SUFFIX}"
-        if path.exists():
-            raise FileExistsError(f"{path} exists; resume it (--resume) or choose another --out")
+        path = new_run_path(out, run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
         header = {
             "kind": "header",
@@ -273,6 +297,18 @@ class RunWriter:
                     pass
                 raise
 
+    def discard_if_empty(self) -> bool:
+        """Close and remove the file when no point was ever committed to it (a run that failed before
+        its first point, e.g. a rank that died): a header alone would list as a run of 0 points."""
+        if self.points or recorded_points(self.path):
+            return False
+        self.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            return False
+        return True
+
     def close(self) -> None:
         if not self._f.closed:
             os.fsync(self._f.fileno())
@@ -286,6 +322,13 @@ class RunWriter:
 
     def __repr__(self) -> str:
         return f"RunWriter({str(self.path)!r}, points={len(self.points)})"
+
+
+def recorded_points(path: Path) -> int:
+    """How many point commit records a run file holds (0 if it cannot be read)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        return len(records.read_file(path, records.ProblemLog(emit=False)).points)
 
 
 def _finite(rec: dict) -> dict:

@@ -123,7 +123,10 @@ class SweepSpec:
 
     @classmethod
     def from_dict(cls, d: dict) -> "SweepSpec":
+        """The spec a run header records; SweepSpecError (a ValueError) for any spec of the wrong shape."""
         try:
+            if not isinstance(d, dict):
+                raise TypeError(f"a sweep spec must be an object, got {type(d).__name__}")
             base = LabConfig.from_dict(dict(d.get("base", {})))
             return cls(
                 ep_sizes=tuple(d["ep_size"]), batch_sizes=tuple(d["batch_size"]),
@@ -131,6 +134,8 @@ class SweepSpec:
             )
         except KeyError as e:
             raise SweepSpecError(str(e.args[0]), f"sweep spec lacks {e.args[0]!r}") from None
+        except (TypeError, AttributeError) as e:  # a tampered header: a number for a list, null, a list for base
+            raise SweepSpecError("sweep", f"sweep spec of the wrong shape ({e})") from None
 
     def describe(self) -> str:
         b = self.base

@@ -126,8 +126,24 @@ li{margin:.4em 0} code{background:#f4f4f4;padding:0 .2em} .muted{color:#666;font
 """
 
 
+# A field longer than this is cut with a note before it reaches the HTML: a 200 MB error string
+# recorded in a run file once made a 205 MB report (issue 22); the run file keeps the whole text.
+MAX_FIELD_CHARS = 2000
+
+
+def cut_text(value, limit: int = MAX_FIELD_CHARS):
+    """`value` itself, or a string longer than `limit` cut to it with a note saying how much was left out."""
+    if not isinstance(value, str) or len(value) <= limit:
+        return value
+    return f"{value[:limit]}… [{len(value) - limit} more characters cut; the run file holds the whole text]"
+
+
 def _table(df: pd.DataFrame) -> str:
-    return df.to_html(index=False, escape=True, border=0, na_rep="")
+    cut = df.copy()
+    for c in cut.columns:
+        if not pd.api.types.is_numeric_dtype(cut[c]):  # object or string columns
+            cut[c] = cut[c].map(cut_text)
+    return cut.to_html(index=False, escape=True, border=0, na_rep="")
 
 
 MAX_WARNINGS_SHOWN = 50  # problems listed in the report; the CLI prints every one
@@ -214,7 +230,7 @@ def _headline(all_runs: Runs) -> list[str]:
              f"<p class='muted rule'>{esc(head.rule)}</p></div>"]
     if all_runs.warnings:
         parts.append("<h2>Skipped while loading</h2><ul class='skipped'>")
-        parts.append("".join(f"<li><code>{esc(w)}</code></li>" for w in all_runs.warnings[:MAX_WARNINGS_SHOWN]))
+        parts.append("".join(f"<li><code>{esc(cut_text(w))}</code></li>" for w in all_runs.warnings[:MAX_WARNINGS_SHOWN]))
         if len(all_runs.warnings) > MAX_WARNINGS_SHOWN:
             parts.append(f"<li>… and {len(all_runs.warnings) - MAX_WARNINGS_SHOWN} more (`dspark-lab report` "
                          "prints every one)</li>")

@@ -1,0 +1,27 @@
+"""What the command line prints: text that came from run files (run names, GPU fields, error
+strings, file names) cleaned before it reaches a terminal, where an escape sequence in a run file
+could retitle the window, clear the screen or hide lines (issue 22)."""
+from __future__ import annotations
+
+import re
+import sys
+
+# C0 controls but tab and newline (carriage return included: it overwrites a line), DEL, and C1
+# controls (0x9b alone starts a sequence on some terminals).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: object) -> str:
+    """`text` with control characters shown as \\xNN and lone surrogates (a file name that is not
+    valid UTF-8) as \\udcNN, so printing it neither drives the terminal nor raises UnicodeEncodeError."""
+    s = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def say(text: object, file=None) -> None:
+    print(printable(text), file=file if file is not None else sys.stdout, flush=True)
+
+
+def err(msg: object) -> None:
+    """One error or warning line on stderr, prefixed with the program's name."""
+    say(f"dspark-lab: {msg}", file=sys.stderr)
