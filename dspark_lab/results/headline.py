@@ -20,7 +20,8 @@ HEADLINE_RULE = (
     f"({REFERENCE.describe()}); that run's trials only, not pooled across runs; trials marked disturbed "
     "left out (results.noise.RULE). Median step time over trials with a 95% bootstrap CI; device_direct "
     "against the fastest other strategy, paired by trial round; the headline ratio device_direct / "
-    "non_blocking per trial round, over rounds where neither trial is disturbed, with its 95% CI. "
+    "non_blocking per trial round, over rounds where neither trial is disturbed, with its 95% CI "
+    f"(no CI from fewer than {noise.MIN_QUIET_ROUNDS} quiet rounds: the count is printed instead). "
     "A run disturbed as a whole at the point (results.noise.RUN_RULE) is skipped in favour of the most "
     "recent undisturbed run of the machine holding it, and the line says which run was skipped and why."
 )
@@ -67,7 +68,7 @@ def _entry(runs: "Runs", rid: str, rows: "pd.DataFrame", skipped: list, baseline
              "disturbed_left_out": int(summ["disturbed_left_out"].sum()), "comparison": None}
     best = summaries.best_in_summary(summ, baseline)
     if best and baseline in set(rows["strategy"]):
-        entry["comparison"] = {"best": best, **summaries.compare(rows, best, baseline)}
+        entry["comparison"] = {"best": best, **summaries.compare(rows, best, baseline, noise.MIN_QUIET_ROUNDS)}
     try:
         entry["ratio"] = noise.headline(rows)
     except ValueError:  # one strategy only: no ratio to form

@@ -55,6 +55,11 @@ MIN_TRIALS = 3
 BASELINE = "device_direct"
 HEADLINE_PAIR = ("device_direct", "non_blocking")
 LEVEL = 0.95
+# The fewest quiet rounds a headline CI is formed from, and the fewest an adaptive point must have
+# before it may stop on its CI (measure.loop): from prefixes of three long H200 runs of the reference
+# point, 10 rounds was where every prefix stayed within 1% of its full run (measure/loop.py).
+MIN_QUIET_ROUNDS = 10
+TOO_FEW_QUIET = "too few quiet rounds for a confidence interval"
 # NVML clock-event reasons that mark a trial (software power cap is left out: see the docstring).
 _SLOWDOWN_NAMES = {0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake"}
 # The columns the rule reads, and the frame attribute that says which rule version judged a frame.
@@ -227,6 +232,8 @@ def headline(rows: pd.DataFrame, pair: Optional[tuple[str, str]] = None, level: 
     if quiet:
         out.update(paired_ratio(side[a].loc[quiet, "step_ms"].astype(float), side[b].loc[quiet, "step_ms"].astype(float), level))
         out["rounds"] = len(rounds)
+        if len(quiet) < MIN_QUIET_ROUNDS:  # the median stands; an interval from so few rounds does not
+            out.update(ci_low=None, ci_high=None, half_width_pct=None)
     else:
         out.update(ratio=None, ci_low=None, ci_high=None, half_width_pct=None)
     out["text"] = describe(out, level)
@@ -237,6 +244,9 @@ def describe(h: dict, level: float = LEVEL) -> str:
     excl = f"{h['disturbed_total']} of {h['trials_total']} trials disturbed, {h['excluded_rounds']} round(s) left out"
     if h.get("ratio") is None:
         return f"{h['a']} / {h['b']}: no quiet round to compare ({excl})"
+    if h.get("ci_low") is None:
+        return (f"{h['a']} / {h['b']} step time = {h['ratio']:.3f} over {h['quiet_rounds']} quiet rounds, "
+                f"{TOO_FEW_QUIET} (needs {MIN_QUIET_ROUNDS}); {excl}")
     hw = f", ±{h['half_width_pct']:.1f}%" if h.get("half_width_pct") is not None else ""
     return (f"{h['a']} / {h['b']} step time = {h['ratio']:.3f} ({level:.0%} CI {h['ci_low']:.3f}–{h['ci_high']:.3f}"
             f"{hw}) over {h['quiet_rounds']} quiet rounds; {excl}")
