@@ -32,6 +32,14 @@ from dspark_lab.model.draft import CAPTURE_HIDDEN_NULL, DSPARK, TARGET_VERIFY, D
 from dspark_lab.predicate import enable_num_token_non_padded
 
 _ITERS_PER_US: list[float] = []
+# The longest piece of host spin done in one call. The calibration is the fastest rate seen; a CPU
+# running slower than that (a busy SMT sibling, a lower clock) made one call sized for the whole
+# remaining spin overshoot its deadline by up to the whole spin: on the H200 machine the trials
+# flagged in quiet runs had +3.7-4.6 ms of host work against ~3.8 ms of spin per step, while off the
+# CPU for 0 ms. In pieces of at most this much, an overshoot is at most one piece, and the
+# deliberate host cost stays the wall time it is meant to be. (The profiler's Python tracer sees one
+# event per piece: ~80 for a 4 ms spin.)
+SPIN_PIECE_US = 50.0
 
 
 def _cpu_name() -> str:
@@ -68,8 +76,9 @@ def _timed_sum(n: int) -> float:
 def spin_until(deadline: float, clock: Callable[[], float] = time.perf_counter) -> None:
     """Busy host work until `deadline` (`clock` seconds): the host stays busy, as Python is.
 
-    The work is one C-level call sized from a calibration (`sum(range(n))`), not a Python loop, so
-    the profiler's Python tracer sees one event rather than thousands."""
+    The work is C-level calls sized from a calibration (`sum(range(n))`), each at most SPIN_PIECE_US
+    long, not a Python loop per iteration, so the profiler's Python tracer sees a few dozen events
+    rather than thousands, and a CPU slower than calibrated overshoots the deadline by one piece at most."""
     rate = _iters_per_us()
     t0 = clock()
     try:
@@ -77,7 +86,7 @@ def spin_until(deadline: float, clock: Callable[[], float] = time.perf_counter) 
             left_us = (deadline - clock()) * 1e6
             if left_us <= 2:
                 return
-            sum(range(int(left_us * rate)))
+            sum(range(int(min(left_us, SPIN_PIECE_US) * rate)))
     finally:
         # Deliberate wait up to the deadline; an overshoot (the thread was descheduled) is not.
         waits.add(min(clock(), deadline) - t0)
