@@ -106,7 +106,7 @@ def get(name: str) -> KnownIdleCase:
 
 def within(charged_ms: float, loss_ms: float) -> bool:
     """The rule agrees with the measured loss on a case (see WITHIN_FRACTION and ABS_FLOOR_MS)."""
-    return abs(charged_ms - loss_ms) <= max(WITHIN_FRACTION * abs(loss_ms), ABS_FLOOR_MS)
+    return bool(abs(charged_ms - loss_ms) <= max(WITHIN_FRACTION * abs(loss_ms), ABS_FLOOR_MS))
 
 
 # --- on CUDA ------------------------------------------------------------------------------------
@@ -161,7 +161,7 @@ def measure_case(case: KnownIdleCase, *, rounds: int = 8, steps: int = 20, warmu
             "loss_ms": loss, "loss_ci_low_ms": lo, "loss_ci_high_ms": hi, "rounds": rounds,
             "step_ms": float(median_ci([t.step_ms for t in res.timings["with_syncs"]])[0]),
             "sync_free_step_ms": float(median_ci([t.step_ms for t in res.timings["sync_free"]])[0]),
-            "within": within(charged, loss)}
+            "within": bool(within(charged, loss))}
 
 
 def table_lines(results: list, note: Optional[str] = None) -> list:
