@@ -34,9 +34,9 @@ from dspark_lab.predicate import enable_num_token_non_padded
 _ITERS_PER_US: list[float] = []
 # The longest piece of host spin done in one call. The calibration is the fastest rate seen; a CPU
 # running slower than that (a busy SMT sibling, a lower clock) made one call sized for the whole
-# remaining spin overshoot its deadline by up to the whole spin: on the H200 machine the trials
-# flagged in quiet runs had +3.7-4.6 ms of host work against ~3.8 ms of spin per step, while off the
-# CPU for 0 ms. In pieces of at most this much, an overshoot is at most one piece, and the
+# remaining spin overshoot its deadline by up to the whole spin: in recorded quiet H200 runs the
+# flagged trials had a median of +3.1 ms of host work per step (the largest near the step's 3.8 ms
+# of spin) while off the CPU at most 0.011 ms. In pieces of at most this much, an overshoot is at most one piece, and the
 # deliberate host cost stays the wall time it is meant to be. (The profiler's Python tracer sees one
 # event per piece: ~80 for a 4 ms spin.)
 SPIN_PIECE_US = 50.0
