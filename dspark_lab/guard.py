@@ -48,6 +48,8 @@ GUARD_RANGE = "dspark_lab.guard.block"
 # A marker range emitted when sync debug mode reports a sync: torch delivers the warning when the
 # Python call that synced returns, so the sync's CUDA call lies just before the marker in the trace.
 DEBUG_MARK = "dspark_lab.guard.debug_sync"
+# Marks this close with no sync call between them are one call's warnings, delivered together.
+ONE_CALL_MARKS_US = 100.0
 DEBUG_MODE, CUPTI, TRACE = "sync debug mode", "CUDA sync events", "trace copies"
 # CUPTI synchronization records that block the host ("Stream Wait Event" is a device-side wait).
 CUPTI_KINDS = {"Stream Sync": "stream", "Event Sync": "event", "Context Sync": "device"}
@@ -269,22 +271,29 @@ def debug_marks(tr: dict) -> list:
 
 def one_record_per_sync(debug: Sequence[HostSync], marks: Sequence[tuple], seen: Sequence[Sighting]) -> list:
     """Sync debug mode's records (in the order they fired) and the trace's sightings as one record per
-    sync. The k-th debug record is the k-th mark; it merges with the latest sighting on the mark's
-    thread whose call began before the mark and after the thread's previous mark (torch delivers the
-    warning when the Python call that synced returns), not already taken. When the marks do not
-    match the debug records one to one (the profiler lost some), nothing is merged: a sync may then
-    be counted twice, never dropped."""
+    sync. The k-th debug record is the k-th mark; torch delivers the warnings when the Python call
+    that synced returns, so a mark's sync is a sighting on its thread made before it and since the
+    call's start: after the thread's previous mark, or, for marks of one call (no sighting between
+    them, ONE_CALL_MARKS_US apart at most), after the mark before that call. Each mark takes the
+    latest such sighting not yet taken.
+    When the marks do not match the debug records one to one (the profiler lost some), nothing is
+    merged: a sync may then be counted twice, never dropped."""
     seen = _merge_by_correlation(list(seen))
     if len(marks) != len(debug):
         return list(debug) + [s.sync for s in seen]
     taken: set = set()
     timed = []  # (ts, record)
-    previous: dict = {}  # thread -> ts of its previous mark
+    last_mark: dict = {}  # thread -> ts of its previous mark
+    window_lo: dict = {}  # thread -> where the current call's sightings may begin
     for rec, (pid, tid, ts) in zip(debug, marks):
-        lo = previous.get((pid, tid), float("-inf"))
-        previous[(pid, tid)] = ts
-        cands = [i for i, s in enumerate(seen) if i not in taken and s.pid == pid and s.tid == tid
-                 and s.sync.kind != "pageable_copy" and lo <= s.ts <= ts]
+        thread = (pid, tid)
+        on_thread = [i for i, s in enumerate(seen) if s.pid == pid and s.tid == tid and s.sync.kind != "pageable_copy"]
+        prev = last_mark.get(thread, float("-inf"))
+        same_call = ts - prev <= ONE_CALL_MARKS_US and not any(prev < seen[i].ts <= ts for i in on_thread)
+        if not same_call or thread not in window_lo:
+            window_lo[thread] = prev  # a new call since the previous mark
+        last_mark[thread] = ts
+        cands = [i for i in on_thread if i not in taken and window_lo[thread] <= seen[i].ts <= ts]
         if cands:
             i = max(cands, key=lambda k: seen[k].ts)
             taken.add(i)

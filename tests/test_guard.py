@@ -158,6 +158,16 @@ def test_a_debug_record_merges_only_with_a_sync_made_since_the_threads_previous_
                                                       ("pkg/hot.py:14 step", (guard.DEBUG_MODE,))]
 
 
+def test_two_syncs_in_one_call_reported_after_it_merge_with_both_of_its_sightings():
+    tr = _item_trace(marks=0)
+    tr["traceEvents"] += [_x("cudaStreamSynchronize", "cuda_runtime", 29, 1, correlation=5),
+                          _x("Stream Sync", "cuda_sync", 29, 1, pid=0, tid=7, correlation=5),
+                          _x(guard.DEBUG_MARK, "user_annotation", 31, 0), _x(guard.DEBUG_MARK, "user_annotation", 32, 0)]
+    syncs = guard.one_record_per_sync(guard.from_debug_sites(["pkg/hot.py:12 step"] * 2), guard.debug_marks(tr),
+                                      guard.sightings(tr))
+    assert [s.witnesses for s in syncs] == [(guard.DEBUG_MODE, guard.CUPTI)] * 2
+
+
 # --- the context manager's control flow, with a simulated CUDA and a simulated witness -------------
 @pytest.fixture
 def fake_cuda(monkeypatch):
