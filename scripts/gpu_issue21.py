@@ -22,7 +22,8 @@ Writes under $OUT/issue21/ (default out/gpu/issue21/), laid out as the repositor
   data/interference/<gpu>-issue21-<name>-<stamp>.jsonl   run files (Runs.load("data/interference"))
   data/machines/<gpu>-issue21-<date>.json                 the summary: fingerprint, every table, checks
   data/machines/<gpu>-issue21-<date>.txt                  the printed tables
-The summary table is printed last.
+The summary table is printed last. Expected on an H200: 150-185 s (start-up ~15 s, known idle
+~25 s, guard ~10 s, each quiet run ~10 s, the intermittent run up to ~30 s, the whole-run one ~20 s).
 """
 from __future__ import annotations
 
