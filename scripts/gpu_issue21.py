@@ -19,9 +19,12 @@ Stages, each bounded (a global budget skips what would not fit; progress goes to
      the lone-run baseline the later runs' headers carry; each run is then loaded ALONE and judged.
 
 Writes under $OUT/issue21/ (default out/gpu/issue21/), laid out as the repository paths to commit:
-  data/interference/<gpu>-issue21-<name>-<stamp>.jsonl   run files (Runs.load("data/interference"))
-  data/machines/<gpu>-issue21-<date>.json                 the summary: fingerprint, every table, checks
-  data/machines/<gpu>-issue21-<date>.txt                  the printed tables
+  studies/interference/<gpu>-issue21-<name>-<stamp>.jsonl  run files (Runs.load("studies/interference"))
+  data/machines/<gpu>-issue21-<date>.json                   the summary: fingerprint, every table, checks
+  data/machines/<gpu>-issue21-<date>.txt                    the printed tables
+The run files stay out of data/: the default load reads data/ recursively, and these two-strategy
+runs would become the machine's newest runs of the reference point (its headline and the runs the
+views compare by default).
 The summary table is printed last. Expected on an H200: 150-185 s (start-up ~15 s, known idle
 ~25 s, guard ~10 s, each quiet run ~10 s, the intermittent run up to ~30 s, the whole-run one ~20 s).
 """
@@ -53,6 +56,7 @@ TARGET_CI_PCT = 3.0
 AGREE_PCT = 3.0  # the intermittent run's headline within ±3% of the quiet runs'
 FALSE_ALARM_MAX_PCT = 5.0
 PAIR = ["device_direct", "non_blocking"]
+INTERFERENCE_DIR = Path("studies") / "interference"  # the run files' repository folder (not under data/)
 BURN_ON_S, BURN_OFF_S = 1.5, 1.5
 # A CPU burner: pinned to the given cores, busy for `on` seconds then asleep for `off` (0: always
 # busy), at the given niceness (--smoke: 19, so a CPU check does not starve a shared machine).
@@ -222,7 +226,7 @@ def judge_alone(path: Path, name: str, what: str) -> dict:
             k = re.match(r"[A-Za-z ]*[A-Za-z]", part).group()
             kinds[k] = kinds.get(k, 0) + 1
     host = ok.groupby("disturbed")["host_work_ms"].median().to_dict()
-    return {"name": name, "what": what, "file": str(path.name), "trials": int(len(ok)),
+    return {"name": name, "what": what, "file": str(INTERFERENCE_DIR / path.name), "trials": int(len(ok)),
             "flagged": int(ok["disturbed"].sum()), "flagged_pct": float(100 * ok["disturbed"].mean()),
             "flag_reasons": kinds, "host_work_ms_quiet": host.get(False), "host_work_ms_flagged": host.get(True),
             "rounds": h["rounds"], "quiet_rounds": h["quiet_rounds"], "stop_reason": str(ok["stop_reason"].iloc[0]),
@@ -235,7 +239,7 @@ def judge_alone(path: Path, name: str, what: str) -> dict:
 def interference_stage(smoke: bool, out: Path, fp: dict) -> dict:
     from dspark_lab.model import workload
 
-    folder = out / "data" / "interference"
+    folder = out / INTERFERENCE_DIR
     folder.mkdir(parents=True, exist_ok=True)
     cores = sorted(os.sched_getaffinity(0))[:2]
     pin_process(cores)
@@ -364,7 +368,7 @@ def main() -> int:
     base = machines / f"{slug(fp['gpu'])}-issue21-{time.strftime('%Y%m%d', time.gmtime())}"
     base.with_suffix(".json").write_text(json.dumps(s, indent=1, default=str) + "\n")
     base.with_suffix(".txt").write_text("\n".join(lines) + "\n")
-    say(f"wrote {base.with_suffix('.json')} and the run files under {out / 'data' / 'interference'}")
+    say(f"wrote {base.with_suffix('.json')} and the run files under {out / INTERFERENCE_DIR}")
     print("\n".join(lines))
     return 0
 
