@@ -18,6 +18,12 @@ Three witnesses, because none sees everything:
   device-to-host copy into pageable memory whose ATen op made no sync call, which blocks the host
   although it was asked to be non-blocking.
 
+One host sync is one record: where two witnesses saw the same sync (sync debug mode and a CUPTI
+sync event on the same thread, the event's call made just before the debug-mode warning was
+delivered; or CUPTI and the trace's copies on the same call correlation), their records merge into
+one HostSync that lists every witness and carries the exact line when any witness has it. So
+`count()`, `violations` and the summary count syncs, not sightings (one `.item()` once, not twice).
+
 Without CUDA nothing can synchronize and nothing can be checked: the guard warns (or, with
 `strict=True`, raises). `count=True` reports instead of failing. `allow` lists by-design syncs:
 fnmatch patterns on "path/file.py:LINE" (the last two path parts) or on the whole site
@@ -39,6 +45,11 @@ from dspark_lab.measure import syncs as _syncs
 from dspark_lab.measure import trace as _trace
 
 GUARD_RANGE = "dspark_lab.guard.block"
+# A marker range emitted when sync debug mode reports a sync: torch delivers the warning when the
+# Python call that synced returns, so the sync's CUDA call lies just before the marker in the trace.
+DEBUG_MARK = "dspark_lab.guard.debug_sync"
+# Marks this close with no sync call between them are one call's warnings, delivered together.
+ONE_CALL_MARKS_US = 100.0
 DEBUG_MODE, CUPTI, TRACE = "sync debug mode", "CUDA sync events", "trace copies"
 # CUPTI synchronization records that block the host ("Stream Wait Event" is a device-side wait).
 CUPTI_KINDS = {"Stream Sync": "stream", "Event Sync": "event", "Context Sync": "device"}
@@ -63,19 +74,44 @@ NO_CUDA_MESSAGE = ("no_host_syncs: no CUDA device, so no host sync can happen or
 
 @dataclass(frozen=True)
 class HostSync:
-    site: str  # "path/file.py:LINE function" (debug mode: the line; trace: the function's def line)
+    """One host sync, with every witness that saw it."""
+
+    site: str  # "path/file.py:LINE function": the exact line when a witness has it (sync debug mode)
     kind: str  # stream | event | device | memcpy | pageable_copy | sync (debug mode does not say)
-    seen_by: str  # DEBUG_MODE | CUPTI | TRACE
+    witnesses: tuple  # DEBUG_MODE | CUPTI | TRACE, in that order
     allowed: bool = False
+    # (witness, site) for each witness: CUPTI names the enclosing function's def line
+    witness_sites: tuple = ()
+
+    @property
+    def seen_by(self) -> str:
+        return " + ".join(self.witnesses)
 
     def describe(self) -> str:
         what = {"pageable_copy": "blocking pageable copy", "sync": "sync"}.get(self.kind, f"{self.kind} sync")
-        return f"{self.site} ({what}, seen by {self.seen_by}{', allowed' if self.allowed else ''})"
+        other = [f"{w} at {where}" for w, where in self.witness_sites if where != self.site]
+        return (f"{self.site} ({what}, seen by {self.seen_by}{'; ' + '; '.join(other) if other else ''}"
+                f"{', allowed' if self.allowed else ''})")
+
+
+def _record(site: str, kind: str, witness: str, allow: tuple) -> HostSync:
+    return HostSync(site, kind, (witness,), is_allowed(site, allow), ((witness, site),))
+
+
+def merged(records: Sequence[HostSync]) -> HostSync:
+    """The witnesses' records of one sync as one record: the exact line where a witness has it,
+    the most specific kind, every witness; allowed when any witness's site is allowed."""
+    order = (DEBUG_MODE, CUPTI, TRACE)
+    recs = sorted(records, key=lambda r: order.index(r.witnesses[0]) if r.witnesses[0] in order else len(order))
+    witness_sites = tuple(ws for r in recs for ws in r.witness_sites)
+    witnesses = tuple(dict.fromkeys(w for r in recs for w in r.witnesses))
+    kind = next((r.kind for r in recs if r.kind != "sync"), "sync")
+    return HostSync(recs[0].site, kind, witnesses, any(r.allowed for r in recs), witness_sites)
 
 
 @dataclass
 class SyncReport:
-    syncs: list = field(default_factory=list)  # HostSync, each witness's in its own order
+    syncs: list = field(default_factory=list)  # HostSync, one per host sync, in time order where known
     checked: tuple = ()  # the witnesses that ran; empty without CUDA
 
     @property
@@ -83,19 +119,21 @@ class SyncReport:
         return [s for s in self.syncs if not s.allowed]
 
     def count(self, seen_by: Optional[str] = None, allowed: Optional[bool] = None) -> int:
-        return sum(1 for s in self.syncs if (seen_by is None or s.seen_by == seen_by)
+        """Host syncs (each once, however many witnesses saw it); `seen_by`: those a witness saw."""
+        return sum(1 for s in self.syncs if (seen_by is None or seen_by in s.witnesses)
                    and (allowed is None or s.allowed == allowed))
 
     def first(self) -> Optional[HostSync]:
-        """The first violation, preferring sync debug mode's (it names the exact line)."""
+        """The first violation, preferring one sync debug mode saw (it names the exact line)."""
         v = self.violations
-        return next((s for s in v if s.seen_by == DEBUG_MODE), v[0] if v else None)
+        return next((s for s in v if DEBUG_MODE in s.witnesses), v[0] if v else None)
 
     def summary(self) -> str:
         if not self.checked:
             return NO_CUDA_MESSAGE
+        n = len(self.violations)
         per = ", ".join(f"{self.count(w, allowed=False)} by {w}" for w in self.checked)
-        lines = [f"{len(self.violations)} host syncs not allowed ({per}); {self.count(allowed=True)} allowed"]
+        lines = [f"{n} host sync{'' if n == 1 else 's'} not allowed ({per}); {self.count(allowed=True)} allowed"]
         lines += [f"  {s.describe()}" for s in self.syncs]
         return "\n".join(lines)
 
@@ -117,7 +155,7 @@ def is_allowed(site: str, allow: Iterable[str]) -> bool:
 def from_debug_sites(sites: Sequence[str], allow: Iterable[str] = ()) -> list:
     """Records from sync debug mode's sites, in the order they first fired (counts expanded)."""
     allow = tuple(allow)
-    return [HostSync(s, "sync", DEBUG_MODE, is_allowed(s, allow)) for s in sites]
+    return [_record(s, "sync", DEBUG_MODE, allow) for s in sites]
 
 
 def _site_from_attribution(a: str) -> str:
@@ -154,9 +192,21 @@ def unsynced_pageable_d2h(ev: pd.DataFrame) -> pd.DataFrame:
     return calls.loc[keep]
 
 
-def from_trace(tr: dict, allow: Iterable[str] = ()) -> list:
-    """Records from a Chrome trace: CUPTI sync events, synchronous memcpy calls and blocking
-    pageable copies, in time order, each attributed to its innermost Python function."""
+@dataclass(frozen=True)
+class Sighting:
+    """One witness's record of a sync in the trace, with where and when its call ran."""
+
+    sync: HostSync
+    pid: object
+    tid: object
+    ts: float
+    end: float
+    correlation: Optional[float] = None
+
+
+def sightings(tr: dict, allow: Iterable[str] = ()) -> list:
+    """The trace's witnesses (CUPTI sync events, synchronous memcpy calls, blocking pageable copies)
+    inside the block, in time order, each attributed to its innermost Python function."""
     allow = tuple(allow)
     ev = _trace.events(tr)
     if ev.empty:
@@ -176,7 +226,8 @@ def from_trace(tr: dict, allow: Iterable[str] = ()) -> list:
         elif host is not None and lo <= s.ts <= hi:
             # No runtime/driver record of the call (some driver calls are not traced): attribute by
             # the time the sync began, on the block's thread.
-            found.append((s.ts, kind, CUPTI, pd.Series({"ts": s.ts, "end": s.ts, "pid": host.pid, "tid": host.tid, "name": s.name})))
+            found.append((s.ts, kind, CUPTI, pd.Series({"ts": s.ts, "end": s.ts, "pid": host.pid, "tid": host.tid,
+                                                        "name": s.name, "correlation": None})))
     for _, c in api[api.name.map(_syncs.SYNC_KINDS) == "memcpy"].iterrows():
         found.append((c.ts, "memcpy", TRACE, c))
     pageable = unsynced_pageable_d2h(ev)
@@ -186,8 +237,71 @@ def from_trace(tr: dict, allow: Iterable[str] = ()) -> list:
     for _, kind, witness, call in sorted(found, key=lambda f: f[0]):
         thread = ev[(ev.pid == call.pid) & (ev.tid == call.tid)]
         site = _site_from_attribution(_syncs.attribute(thread, call))
-        out.append(HostSync(site, kind, witness, is_allowed(site, allow)))
+        corr = call.get("correlation")
+        out.append(Sighting(_record(site, kind, witness, allow), call.pid, call.tid, float(call.ts), float(call.end),
+                            None if corr is None or pd.isna(corr) else float(corr)))
     return out
+
+
+def from_trace(tr: dict, allow: Iterable[str] = ()) -> list:
+    """The trace's records, one per sync: sightings of one call (same correlation) merged."""
+    return [s.sync for s in _merge_by_correlation(sightings(tr, allow))]
+
+
+def _merge_by_correlation(seen: list) -> list:
+    groups: dict = {}
+    for s in seen:
+        groups.setdefault(("corr", s.correlation) if s.correlation is not None else ("own", id(s)), []).append(s)
+    out = []
+    for g in groups.values():
+        first = g[0]
+        out.append(first if len(g) == 1 else Sighting(merged([s.sync for s in g]), first.pid, first.tid,
+                                                      first.ts, max(s.end for s in g), first.correlation))
+    return sorted(out, key=lambda s: s.ts)
+
+
+def debug_marks(tr: dict) -> list:
+    """(pid, tid, ts) of each DEBUG_MARK in the trace, in time order: one per sync debug mode reported."""
+    ev = _trace.events(tr)
+    if ev.empty:
+        return []
+    m = ev[(ev.name == DEBUG_MARK) & (ev.cat == _trace.HOST_RANGE_CAT)].sort_values("ts", kind="stable")
+    return list(zip(m.pid, m.tid, m.ts.astype(float)))
+
+
+def one_record_per_sync(debug: Sequence[HostSync], marks: Sequence[tuple], seen: Sequence[Sighting]) -> list:
+    """Sync debug mode's records (in the order they fired) and the trace's sightings as one record per
+    sync. The k-th debug record is the k-th mark; torch delivers the warnings when the Python call
+    that synced returns, so a mark's sync is a sighting on its thread made before it and since the
+    call's start: after the thread's previous mark, or, for marks of one call (no sighting between
+    them, ONE_CALL_MARKS_US apart at most), after the mark before that call. Each mark takes the
+    latest such sighting not yet taken.
+    When the marks do not match the debug records one to one (the profiler lost some), nothing is
+    merged: a sync may then be counted twice, never dropped."""
+    seen = _merge_by_correlation(list(seen))
+    if len(marks) != len(debug):
+        return list(debug) + [s.sync for s in seen]
+    taken: set = set()
+    timed = []  # (ts, record)
+    last_mark: dict = {}  # thread -> ts of its previous mark
+    window_lo: dict = {}  # thread -> where the current call's sightings may begin
+    for rec, (pid, tid, ts) in zip(debug, marks):
+        thread = (pid, tid)
+        on_thread = [i for i, s in enumerate(seen) if s.pid == pid and s.tid == tid and s.sync.kind != "pageable_copy"]
+        prev = last_mark.get(thread, float("-inf"))
+        same_call = ts - prev <= ONE_CALL_MARKS_US and not any(prev < seen[i].ts <= ts for i in on_thread)
+        if not same_call or thread not in window_lo:
+            window_lo[thread] = prev  # a new call since the previous mark
+        last_mark[thread] = ts
+        cands = [i for i in on_thread if i not in taken and window_lo[thread] <= seen[i].ts <= ts]
+        if cands:
+            i = max(cands, key=lambda k: seen[k].ts)
+            taken.add(i)
+            timed.append((seen[i].ts, merged([rec, seen[i].sync])))
+        else:
+            timed.append((ts, rec))
+    timed += [(s.ts, s.sync) for i, s in enumerate(seen) if i not in taken]
+    return [r for _, r in sorted(timed, key=lambda x: x[0])]
 
 
 # --- the guard ------------------------------------------------------------------------------------
@@ -222,12 +336,21 @@ def no_host_syncs(*, allow: Iterable[str] = (), count: bool = False, strict: boo
         # so the copies' GPU records are complete.
         prof = (stack.enter_context(_trace.profiled(with_stack=True, profile_memory=False, sync=torch.cuda.synchronize))
                 if cupti else None)
-        sites = stack.enter_context(_syncs.sync_debug_sites()) if debug_mode else None
+        fired: list = []  # sync debug mode's sites in firing order, each marked in the trace
+
+        def on_sync(site: str) -> None:
+            fired.append(site)
+            with torch.profiler.record_function(DEBUG_MARK):
+                pass
+        if debug_mode:
+            stack.enter_context(_syncs.sync_debug_sites(on_sync=on_sync))
         with torch.profiler.record_function(GUARD_RANGE):
             yield report
-    if sites is not None:
-        report.syncs += from_debug_sites([s for s, n in sites.items() for _ in range(n)], allow)
+    debug = from_debug_sites(fired, allow) if debug_mode else []
     if prof is not None:
-        report.syncs += from_trace(prof["trace"], allow)
+        tr = prof["trace"]
+        report.syncs = one_record_per_sync(debug, debug_marks(tr), sightings(tr, allow))
+    else:
+        report.syncs = debug
     if report.violations and not count:
         raise HostSyncError(report.error_message())

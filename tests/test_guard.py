@@ -105,6 +105,69 @@ def test_error_message_names_the_first_sync_preferring_the_exact_line():
     assert guard.SyncReport([], ()).error_message() == ""
 
 
+def _item_trace(marks=1):
+    """One `.item()` in `hot.py`'s `step`: the D2H copy, the stream sync (with CUPTI's record) and,
+    just after the call returned, the guard's mark for sync debug mode's report of it."""
+    ev = [
+        _x(guard.GUARD_RANGE, "user_annotation", 0, 200),
+        _x("/u/pkg/hot.py(10): step", "python_function", 0, 100),
+        _x("aten::_local_scalar_dense", "cpu_op", 20, 10),
+        _x("cudaMemcpyAsync", "cuda_runtime", 21, 2, correlation=3),
+        _x("Memcpy DtoH (Device -> Pageable)", "gpu_memcpy", 22, 1, pid=0, tid=7, correlation=3),
+        _x("cudaStreamSynchronize", "cuda_runtime", 24, 4, correlation=4),
+        _x("Stream Sync", "cuda_sync", 24, 4, pid=0, tid=7, correlation=4),
+    ]
+    ev += [_x(guard.DEBUG_MARK, "user_annotation", 31 + k, 0) for k in range(marks)]
+    return {"traceEvents": ev}
+
+
+def test_one_item_seen_by_two_witnesses_is_one_record_with_the_exact_line_and_both_witnesses():
+    tr = _item_trace()
+    syncs = guard.one_record_per_sync(guard.from_debug_sites(["pkg/hot.py:12 step"]), guard.debug_marks(tr),
+                                      guard.sightings(tr))
+    rep = guard.SyncReport(syncs, (guard.DEBUG_MODE, guard.CUPTI, guard.TRACE))
+    assert len(rep.violations) == 1 and rep.count() == 1
+    s = rep.syncs[0]
+    assert (s.site, s.kind, s.witnesses) == ("pkg/hot.py:12 step", "stream", (guard.DEBUG_MODE, guard.CUPTI))
+    assert s.witness_sites == ((guard.DEBUG_MODE, "pkg/hot.py:12 step"), (guard.CUPTI, "pkg/hot.py:10 step"))
+    assert rep.count(guard.DEBUG_MODE) == rep.count(guard.CUPTI) == 1 and rep.count(guard.TRACE) == 0
+    assert rep.summary().splitlines()[0].startswith(f"1 host sync not allowed (1 by {guard.DEBUG_MODE}, 1 by {guard.CUPTI}")
+    assert "CUDA sync events at pkg/hot.py:10 step" in rep.summary()
+
+
+def test_a_witness_allowing_either_line_allows_the_merged_sync():
+    tr = _item_trace()
+    syncs = guard.one_record_per_sync(guard.from_debug_sites(["pkg/hot.py:12 step"], allow=["pkg/hot.py:12"]),
+                                      guard.debug_marks(tr), guard.sightings(tr))
+    assert [s.allowed for s in syncs] == [True]
+
+
+def test_marks_that_do_not_match_the_debug_records_merge_nothing_so_no_sync_is_dropped():
+    tr = _item_trace(marks=2)  # two marks, one debug record: the evidence does not line up
+    syncs = guard.one_record_per_sync(guard.from_debug_sites(["pkg/hot.py:12 step"]), guard.debug_marks(tr),
+                                      guard.sightings(tr))
+    assert [s.witnesses for s in syncs] == [(guard.DEBUG_MODE,), (guard.CUPTI,)]
+
+
+def test_a_debug_record_merges_only_with_a_sync_made_since_the_threads_previous_mark():
+    tr = _item_trace()
+    tr["traceEvents"].append(_x(guard.DEBUG_MARK, "user_annotation", 60, 0))  # a second report, no call since
+    syncs = guard.one_record_per_sync(guard.from_debug_sites(["pkg/hot.py:12 step", "pkg/hot.py:14 step"]),
+                                      guard.debug_marks(tr), guard.sightings(tr))
+    assert [(s.site, s.witnesses) for s in syncs] == [("pkg/hot.py:12 step", (guard.DEBUG_MODE, guard.CUPTI)),
+                                                      ("pkg/hot.py:14 step", (guard.DEBUG_MODE,))]
+
+
+def test_two_syncs_in_one_call_reported_after_it_merge_with_both_of_its_sightings():
+    tr = _item_trace(marks=0)
+    tr["traceEvents"] += [_x("cudaStreamSynchronize", "cuda_runtime", 29, 1, correlation=5),
+                          _x("Stream Sync", "cuda_sync", 29, 1, pid=0, tid=7, correlation=5),
+                          _x(guard.DEBUG_MARK, "user_annotation", 31, 0), _x(guard.DEBUG_MARK, "user_annotation", 32, 0)]
+    syncs = guard.one_record_per_sync(guard.from_debug_sites(["pkg/hot.py:12 step"] * 2), guard.debug_marks(tr),
+                                      guard.sightings(tr))
+    assert [s.witnesses for s in syncs] == [(guard.DEBUG_MODE, guard.CUPTI)] * 2
+
+
 # --- the context manager's control flow, with a simulated CUDA and a simulated witness -------------
 @pytest.fixture
 def fake_cuda(monkeypatch):
@@ -112,10 +175,13 @@ def fake_cuda(monkeypatch):
     fired: list = []
 
     @contextlib.contextmanager
-    def fake_sites():
+    def fake_sites(on_sync=None):
         c = Counter()
         yield c
-        c.update(fired)
+        for site in fired:
+            c[site] += 1
+            if on_sync is not None:
+                on_sync(site)
 
     monkeypatch.setattr(guard.torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(guard._syncs, "sync_debug_sites", fake_sites)
@@ -216,6 +282,18 @@ def _line() -> int:
 
 
 @pytest.mark.cuda
+def test_one_item_is_one_sync_naming_the_exact_line_seen_by_two_witnesses():
+    x = torch.ones(4, device="cuda")
+    x.sum().item()  # warm up outside the guard
+    with guard.no_host_syncs(count=True) as rep:
+        x.sum().item(); line = _line()  # noqa: E702
+    assert len(rep.violations) == 1 and rep.count() == 1, rep.summary()
+    s = rep.syncs[0]
+    assert s.site == f"tests/test_guard.py:{line} test_one_item_is_one_sync_naming_the_exact_line_seen_by_two_witnesses"
+    assert s.witnesses == (guard.DEBUG_MODE, guard.CUPTI) and s.kind == "stream"
+
+
+@pytest.mark.cuda
 def test_cupti_sees_a_driver_sync_that_sync_debug_mode_cannot():
     torch.cuda.init()
     torch.ones(1, device="cuda")
@@ -244,3 +322,15 @@ def test_guard_catches_each_gallery_case_and_passes_its_fix(name):
     with guard.no_host_syncs(count=True) as rep:  # without the allow-list: only the by-design sites
         case.fix(s)
     assert all(x.site.split(" ")[-1] in case.allow for x in rep.syncs)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", names())
+def test_guard_counts_each_gallery_sync_once_however_many_witnesses_saw_it(name):
+    case = get(name)
+    s = make_state("cuda", "smoke")
+    case.step(s)  # warm up outside the guard
+    with guard.no_host_syncs(count=True) as rep:
+        case.step(s)
+    assert rep.count() == case.expected_syncs, rep.summary()
+    assert all(x.site.startswith("gallery/cases.py:") for x in rep.syncs), rep.summary()

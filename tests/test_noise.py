@@ -229,11 +229,11 @@ def test_runner_rows_carry_diagnostics_and_the_verdict():
     again = noise.mark_disturbed(df.drop(columns=["disturbed", "disturbed_reason"]))
     assert df.disturbed.map(type).eq(bool).all() and df.disturbed.tolist() == again.disturbed.tolist()
     assert df.disturbed_reason.tolist() == again.disturbed_reason.tolist()
-    # The half-width recorded is the headline's over the quiet rounds (None with fewer than two).
+    # The half-width recorded is the headline's over the quiet rounds (None with fewer than ten).
     h = noise.headline(df)
     assert df.ci_half_width_pct.nunique(dropna=False) == 1
     recorded = df.ci_half_width_pct.iloc[0]
-    assert (h["quiet_rounds"] < 2 and pd.isna(recorded)) or recorded == h["half_width_pct"]
+    assert (h["half_width_pct"] is None and pd.isna(recorded)) or recorded == h["half_width_pct"]
     assert df.gpu_ms.isna().all() and df.host_work_ms.gt(0).all()
     with pytest.raises(ValueError, match="target_ci_pct and time_cap_s"):
         measure_point(cfg, target_ci_pct=3.0)
@@ -471,9 +471,10 @@ def test_the_ci_rule_judges_the_half_width_the_rows_headline_gives():
     r = measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=2, keep_traces=False,
                       target_ci_pct=1e9, time_cap_s=1e9, clock=FakeClock())
     df = pd.DataFrame(r.rows)
-    assert df.stop_reason.eq("ci_target").all() and df.groupby("strategy").size().eq(loop.MIN_ADAPTIVE_ROUNDS).all()
-    hw = noise.headline(df)["half_width_pct"]
-    assert hw is not None and df.ci_half_width_pct.eq(hw).all()
+    # It stops at the first round with MIN_ADAPTIVE_ROUNDS quiet rounds (a loaded CPU disturbs some).
+    h = noise.headline(df)
+    assert df.stop_reason.eq("ci_target").all() and h["quiet_rounds"] == loop.MIN_ADAPTIVE_ROUNDS
+    assert h["half_width_pct"] is not None and df.ci_half_width_pct.eq(h["half_width_pct"]).all()
 
 
 # -- run-long disturbance (results.noise.RUN_RULE) -------------------------------------------------------

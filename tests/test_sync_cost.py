@@ -157,6 +157,32 @@ def test_two_syncs_in_one_step_each_gap_goes_to_the_latest_sync_that_drained_the
     assert charged(t) == [(500, 612, "cudaStreamSynchronize"), (895, 1012, "cudaDeviceSynchronize")]
 
 
+def test_syncs_in_a_chain_share_one_budget_their_summed_blocked_time():
+    # Two syncs with the host never ahead in between: the second is blocked only 80 µs, the gap
+    # after it is 600 µs. Capped one by one it would get 80; the chain's budget is 485 + 80.
+    t = Trace()
+    t.step(0, 3000)
+    t.launch(0, 10, 12, 500)
+    t.sync(20, 505)                       # drains: blocked 485
+    t.launch(600, 610, 612, 700)          # found the GPU idle: the host is not ahead
+    t.sync(620, 700, "cudaDeviceSynchronize")  # drains again: blocked 80, joins the chain
+    t.launch(1300, 1310, 1312, 1400)      # gap 700-1312 (612 µs), charged to the second sync
+    assert charged(t) == [(500, 612, "cudaStreamSynchronize"), (700, 1153, "cudaDeviceSynchronize")]
+    # 112 + 453 = 565 = 485 + 80: the chain's whole budget, no more
+
+
+def test_a_host_ahead_between_two_syncs_makes_two_chains_each_capped_by_its_own_blocked_time():
+    t = Trace()
+    t.step(0, 3000)
+    t.launch(0, 10, 12, 500)
+    t.sync(20, 505)                       # blocked 485
+    t.launch(510, 520, 522, 900)          # found the GPU idle (gap 500-522 is the first sync's)
+    t.launch(530, 540, 900, 1000)         # queued: the host is ahead, the first chain ends
+    t.sync(620, 1000, "cudaDeviceSynchronize")  # drains: a chain of its own, blocked 380
+    t.launch(1800, 1810, 1812, 1900)      # gap 1000-1812: only 380 µs are the second sync's
+    assert charged(t) == [(500, 522, "cudaStreamSynchronize"), (1000, 1380, "cudaDeviceSynchronize")]
+
+
 # (trace as Trace calls, the charged gaps): what a sync is charged depends on the queue it drains.
 CHARGE_CASES = [
     pytest.param([("step", 0, 3000), ("launch", 0, 10, 12, 100),

@@ -24,7 +24,7 @@ from dspark_lab.measure import probe
 from dspark_lab.results import paths, store
 from dspark_lab.results.output import OutputError, check_output
 from dspark_lab.results.runs import Runs
-from dspark_lab.run import point
+from dspark_lab.run import baseline as run_baseline, point
 from dspark_lab.run.sweep import PRESETS, ResumeError, SweepSpec, SweepSpecError, check_resume, run_sweep
 
 DEFAULT_REPORT = Path("out") / "report.html"
@@ -251,6 +251,7 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
                     save_traces=args.save_traces, measure=measure)
     extra = {"probe": run_probe()} if args.probe else {}
     extra.update(adaptive)
+    extra.update(run_baseline.header_fields(fp))  # what this run is judged against when loaded alone
     if args.name:
         extra["name"] = args.name
     writer = _create_run(parser, args.out, fingerprint=fp, sweep=spec.to_dict(), **extra)
@@ -342,7 +343,8 @@ def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=
         fp = fingerprint()
         print(f"CUDA device: {fp.get('gpu')} (driver {fp.get('driver')}, torch {fp.get('torch')}); "
               f"running the {args.preset} sweep", file=sys.stderr)
-        writer = _create_run(parser, paths.runs_dir(data), fingerprint=fp, sweep=spec.to_dict(), probe=run_probe())
+        writer = _create_run(parser, paths.runs_dir(data), fingerprint=fp, sweep=spec.to_dict(), probe=run_probe(),
+                             **run_baseline.header_fields(fp))
         if writer is None:
             return EXIT_CANNOT_WRITE
         status = _run(spec, writer, progress=args.progress, measure=measure)

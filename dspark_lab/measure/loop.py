@@ -7,7 +7,8 @@ measure.timing.time_trial (warm-up, drain, timed steps, drain), with optional pe
 diagnostics. After each round the rule says whether to stop and why (the `stop_reason` of rows):
 
   FixedRounds(n)                      n rounds                                    "fixed_trials"
-  CITarget(pct, cap_s, min_trials=k)  the headline's CI half-width <= pct %      "ci_target"
+  CITarget(pct, cap_s, min_trials=k)  the headline's CI half-width <= pct % over "ci_target"
+                                      at least min_rounds QUIET rounds
                                       or cap_s seconds since the first trial     "time_cap"
 
 The CI rule judges the trials' step-time arrays and diagnostics as results.noise does (its
@@ -35,8 +36,10 @@ STOP_REASONS = ("ci_target", "time_cap", "fixed_trials")
 # ratio, after 8 up to 1.1%, and from 10 rounds on every prefix stayed within 1% of it. (A run
 # disturbed from start to end is a different matter: results.noise.RUN_RULE.) Ten sglang_profile
 # rounds (5 strategies x 20 steps) take ~7 s on an H200, inside the 8 s per-point cap of
-# `sweep --target-ci`.
-MIN_ADAPTIVE_ROUNDS = 10
+# `sweep --target-ci`. The floor counts quiet rounds (neither trial of the headline pair disturbed):
+# counting every round, a point under pinned host interference stopped on a CI formed from 2 quiet
+# rounds (H200); now heavy disturbance makes it measure on until the time cap.
+MIN_ADAPTIVE_ROUNDS = noise.MIN_QUIET_ROUNDS
 
 Timings = dict  # name -> list[TrialTiming], one per round
 
@@ -48,26 +51,27 @@ def trial_frame(timings: Mapping[str, list]) -> pd.DataFrame:
         [{"strategy": n, "trial": t.trial, "step_ms": t.step_ms, **t.diag} for n, ts in timings.items() for t in ts])
 
 
-def headline_half_width(timings: Mapping[str, list]) -> Optional[float]:
-    """The headline ratio's CI half-width (%) over the quiet rounds so far (results.noise.headline);
-    None when there is no headline (fewer than two strategies, no baseline, or < 2 quiet rounds)."""
+def headline_state(timings: Mapping[str, list]) -> Optional[dict]:
+    """The headline (results.noise.headline) over the rounds so far: its `half_width_pct` (None below
+    noise.MIN_QUIET_ROUNDS quiet rounds) and `quiet_rounds`; None when there is no headline (fewer
+    than two strategies, no baseline)."""
     try:
-        return noise.headline(trial_frame(timings))["half_width_pct"]
+        return noise.headline(trial_frame(timings))
     except ValueError:
         return None
 
 
-class _HalfWidth:
-    """The half-width of the rounds so far, computed at most once per round (the rule and the
-    result share it)."""
+class _Headline:
+    """The headline of the rounds so far, computed at most once per round (the rule and the result
+    share it)."""
 
     def __init__(self, timings: Timings):
         self.timings, self._rounds, self._value = timings, -1, None
 
-    def __call__(self) -> Optional[float]:
+    def __call__(self) -> Optional[dict]:
         rounds = min((len(v) for v in self.timings.values()), default=0)
         if rounds != self._rounds:
-            self._rounds, self._value = rounds, headline_half_width(self.timings)
+            self._rounds, self._value = rounds, headline_state(self.timings)
         return self._value
 
 
@@ -87,15 +91,15 @@ class FixedRounds:
     def share(self, trials_started: int, names: int, elapsed_s: float) -> float:
         return min(trials_started / (self.rounds * names), 1.0)
 
-    def reason(self, rounds: int, elapsed_s: float, half_width: Callable[[], Optional[float]]) -> Optional[str]:
+    def reason(self, rounds: int, elapsed_s: float, headline: Callable[[], Optional[dict]]) -> Optional[str]:
         return "fixed_trials" if rounds >= self.rounds else None
 
 
 @dataclass(frozen=True)
 class CITarget:
     """Rounds until the headline's CI half-width is at most `target_pct` % (never before
-    max(min_trials, min_rounds) rounds), or `time_cap_s` seconds have passed since the first trial
-    (never before `min_trials` rounds: those always run)."""
+    max(min_trials, min_rounds) rounds, of which at least min_rounds quiet), or `time_cap_s` seconds
+    have passed since the first trial (never before `min_trials` rounds: those always run)."""
 
     target_pct: float
     time_cap_s: float
@@ -116,10 +120,11 @@ class CITarget:
         # never runs backwards; the CI may end it early, hence never quite 1.
         return min(max(trials_started / (self.min_trials * names), elapsed_s / self.time_cap_s), 0.99)
 
-    def reason(self, rounds: int, elapsed_s: float, half_width: Callable[[], Optional[float]]) -> Optional[str]:
+    def reason(self, rounds: int, elapsed_s: float, headline: Callable[[], Optional[dict]]) -> Optional[str]:
         if rounds >= max(self.min_trials, self.min_rounds):
-            hw = half_width()
-            if hw is not None and hw <= self.target_pct:
+            h = headline()
+            hw = None if h is None else h["half_width_pct"]
+            if hw is not None and hw <= self.target_pct and h["quiet_rounds"] >= self.min_rounds:
                 return "ci_target"
         if rounds >= self.min_trials and elapsed_s >= self.time_cap_s:
             return "time_cap"
@@ -131,12 +136,20 @@ class LoopResult:
     timings: Timings
     stop_reason: str  # one of STOP_REASONS
     rounds: int
-    _half_width: _HalfWidth
+    _headline: _Headline
 
     @property
     def half_width_pct(self) -> Optional[float]:
-        """The headline CI half-width over all rounds (what results.noise.headline gives on the rows)."""
-        return self._half_width()
+        """The headline CI half-width over all rounds (what results.noise.headline gives on the rows;
+        None below noise.MIN_QUIET_ROUNDS quiet rounds)."""
+        h = self._headline()
+        return None if h is None else h["half_width_pct"]
+
+    @property
+    def quiet_rounds(self) -> Optional[int]:
+        """Rounds in which neither trial of the headline pair is disturbed (None without a headline)."""
+        h = self._headline()
+        return None if h is None else h["quiet_rounds"]
 
 
 def run_rounds(
@@ -160,7 +173,7 @@ def run_rounds(
     if not names:
         raise ValueError("steps_by_name must name at least one step")
     timings: Timings = {n: [] for n in names}
-    half_width = _HalfWidth(timings)
+    headline = _Headline(timings)
     start, started, t = clock(), 0, 0
     while True:
         for n in names[t % len(names):] + names[: t % len(names)]:
@@ -170,7 +183,7 @@ def run_rounds(
             timings[n].append(time_trial(steps_by_name[n], steps, warmup, sync, trial=t,
                                          diag=diag.get(n) if diag else None, timer=timer))
         t += 1
-        reason = stop.reason(t, clock() - start, half_width)
+        reason = stop.reason(t, clock() - start, headline)
         if reason is not None:
-            return LoopResult(timings, reason, t, half_width)
+            return LoopResult(timings, reason, t, headline)
 

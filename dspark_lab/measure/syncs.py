@@ -157,9 +157,10 @@ def site_of(stack: traceback.StackSummary) -> str:
 
 
 @contextlib.contextmanager
-def sync_debug_sites() -> Iterator[Counter]:
+def sync_debug_sites(on_sync: Optional[Callable[[str], None]] = None) -> Iterator[Counter]:
     """Count synchronizing CUDA operations by the "file:line function" of the innermost frame
-    outside torch, using `torch.cuda.set_sync_debug_mode("warn")`. Yields a Counter filled on exit."""
+    outside torch, using `torch.cuda.set_sync_debug_mode("warn")`. Yields a Counter filled as they
+    fire; `on_sync(site)` is called for each, in firing order (the guard marks each in its trace)."""
     sites: Counter = Counter()
     if not torch.cuda.is_available():
         yield sites
@@ -170,7 +171,10 @@ def sync_debug_sites() -> Iterator[Counter]:
     def show(message, category, filename, lineno, file=None, line=None):
         if "synchroniz" not in str(message):
             return prev_show(message, category, filename, lineno, file, line)
-        sites[site_of(traceback.extract_stack()[:-1])] += 1
+        site = site_of(traceback.extract_stack()[:-1])
+        sites[site] += 1
+        if on_sync is not None:
+            on_sync(site)
 
     with warnings.catch_warnings():
         warnings.simplefilter("always")

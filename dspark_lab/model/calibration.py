@@ -93,3 +93,26 @@ def gpu_key(device_name: str, driver: str, torch_version: str) -> str:
 
 def host_key(cpu: str, python: str) -> str:
     return f"host|{cpu}|python {python}"
+
+
+# --- the machine's quietest host work per point (results.noise.RUN_RULE's baseline) ---------------
+def baseline_key(fingerprint: dict) -> str:
+    """One machine as results.noise.RUN_RULE sees it: GPU, driver, CUDA, torch."""
+    return "host-baseline|" + "|".join(f"{k} {fingerprint.get(k, 'unknown')}" for k in ("gpu", "driver", "cuda", "torch"))
+
+
+def host_baselines(fingerprint: dict) -> dict:
+    """Point key -> the quietest host work per step this machine has recorded there (see keep_quietest)."""
+    return {k: v for k, v in (load(baseline_key(fingerprint)) or {}).items() if isinstance(v, dict)}
+
+
+def keep_quietest(fingerprint: dict, measured: dict) -> dict:
+    """Keep, per point key, the entry with the lowest `host_work_ms` among the cached one and
+    `measured` (results.noise.quiet_baselines of a run); returns what is kept. A run disturbed as a
+    whole has more host work than the quietest and never replaces it."""
+    kept = host_baselines(fingerprint)
+    better = {k: e for k, e in measured.items()
+              if k not in kept or float(e["host_work_ms"]) < float(kept[k].get("host_work_ms", float("inf")))}
+    if better:
+        store(baseline_key(fingerprint), better)
+    return {**kept, **better}

@@ -20,9 +20,12 @@ HEADLINE_RULE = (
     f"({REFERENCE.describe()}); that run's trials only, not pooled across runs; trials marked disturbed "
     "left out (results.noise.RULE). Median step time over trials with a 95% bootstrap CI; device_direct "
     "against the fastest other strategy, paired by trial round; the headline ratio device_direct / "
-    "non_blocking per trial round, over rounds where neither trial is disturbed, with its 95% CI. "
+    "non_blocking per trial round, over rounds where neither trial is disturbed, with its 95% CI "
+    f"(no CI from fewer than {noise.MIN_QUIET_ROUNDS} quiet rounds: the count is printed instead). "
     "A run disturbed as a whole at the point (results.noise.RUN_RULE) is skipped in favour of the most "
-    "recent undisturbed run of the machine holding it, and the line says which run was skipped and why."
+    "recent undisturbed run of the machine holding it, and the line says which run was skipped and why; "
+    "a machine with no undisturbed run gets no headline, and a run that has neither another run of its "
+    "machine nor a baseline in its header to be judged by is marked as not judged."
 )
 
 
@@ -32,6 +35,8 @@ class Headline:
 
     rule: str
     entries: list = field(default_factory=list)  # per machine: dict(run_id, label, point, strategies, comparison, ...)
+    # machines whose every run holding the point is disturbed as a whole: dict(label, skipped_runs)
+    withheld: list = field(default_factory=list)
 
     def lines(self) -> list[str]:
         out = []
@@ -46,8 +51,13 @@ class Headline:
                 line += f" ({e['disturbed_left_out']} disturbed trials left out)"
             for sk in e.get("skipped_runs", []):
                 line += f"; skipped {sk['label']} (disturbed run: {sk['reason']})"
+            if e.get("not_judged"):
+                line += f"; this run {e['not_judged']}"
             out.append(line)
-        if not self.entries:
+        for w in self.withheld:
+            out.append(f"headline: {w['label']}: no headline, every run of this machine holding the reference point "
+                       "is disturbed as a whole (" + "; ".join(f"{sk['label']}: {sk['reason']}" for sk in w["skipped_runs"]) + ")")
+        if not self.entries and not self.withheld:
             out.append("headline: no recorded run holds a successful point of the reference workload")
         return out
 
@@ -67,7 +77,7 @@ def _entry(runs: "Runs", rid: str, rows: "pd.DataFrame", skipped: list, baseline
              "disturbed_left_out": int(summ["disturbed_left_out"].sum()), "comparison": None}
     best = summaries.best_in_summary(summ, baseline)
     if best and baseline in set(rows["strategy"]):
-        entry["comparison"] = {"best": best, **summaries.compare(rows, best, baseline)}
+        entry["comparison"] = {"best": best, **summaries.compare(rows, best, baseline, noise.MIN_QUIET_ROUNDS)}
     try:
         entry["ratio"] = noise.headline(rows)
     except ValueError:  # one strategy only: no ratio to form
@@ -102,6 +112,8 @@ def headline(runs: "Runs", baseline: str = BASELINE) -> Headline:
     rd = runs.run_disturbance()
     why_run = {(str(r), p): why for r, p, bad, why in zip(rd["run_id"], rd["point_id"], rd["run_disturbed"],
                                                            rd["run_disturbed_reason"]) if bad}
+    alone = {(str(r), p) for r, p, why in zip(rd["run_id"], rd["point_id"], rd["run_disturbed_reason"])
+             if why == noise.CANNOT_JUDGE_ALONE}
     for _, m in machines.groupby(list(MACHINE_KEYS), sort=True):
         skipped = []
         for rid in runs.newest_started(m["run_id"]):
@@ -112,6 +124,12 @@ def headline(runs: "Runs", baseline: str = BASELINE) -> Headline:
             if why:
                 skipped.append({"run_id": rid, "label": runs.label_of(rid), "reason": why})
                 continue
-            head.entries.append(_entry(runs, rid, rows, skipped, baseline))
+            entry = _entry(runs, rid, rows, skipped, baseline)
+            if (rid, rows["point_id"].iloc[0]) in alone:
+                entry["not_judged"] = noise.CANNOT_JUDGE_ALONE
+            head.entries.append(entry)
             break
+        else:
+            if skipped:
+                head.withheld.append({"label": skipped[0]["label"], "skipped_runs": skipped})
     return head

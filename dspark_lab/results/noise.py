@@ -28,8 +28,12 @@ THE SECOND RULE, at the level of runs (RUN_RULE, `run_disturbance`): the trial r
 run disturbed from its first trial to its last, since it judges each trial against its own run. So
 a run's quiet median host work per step at a point is compared with the lowest among the runs of
 the same machine at the same point, with the same kind of bound (3 MADs of that quietest run, or a
-tenth of its median step). Runs.headline skips a run so disturbed. A point that only one run of its
-machine recorded cannot be judged this way and is said to be "not judged".
+tenth of its median step). Runs.headline skips a run so disturbed.
+A run loaded alone is judged against the machine's baseline: the quietest host work per point the
+machine has recorded, kept in the calibration cache and written into each new run's header when it
+starts (`host_baseline`, from `quiet_baselines` of earlier runs; run/baseline.py). The baselines in
+the headers of a machine's runs at a point take part as if they were runs of it. A point with
+neither another run nor a baseline "cannot be judged alone", and the headline says so.
 """
 from __future__ import annotations
 
@@ -55,6 +59,11 @@ MIN_TRIALS = 3
 BASELINE = "device_direct"
 HEADLINE_PAIR = ("device_direct", "non_blocking")
 LEVEL = 0.95
+# The fewest quiet rounds a headline CI is formed from, and the fewest an adaptive point must have
+# before it may stop on its CI (measure.loop): from prefixes of three long H200 runs of the reference
+# point, 10 rounds was where every prefix stayed within 1% of its full run (measure/loop.py).
+MIN_QUIET_ROUNDS = 10
+TOO_FEW_QUIET = "too few quiet rounds for a confidence interval"
 # NVML clock-event reasons that mark a trial (software power cap is left out: see the docstring).
 _SLOWDOWN_NAMES = {0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake"}
 # The columns the rule reads, and the frame attribute that says which rule version judged a frame.
@@ -227,6 +236,8 @@ def headline(rows: pd.DataFrame, pair: Optional[tuple[str, str]] = None, level: 
     if quiet:
         out.update(paired_ratio(side[a].loc[quiet, "step_ms"].astype(float), side[b].loc[quiet, "step_ms"].astype(float), level))
         out["rounds"] = len(rounds)
+        if len(quiet) < MIN_QUIET_ROUNDS:  # the median stands; an interval from so few rounds does not
+            out.update(ci_low=None, ci_high=None, half_width_pct=None)
     else:
         out.update(ratio=None, ci_low=None, ci_high=None, half_width_pct=None)
     out["text"] = describe(out, level)
@@ -237,6 +248,9 @@ def describe(h: dict, level: float = LEVEL) -> str:
     excl = f"{h['disturbed_total']} of {h['trials_total']} trials disturbed, {h['excluded_rounds']} round(s) left out"
     if h.get("ratio") is None:
         return f"{h['a']} / {h['b']}: no quiet round to compare ({excl})"
+    if h.get("ci_low") is None:
+        return (f"{h['a']} / {h['b']} step time = {h['ratio']:.3f} over {h['quiet_rounds']} quiet rounds, "
+                f"{TOO_FEW_QUIET} (needs {MIN_QUIET_ROUNDS}); {excl}")
     hw = f", ±{h['half_width_pct']:.1f}%" if h.get("half_width_pct") is not None else ""
     return (f"{h['a']} / {h['b']} step time = {h['ratio']:.3f} ({level:.0%} CI {h['ci_low']:.3f}–{h['ci_high']:.3f}"
             f"{hw}) over {h['quiet_rounds']} quiet rounds; {excl}")
@@ -261,8 +275,11 @@ def profiler_inflation(rows: pd.DataFrame) -> pd.DataFrame:
 
 RUN_RULE = ("A run is disturbed at a point when its quiet trials' median host real-work time per step exceeds "
             "the lowest such median among the runs of the same machine (GPU, driver, CUDA, torch) at the same "
-            "point by more than max(3 MADs of that lowest run's quiet trials, 10% of its median step time); "
-            "a point recorded by one run of its machine has no run to be compared with and is not judged.")
+            "point, and the machine's baselines written into their headers, by more than max(3 MADs of that "
+            "lowest run's quiet trials, 10% of its median step time); a point with neither another run of its "
+            "machine nor a baseline cannot be judged alone.")
+CANNOT_JUDGE_ALONE = "cannot be judged alone: no other run of this machine at this point and no baseline in its header"
+BASELINE_HEADER = "host_baseline"  # the run header's field: point key -> the machine's quietest host work there
 # What makes two runs' points the same point (point_id is per run); those absent from the rows are skipped.
 POINT_KEYS = ("workload", "model", "ep_size", "batch_size", "gamma", "graph", "ep_mode", "dispatch", "rank")
 
@@ -293,7 +310,75 @@ def _per_run_point(ok: pd.DataFrame, cfg: list) -> pd.DataFrame:
     return per.assign(host_work_ms=med, host_mad_ms=mad, step_ms=step_med, quiet_trials=n)
 
 
-def _judge_runs(per: pd.DataFrame, cfg: list) -> pd.DataFrame:
+def _norm(v) -> str:
+    """A point key's value as text that survives a round trip through JSON and pandas (8 == 8.0;
+    None, NaN and "" are one value)."""
+    if v is None or (isinstance(v, float) and np.isnan(v)):
+        return ""
+    text = str(v)
+    if text in ("nan", "None", "<NA>", "NaN"):
+        return ""
+    if isinstance(v, bool) or text in ("True", "False"):
+        return text
+    try:
+        f = float(text)
+    except ValueError:
+        return text
+    return str(int(f)) if f.is_integer() else repr(f)
+
+
+def point_key(values) -> str:
+    """What makes two runs' points the same point (POINT_KEYS), as one string: the key of a baseline."""
+    return "|".join(f"{k}={_norm(values.get(k))}" for k in POINT_KEYS)
+
+
+def quiet_baselines(rows: pd.DataFrame) -> dict:
+    """Per point of one run's rows (judged by the trial rule): the median and MAD of host work per
+    step over its quiet trials, their median step time and count, and the run id; only points with
+    at least MIN_TRIALS quiet trials with host work. The calibration cache keeps the lowest per point."""
+    ok = judged(rows)
+    ok = ok[_ok(ok)]
+    if ok.empty or "point_id" not in ok.columns:
+        return {}
+    if "run_id" not in ok.columns:
+        ok = ok.assign(run_id="")
+    cfg = [c for c in POINT_KEYS if c in ok.columns]
+    per = _per_run_point(ok, cfg)
+    out = {}
+    for r in per.itertuples():
+        if r.quiet_trials >= MIN_TRIALS and np.isfinite(r.host_work_ms):
+            out[point_key(r._asdict())] = {"host_work_ms": float(r.host_work_ms), "host_mad_ms": float(r.host_mad_ms),
+                                           "step_ms": float(r.step_ms), "quiet_trials": int(r.quiet_trials),
+                                           "run_id": str(r.run_id)}
+    return out
+
+
+def _baseline_entry(e) -> Optional[tuple]:
+    """(host, mad, step, run_id) of a header baseline entry, or None when it is malformed."""
+    if not isinstance(e, dict):
+        return None
+    try:
+        host, mad, step = (float(e[k]) for k in ("host_work_ms", "host_mad_ms", "step_ms"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return (host, mad, step, str(e.get("run_id", "baseline"))) if np.isfinite(host) and np.isfinite(step) else None
+
+
+def _header_baselines(per: pd.DataFrame, idx: np.ndarray, baselines: Optional[dict]) -> list:
+    """The baselines the headers of this group's runs carry for its point."""
+    if not baselines:
+        return []
+    key = point_key(per.iloc[int(idx[0])])
+    out = []
+    for rid in dict.fromkeys(per["run_id"].to_numpy(object)[idx]):
+        header = baselines.get(str(rid))
+        entry = _baseline_entry(header.get(key)) if isinstance(header, dict) else None
+        if entry is not None:
+            out.append(entry)
+    return out
+
+
+def _judge_runs(per: pd.DataFrame, cfg: list, baselines: Optional[dict] = None) -> pd.DataFrame:
     """RUN_RULE over the runs of each machine at each point: reference run, excess, bound, verdict."""
     host, mad, step = (per[c].to_numpy(float) for c in ("host_work_ms", "host_mad_ms", "step_ms"))
     quiet_n, run_ids = per["quiet_trials"].to_numpy(), per["run_id"].to_numpy(object)
@@ -303,24 +388,28 @@ def _judge_runs(per: pd.DataFrame, cfg: list) -> pd.DataFrame:
     for idx in group_positions(per, cfg) if cfg else [np.arange(len(per))]:
         judged = idx[quiet_n[idx] >= MIN_TRIALS]
         why[idx[quiet_n[idx] < MIN_TRIALS]] = f"not judged: fewer than {MIN_TRIALS} quiet trials with host work"
-        if len(judged) < 2:
-            why[judged] = "not judged: no other run of this machine at this point"
+        # candidates: (host, mad, step, run id, from a header baseline?)
+        cands = [(host[i], mad[i], step[i], run_ids[i], False) for i in judged]
+        cands += [(*b, True) for b in _header_baselines(per, idx, baselines)] if len(judged) else []
+        if len(judged) == 0 or len(cands) < 2:
+            why[judged] = CANNOT_JUDGE_ALONE
             continue
-        low = judged[np.argmin(host[judged])]
-        bound = max(MAD_K * float(mad[low]), STEP_FRACTION * float(step[low]))
+        low = min(cands, key=lambda c: c[0])
+        bound = max(MAD_K * float(low[1]), STEP_FRACTION * float(low[2]))
+        against = "the machine's baseline in the run header" if low[4] else "the quietest run of this machine at this point"
         for i in judged:
-            ref[i], excess[i], bounds[i] = run_ids[low], float(host[i] - host[low]), bound
+            ref[i], excess[i], bounds[i] = low[3], float(host[i] - low[0]), bound
             if excess[i] > bound:
                 bad[i] = True
-                why[i] = (f"host work {host[i]:.2f} ms/step, +{excess[i]:.2f} over the quietest run "
-                          f"of this machine at this point (bound {bound:.2f})")
+                why[i] = f"host work {host[i]:.2f} ms/step, +{excess[i]:.2f} over {against} (bound {bound:.2f})"
     return per.assign(reference_run_id=pd.Series(ref, index=per.index, dtype=object), excess_ms=excess, bound_ms=bounds, run_disturbed=bad,
                       run_disturbed_reason=why)
 
 
-def run_disturbance(rows: pd.DataFrame) -> pd.DataFrame:
+def run_disturbance(rows: pd.DataFrame, baselines: Optional[dict] = None) -> pd.DataFrame:
     """One row per (run, point): the median host work per step of its quiet trials, the lowest such
-    median among the same machine's runs at the same point (`reference_run_id`), the excess over it,
+    median among the same machine's runs at the same point and the baselines their headers carry
+    (`baselines`: run_id -> the header's BASELINE_HEADER; `reference_run_id`), the excess over it,
     the bound, and `run_disturbed` / `run_disturbed_reason` by RUN_RULE. Rows without host diagnostics
     are not judged (run_disturbed False, reason says why). Trials are quiet by the rows' verdict
     (`judged`: read where the loader or Runs set it)."""
@@ -332,4 +421,4 @@ def run_disturbance(rows: pd.DataFrame) -> pd.DataFrame:
         ok = ok.assign(run_id="")
     cfg = [c for c in (*MACHINE_KEYS, *POINT_KEYS) if c in ok.columns]
     ok = ok.assign(**{c: ok[c].astype(str) for c in cfg})  # NaN and mixed types compare as text
-    return _judge_runs(_per_run_point(ok, cfg), cfg)[RUN_COLUMNS].reset_index(drop=True)
+    return _judge_runs(_per_run_point(ok, cfg), cfg, baselines)[RUN_COLUMNS].reset_index(drop=True)

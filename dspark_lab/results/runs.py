@@ -309,8 +309,11 @@ class Runs:
 
     def run_disturbance(self) -> pd.DataFrame:
         """Per (run, point) of the one-process rows: the run-level verdict (results.noise.RUN_RULE),
-        from the rows' trial verdicts; formed once per Runs."""
-        return self._memoized("run_disturbance", lambda: noise.run_disturbance(one_process(self.ok))).copy()
+        from the rows' trial verdicts and the baselines in the runs' headers; formed once per Runs."""
+        baselines = {str(h.get("run_id")): h.get(noise.BASELINE_HEADER) for h in self.headers
+                     if isinstance(h.get(noise.BASELINE_HEADER), dict)}
+        return self._memoized("run_disturbance",
+                              lambda: noise.run_disturbance(one_process(self.ok), baselines)).copy()
 
     # -- the headline (results.headline) ---------------------------------------------------------
     def headline(self, baseline: str = BASELINE) -> Headline:

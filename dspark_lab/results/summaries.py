@@ -10,6 +10,7 @@ from typing import Optional
 
 import pandas as pd
 
+from dspark_lab.results.noise import MIN_QUIET_ROUNDS, TOO_FEW_QUIET
 from dspark_lab.results.selection import ok_rows, undisturbed
 from dspark_lab.results.stats import compare as compare_samples, median_ci
 from dspark_lab.results.strategy_info import BASELINE, strategy_order
@@ -44,9 +45,12 @@ def paired_times(rows: pd.DataFrame, strategy: str) -> list[float]:
     return pd.to_numeric(g["step_ms"], errors="coerce").dropna().tolist()
 
 
-def compare(rows: pd.DataFrame, a: str, b: str) -> dict:
+def compare(rows: pd.DataFrame, a: str, b: str, min_quiet_rounds: Optional[int] = None) -> dict:
     """A against B within ONE run's rows of one point, paired by trial round (stats.compare),
-    on the trials both kept (a round with a disturbed trial on either side is left out)."""
+    on the trials both kept (a round with a disturbed trial on either side is left out).
+    `min_quiet_rounds`: below this many such rounds the comparison gives its median difference and
+    the count, no CI (`ci_low`/`ci_high` None, `measurable` None); the headline passes
+    noise.MIN_QUIET_ROUNDS. `quiet_rounds` is always set."""
     runs = rows["run_id"].nunique() if "run_id" in rows.columns else 1
     if runs > 1:
         raise ValueError("compare takes one run's rows; use cross_run for several runs")
@@ -56,7 +60,11 @@ def compare(rows: pd.DataFrame, a: str, b: str) -> dict:
     both = sorted(set(ta.index) & set(tb.index))
     xa = [float(ta[t]) for t in both] if both else paired_times(rows, a)
     xb = [float(tb[t]) for t in both] if both else paired_times(rows, b)
-    return compare_samples(xa, xb, a, b)
+    out = {**compare_samples(xa, xb, a, b), "quiet_rounds": len(both)}
+    if min_quiet_rounds is not None and len(both) < min_quiet_rounds:
+        diff = f"{out['pct']:+.1f}% over {len(both)} quiet rounds, {TOO_FEW_QUIET} (needs {min_quiet_rounds})"
+        out.update(ci_low=None, ci_high=None, measurable=None, difference=diff, verdict=f"{a} against {b}: {diff}")
+    return out
 
 
 def best_fix(rows: pd.DataFrame, baseline: str = BASELINE) -> Optional[str]:

@@ -17,7 +17,7 @@ from dspark_lab import strategies as strategies_mod
 from dspark_lab.results import rows as rowbuild
 from dspark_lab.config import LabConfig
 from dspark_lab.results.store import machine_differences
-from dspark_lab.run import point
+from dspark_lab.run import baseline, point
 
 GRID_FIELDS = ("ep_size", "batch_size", "gamma", "strategy")
 
@@ -264,6 +264,7 @@ def run_sweep(
                 say(f"point {label} failed and was recorded as failed: {msg.splitlines()[0] if msg else ''}")
             else:
                 writer.write_point(pid, rows, timelines, status="ok")
+                baseline.keep(writer.fingerprint, rows)  # the machine's quietest host work here, for lone runs
                 if save_traces and getattr(result, "traces", None):
                     writer.write_traces(pid, result.traces)
                 summary.measured += 1

@@ -1,0 +1,177 @@
+"""Step functions whose sync-caused GPU idle is known by construction, to check the charging rule.
+
+Each case is one step written as a list of ops: host work (a calibrated spin), GPU work (a
+calibrated `torch.cuda._sleep`), and a blocking sync (`.item()`, which waits for every queued op).
+Two numbers come from the same ops:
+
+- expected: a model's number, not a measurement. `simulate` plays the ops on one host clock and one
+  GPU stream (a launch costs nothing, a sync waits until the stream is empty) and gives the
+  steady-state step time with the syncs and with them removed; the difference is the idle the
+  syncs cause.
+- measured: the profiler-free step-time loss (the step with its syncs against the same step without
+  them, paired per round by measure.loop) and the GPU idle the trace charges to the syncs
+  (measure.breakdown.SYNC_COST_RULE). The rule is right on a case when the charged idle is within
+  WITHIN_FRACTION of the loss (or within ABS_FLOOR_MS, for cases whose loss is about zero).
+
+The set covers one, two and three syncs per step at different places, a short tail after the sync,
+a host-bound step, a sync inside the next step's preparation, a sync that finds the GPU idle, and a
+sync-free control. It lives in the gallery wing because it is, like the gallery, a set of step
+functions measured with measure/; the rule's CPU tests use synthetic traces instead
+(tests/test_sync_cost.py).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+HOST, GPU, SYNC = "host", "gpu", "sync"
+WITHIN_FRACTION = 0.10
+# A loss near zero cannot be met within 10% of itself: launches (~5 µs each) and timer jitter
+# alone are tens of µs. Below this absolute difference a case counts as agreeing.
+ABS_FLOOR_MS = 0.05
+
+
+@dataclass(frozen=True)
+class KnownIdleCase:
+    name: str
+    what: str
+    ops: tuple  # ((HOST, ms) | (GPU, ms) | (SYNC, 0.0), ...): one step
+
+    def __post_init__(self) -> None:
+        for op in self.ops:
+            if len(op) != 2 or op[0] not in (HOST, GPU, SYNC) or not (op[1] >= 0):
+                raise ValueError(f"{self.name}: an op must be ({HOST!r}|{GPU!r}|{SYNC!r}, ms >= 0); got {op!r}")
+
+    @property
+    def syncs_per_step(self) -> int:
+        return sum(1 for kind, _ in self.ops if kind == SYNC)
+
+    def sync_free(self) -> tuple:
+        return tuple(op for op in self.ops if op[0] != SYNC)
+
+    def expected(self, steps: int = 20) -> dict:
+        """The model's step times (ms) with and without the syncs over trials of `steps` steps, and
+        the idle the syncs cause."""
+        with_syncs, free = simulate(self.ops, steps), simulate(self.sync_free(), steps)
+        return {"step_ms": with_syncs, "sync_free_step_ms": free, "caused_idle_ms": with_syncs - free}
+
+
+def simulate(ops: tuple, steps: int = 20) -> float:
+    """Step time (ms) of `steps` steps of `ops` timed as measure.timing times a trial: from a
+    drained GPU to a drained GPU, divided by `steps`. The host runs the ops in order; a GPU op
+    starts when the host has launched it and the stream is free; a sync holds the host until the
+    stream is empty. (The launch queue is taken as unbounded: far more than 20 steps of launches fit.)"""
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1; got {steps!r}")
+    host = gpu_free = 0.0
+    for _ in range(steps):
+        for kind, ms in ops:
+            if kind == HOST:
+                host += ms
+            elif kind == GPU:
+                gpu_free = max(host, gpu_free) + ms
+            else:
+                host = max(host, gpu_free)
+    return max(host, gpu_free) / steps
+
+
+CASES = (
+    KnownIdleCase("sync_free", "control: GPU-bound, no sync", ((GPU, 3.0), (HOST, 1.0), (GPU, 0.5), (HOST, 0.5))),
+    KnownIdleCase("one_mid", "one sync mid-step, 1 ms of host work after it",
+                  ((GPU, 3.0), (HOST, 0.5), (SYNC, 0.0), (HOST, 1.0))),
+    KnownIdleCase("short_tail", "one sync late in the step: a short tail, then the next step's preparation",
+                  ((HOST, 0.7), (GPU, 3.0), (HOST, 0.3), (SYNC, 0.0), (HOST, 0.3))),
+    KnownIdleCase("host_bound", "host-bound step: the idle after the sync exceeds the time blocked in it",
+                  ((HOST, 1.0), (GPU, 2.0), (HOST, 0.3), (SYNC, 0.0), (HOST, 2.0))),
+    KnownIdleCase("two_syncs", "two syncs in a row, the second blocked briefly, a long tail after it",
+                  ((GPU, 2.0), (HOST, 0.3), (SYNC, 0.0), (HOST, 0.5), (GPU, 0.3), (HOST, 0.1), (SYNC, 0.0),
+                   (HOST, 1.5))),
+    KnownIdleCase("three_syncs", "three syncs per step, as the gallery's host_plan",
+                  ((GPU, 1.5), (HOST, 0.2), (SYNC, 0.0), (HOST, 0.4), (GPU, 0.5), (HOST, 0.1), (SYNC, 0.0),
+                   (HOST, 0.4), (GPU, 0.3), (HOST, 0.1), (SYNC, 0.0), (HOST, 0.6))),
+    KnownIdleCase("next_prep", "a sync inside the next step's preparation (waits for the previous step's GPU work)",
+                  ((HOST, 0.4), (SYNC, 0.0), (HOST, 0.4), (GPU, 3.0), (HOST, 0.5))),
+    KnownIdleCase("idle_gpu_sync", "a sync that finds the GPU already idle: costs nothing",
+                  ((GPU, 1.0), (HOST, 3.0), (SYNC, 0.0), (HOST, 0.5))),
+)
+
+
+def get(name: str) -> KnownIdleCase:
+    for c in CASES:
+        if c.name == name:
+            return c
+    raise ValueError(f"known-idle case must be one of {', '.join(c.name for c in CASES)}; got {name!r}")
+
+
+def within(charged_ms: float, loss_ms: float) -> bool:
+    """The rule agrees with the measured loss on a case (see WITHIN_FRACTION and ABS_FLOOR_MS)."""
+    return bool(abs(charged_ms - loss_ms) <= max(WITHIN_FRACTION * abs(loss_ms), ABS_FLOOR_MS))
+
+
+# --- on CUDA ------------------------------------------------------------------------------------
+
+def make_step(ops: tuple) -> Callable[[], None]:
+    """The ops as a CUDA step: spins on the host, `torch.cuda._sleep` on the GPU, `.item()` syncs.
+    Calibrate the sleep first (`measure.probe.calibrate_gpu_sleep`)."""
+    import torch
+
+    from dspark_lab.measure import probe
+    from dspark_lab.model.workload import spin_until
+
+    flag = torch.zeros(1, device="cuda")
+
+    def step() -> None:
+        for kind, ms in ops:
+            if kind == HOST:
+                spin_until(time.perf_counter() + ms * 1e-3)
+            elif kind == GPU:
+                probe.gpu_sleep(ms)
+            else:
+                flag.item()  # a D2H copy and a stream sync: waits for every queued op
+    return step
+
+
+def measure_case(case: KnownIdleCase, *, rounds: int = 8, steps: int = 20, warmup: int = 3,
+                 profile_steps: int = 8) -> dict:
+    """Measure one case on CUDA: the profiler-free loss (paired per round, median with 95% CI), the
+    GPU idle the trace charges to the syncs and the time blocked in them (means over profiled
+    steps, the first left out: it pays the profiler's start), and the model's expected idle."""
+    import torch
+
+    from dspark_lab.measure import breakdown, loop, probe, trace
+    from dspark_lab.measure.step import as_step
+    from dspark_lab.results.stats import median_ci
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("known-idle cases need a CUDA device: their idle comes from GPU work and syncs")
+    probe.calibrate_gpu_sleep()
+    with_syncs, free = as_step(make_step(case.ops)), as_step(make_step(case.sync_free()))
+    sync = torch.cuda.synchronize
+    res = loop.run_rounds({"with_syncs": with_syncs, "sync_free": free}, loop.FixedRounds(rounds),
+                          steps=steps, warmup=warmup, sync=sync)
+    diffs = [a.step_ms - b.step_ms for a, b in zip(res.timings["with_syncs"], res.timings["sync_free"])]
+    loss, lo, hi = median_ci(diffs)
+    per = breakdown.per_step(trace.events(trace.capture(with_syncs, profile_steps, warmup=1, sync=sync))).iloc[1:]
+    charged = float(per.gpu_idle_sync_caused_ms.mean())
+    exp = case.expected(steps)
+    return {"case": case.name, "what": case.what, "syncs_per_step": case.syncs_per_step,
+            "expected_idle_ms": exp["caused_idle_ms"], "charged_idle_ms": charged,
+            "host_blocked_ms": float(per.host_blocked_ms.mean()),
+            "loss_ms": loss, "loss_ci_low_ms": lo, "loss_ci_high_ms": hi, "rounds": rounds,
+            "step_ms": float(median_ci([t.step_ms for t in res.timings["with_syncs"]])[0]),
+            "sync_free_step_ms": float(median_ci([t.step_ms for t in res.timings["sync_free"]])[0]),
+            "within": bool(within(charged, loss))}
+
+
+def table_lines(results: list, note: Optional[str] = None) -> list:
+    """The table: expected (model) / charged / profiler-free loss / within 10%?"""
+    lines = [f"{'case':<14}{'syncs':>6}{'expected (model)':>18}{'charged':>10}{'loss (no profiler)':>20}"
+             f"{'95% CI':>18}{'within 10%?':>13}"]
+    for r in results:
+        ci = f"{r['loss_ci_low_ms']:+.2f} to {r['loss_ci_high_ms']:+.2f}"
+        lines.append(f"{r['case']:<14}{r['syncs_per_step']:>6}{r['expected_idle_ms']:>15.2f} ms{r['charged_idle_ms']:>7.2f} ms"
+                     f"{r['loss_ms']:>+17.2f} ms{ci:>18}{'yes' if r['within'] else 'NO':>13}")
+    if note:
+        lines.append(note)
+    return lines

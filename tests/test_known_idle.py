@@ -1,0 +1,67 @@
+"""The known-idle step functions (gallery/known_idle.py): the model's expected idle on CPU, and on
+CUDA that the GPU idle the trace charges to the syncs matches the profiler-free loss on each case."""
+from __future__ import annotations
+
+import pytest
+
+from dspark_lab.gallery import known_idle as ki
+from dspark_lab.gallery.known_idle import GPU, HOST, SYNC
+
+
+def test_the_model_times_a_gpu_bound_step_by_its_gpu_work_and_a_host_bound_one_by_its_host_work():
+    assert ki.simulate(((GPU, 3.0), (HOST, 1.0))) == pytest.approx(3.0)
+    # host-bound: the first GPU op (at the start) adds nothing but the last one's tail
+    assert ki.simulate(((GPU, 1.0), (HOST, 3.0)), steps=10) == pytest.approx(3.0)
+
+
+def test_a_sync_mid_step_costs_the_host_work_after_it_when_the_gpu_bound_step_is_drained():
+    # with the sync: 3 ms of GPU work, then 1 ms of host work with the GPU idle, every step
+    assert ki.get("one_mid").expected() == pytest.approx(
+        {"step_ms": 4.0, "sync_free_step_ms": 3.0, "caused_idle_ms": 1.0})
+
+
+def test_two_syncs_in_a_row_cost_more_than_the_second_ones_blocked_time():
+    # 0.5 ms after the first sync and 1.5 ms after the second (blocked only 0.2 ms) are idle; the
+    # sync-free step is host-bound at 2.4 ms. Capped one sync at a time the rule would say 0.7.
+    e = ki.get("two_syncs").expected()
+    assert e["step_ms"] == pytest.approx(4.3)
+    assert e["caused_idle_ms"] == pytest.approx(1.9)
+
+
+def test_a_sync_that_finds_the_gpu_idle_and_the_control_cost_nothing():
+    assert ki.get("idle_gpu_sync").expected()["caused_idle_ms"] == pytest.approx(0.0)
+    assert ki.get("sync_free").syncs_per_step == 0
+    assert ki.get("sync_free").expected()["caused_idle_ms"] == pytest.approx(0.0)
+
+
+def test_the_set_covers_one_two_and_three_syncs_per_step():
+    assert {c.syncs_per_step for c in ki.CASES} == {0, 1, 2, 3}
+    assert all(c.expected()["caused_idle_ms"] >= 0 for c in ki.CASES)
+
+
+def test_within_allows_ten_percent_of_the_loss_or_the_absolute_floor_near_zero():
+    assert ki.within(1.09, 1.0) and not ki.within(1.11, 1.0)
+    assert ki.within(0.04, 0.0) and not ki.within(0.06, 0.0)
+
+
+def test_bad_ops_and_names_are_refused_naming_what_is_allowed():
+    with pytest.raises(ValueError, match="an op must be"):
+        ki.KnownIdleCase("x", "bad", (("sleep", 1.0),))
+    with pytest.raises(ValueError, match="one of sync_free, one_mid"):
+        ki.get("nope")
+
+
+def test_the_table_has_one_line_per_case_and_says_no_where_the_rule_misses():
+    rows = [{"case": "a", "syncs_per_step": 1, "expected_idle_ms": 1.0, "charged_idle_ms": 1.0, "loss_ms": 1.02,
+             "loss_ci_low_ms": 0.98, "loss_ci_high_ms": 1.05, "within": True},
+            {"case": "b", "syncs_per_step": 2, "expected_idle_ms": 1.9, "charged_idle_ms": 0.7, "loss_ms": 1.9,
+             "loss_ci_low_ms": 1.8, "loss_ci_high_ms": 2.0, "within": False}]
+    lines = ki.table_lines(rows)
+    assert len(lines) == 3 and lines[1].rstrip().endswith("yes") and lines[2].rstrip().endswith("NO")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", [c.name for c in ki.CASES])
+def test_cuda_charged_idle_is_within_ten_percent_of_the_profiler_free_loss(name):
+    r = ki.measure_case(ki.get(name), rounds=6, steps=20, warmup=3, profile_steps=6)
+    assert r["within"], r
