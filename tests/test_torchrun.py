@@ -234,3 +234,19 @@ def test_option_check_names_every_differing_option():
     assert "--dispatch" not in msg
     ctx.all_gather_object = lambda obj: [obj, obj]
     assert torchrun.check_same_options(ctx, mine)[0]["rank"] == 0  # equal options pass
+
+
+@pytest.mark.cuda
+def test_one_gpu_under_torchrun_uses_nccl(tmp_path, token):
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    out = tmp_path / "run.jsonl"
+    args = [a if a != "gloo" else "nccl" for a in TINY] + ["--dispatch", "allreduce", "--out", str(out)]
+    agents = _nodes(tmp_path, token, 1, 1, [args])
+    assert _wait_all(agents) == [0], agents[0].output()[-3000:]
+    header = store.read_header(out)
+    assert header["backend"] == "nccl" and header["nccl_version"] and header["launcher"] == "torchrun"
+    rows = run_load.load(out).rows
+    assert set(rows.device) == {"cuda"} and set(rows.local_rank) == {0} and set(rows.status) == {"ok"}
