@@ -126,6 +126,7 @@ def _cmd_ep_torchrun(args: argparse.Namespace, parser: argparse.ArgumentParser) 
             if args.world is not None and args.world != ctx.world_size:
                 raise ValueError(f"--world {args.world} does not match torchrun's WORLD_SIZE {ctx.world_size} "
                                  "(--nnodes x --nproc-per-node); leave --world out under torchrun")
+            cfg.with_(ep_size=ctx.world_size)  # the world must split the model's experts: refused here, on every rank
             res = torchrun.run_ranks(ctx, cfg, args.dispatch, _cases(args, ctx.world_size), ranks=ranks, out=args.out,
                                      batch_sizes=args.batch_sizes, profile_steps=args.profile_steps,
                                      check_reference=args.check_reference, on_point=_on_point)
