@@ -5,6 +5,7 @@
   measure.py   every rank measures its own steps; rows gain a rank dimension (schema.RANK_COLUMNS)
   workers.py   a persistent group of rank processes the kernel talks to (WorkerGroup)
   run.py       an EP run: cases x dispatch modes over a worker group, written to a run file
+  torchrun.py  the same run launched by torchrun: each rank joins from its environment, rank 0 writes
   checks.py    EP output equals the single-process reference; padded rows never dispatched
 
 The MoE's dispatch modes live beside the MoE (model/dispatch.py); the EP-N prediction is

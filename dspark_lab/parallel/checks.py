@@ -60,3 +60,12 @@ def equivalence(ctx: RankContext, batch_sizes: list, modes=DISPATCH_MODES, model
         }
     COUNTERS.reset()
     return out
+
+
+def reference_summary(per_rank: list, modes=DISPATCH_MODES) -> dict:
+    """Per dispatch mode over every rank's `equivalence` result: what a run file's header records
+    as its `reference_check` (outputs equal to the one-process reference, and how far the MoE is)."""
+    return {mode: {"tokens_equal": all(r[mode]["tokens_equal"] for r in per_rank),
+                   "moe_max_abs_diff": max(r[mode]["moe_max_abs_diff"] for r in per_rank),
+                   "padded_pairs_sent": sum(r[mode]["padded_pairs_sent"] for r in per_rank),
+                   "ranks": len(per_rank)} for mode in modes}

@@ -135,7 +135,8 @@ def _row_base(cfg: LabConfig, ctx: RankContext, dispatch: str, case: RankCase, p
         workload=cfg.workload, graph=cfg.graph, device=ctx.device, query_token_num=cfg.query_token_num,
         bucket_batch_size=cfg.bucket_batch_size, num_tokens=cfg.num_tokens,
         target_verify_ms=cfg.workload_costs.target_verify_ms, predicate=enable_num_token_non_padded(cfg.parallel),
-        rank=ctx.rank, world_size=ctx.world_size, ep_mode=ep_mode_for(cfg.ep_size, ctx.world_size),
+        rank=ctx.rank, world_size=ctx.world_size, node=ctx.node, node_rank=ctx.node_rank, local_rank=ctx.local_rank,
+        ep_mode=ep_mode_for(cfg.ep_size, ctx.world_size),
         dispatch=dispatch if ctx.world_size > 1 else "", rank_case=case.name,
         rank_strategies=",".join(case.strategies), host_delay_ms=d, host_jitter_ms=j,
     )
@@ -195,6 +196,27 @@ def _case_rows(base: dict, graph: bool, stats: dict, timings: list) -> list[dict
     return rows
 
 
+def _point_setup(ctx: RankContext, cfg: LabConfig, dispatch: str, batch_sizes: Optional[Sequence[int]]) -> tuple:
+    """Every rank's batch, the common capture bucket, this rank's config and the point's id."""
+    world = ctx.world_size
+    batch_sizes = list(batch_sizes or [cfg.batch_size] * world)
+    if len(batch_sizes) != world:
+        raise ValueError(f"batch_sizes must give one batch per rank ({world}); got {batch_sizes!r}")
+    base = cfg.with_(ep_size=world if world > 1 else cfg.ep_size, device=ctx.device)
+    bucket = max(base.with_(batch_size=b).bucket_batch_size for b in batch_sizes)
+    return batch_sizes, bucket, base.with_(batch_size=batch_sizes[ctx.rank]), rank_point_id(base, world, dispatch)
+
+
+def unfinished_rows(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequence[RankCase], error: BaseException, *,
+                    batch_sizes: Optional[Sequence[int]] = None) -> tuple[str, list[dict]]:
+    """The point id and this rank's failed rows (one per case) for a point that did not finish:
+    what the writer records instead of rows, so an unfinished point is never read as ok."""
+    cases = _check_cases(cases, ctx.world_size)
+    _, _, my_cfg, pid = _point_setup(ctx, cfg, dispatch, batch_sizes)
+    msg = f"{type(error).__name__}: {error}"
+    return pid, [dict(_row_base(my_cfg, ctx, dispatch, c, pid), status="failed", error=msg) for c in cases]
+
+
 def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequence[RankCase], *,
                   batch_sizes: Optional[Sequence[int]] = None, profile_steps: int = PROFILE_STEPS,
                   debug_sites: bool = True, on_progress=None) -> Optional[RanksResult]:
@@ -204,13 +226,7 @@ def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequen
     check_mode(dispatch)
     world, rank = ctx.world_size, ctx.rank
     cases = _check_cases(cases, world)
-    batch_sizes = list(batch_sizes or [cfg.batch_size] * world)
-    if len(batch_sizes) != world:
-        raise ValueError(f"batch_sizes must give one batch per rank ({world}); got {batch_sizes!r}")
-    base = cfg.with_(ep_size=world if world > 1 else cfg.ep_size, device=ctx.device)
-    bucket = max(base.with_(batch_size=b).bucket_batch_size for b in batch_sizes)
-    my_cfg = base.with_(batch_size=batch_sizes[rank])
-    pid = rank_point_id(base, world, dispatch)
+    batch_sizes, bucket, my_cfg, pid = _point_setup(ctx, cfg, dispatch, batch_sizes)
     progress = on_progress or (lambda msg, frac: None)
     steps = _rank_steps(ctx, cfg, my_cfg, dispatch, bucket, cases)
     first = next(iter(steps.values()))

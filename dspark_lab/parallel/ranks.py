@@ -2,11 +2,18 @@
 
 A single process is the world-size-1 case: `RankContext.single()` has no group, so the MoE keeps
 all experts and runs no collective, and the same measuring code runs unchanged.
+
+Both launchers join through `init_rank`: the single-host WorkerGroup (parallel/workers.py) and
+torchrun (parallel/torchrun.py). Each rank takes RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT
+from its environment, and LOCAL_RANK / GROUP_RANK (its node's rank) where torchrun sets them; its
+GPU is the one at LOCAL_RANK.
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+import socket
+from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Optional
 
 import torch
@@ -20,6 +27,9 @@ class RankContext:
     group: Any  # a torch.distributed ProcessGroup, or None for one process
     backend: str  # "nccl" | "gloo" | "none"
     device: str  # "cuda" (this rank's GPU is the current device) or "cpu"
+    local_rank: int = 0  # rank on its node (torchrun's LOCAL_RANK); picks the GPU
+    node_rank: int = 0  # its node's rank (torchrun's GROUP_RANK); 0 on one host
+    node: str = field(default_factory=socket.gethostname)  # its host's name
 
     @classmethod
     def single(cls, device: Optional[str] = None) -> "RankContext":
@@ -42,7 +52,7 @@ class RankContext:
 
     def describe(self) -> dict:
         return {"rank": self.rank, "world_size": self.world_size, "backend": self.backend, "device": self.device,
-                "pid": os.getpid(), "torch": torch.__version__, "nccl_version": nccl_version()}
+                "local_rank": self.local_rank, "node_rank": self.node_rank, "node": self.node, "pid": os.getpid(), "torch": torch.__version__, "nccl_version": nccl_version()}
 
     def shutdown(self) -> None:
         if self.group is not None and dist.is_initialized():
@@ -60,15 +70,33 @@ def nccl_version() -> Optional[str]:
     return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
 
 
-def init_rank(backend: str) -> RankContext:
-    """Join the group described by RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT."""
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    if backend == "nccl":
-        torch.cuda.set_device(rank % torch.cuda.device_count())
-        dist.init_process_group("nccl", rank=rank, world_size=world,
-                                device_id=torch.device("cuda", torch.cuda.current_device()))
-        device = "cuda"
-    else:
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-        device = "cpu"
-    return RankContext(rank, world, dist.group.WORLD, backend, device)
+# How long a rank waits to join the group, and for any one collective, before it fails (no hang).
+DEFAULT_TIMEOUT_S = 120.0
+
+
+def init_rank(backend: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> RankContext:
+    """Join the group described by RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (and LOCAL_RANK /
+    GROUP_RANK where set). A rank that cannot join within `timeout_s` fails naming the endpoint."""
+    env = os.environ
+    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    local_rank, node_rank = int(env.get("LOCAL_RANK", rank)), int(env.get("GROUP_RANK", 0))
+    timeout = timedelta(seconds=timeout_s)
+    try:
+        if backend == "nccl":
+            if local_rank >= torch.cuda.device_count():
+                raise ValueError(f"LOCAL_RANK {local_rank} has no GPU: this node has {torch.cuda.device_count()} "
+                                 "(--nproc-per-node must be at most the GPUs per node)")
+            torch.cuda.set_device(local_rank)
+            dist.init_process_group("nccl", rank=rank, world_size=world, timeout=timeout,
+                                    device_id=torch.device("cuda", local_rank))
+            device = "cuda"
+        else:
+            dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timeout)
+            device = "cpu"
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001 - re-raised with the endpoint named
+        endpoint = f"{env.get('MASTER_ADDR', '?')}:{env.get('MASTER_PORT', '?')}"
+        raise RuntimeError(f"rank {rank} of {world} could not join the process group at {endpoint} "
+                           f"(MASTER_ADDR:MASTER_PORT) within {timeout_s:g} s: {type(e).__name__}: {e}") from e
+    return RankContext(rank, world, dist.group.WORLD, backend, device, local_rank, node_rank)

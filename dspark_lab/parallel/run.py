@@ -10,6 +10,7 @@ from dspark_lab import strategies as strategy_registry
 from dspark_lab.config import LabConfig
 from dspark_lab.measure.probe import fingerprint as fp
 from dspark_lab.model.dispatch import DISPATCH_MODES, check_mode
+from dspark_lab.parallel import checks
 from dspark_lab.parallel.measure import RankCase, RanksResult, delay_rank0, measure_ranks, only_rank0, uniform
 from dspark_lab.parallel.workers import WorkerGroup, device_count, resolve_backend
 
@@ -42,13 +43,32 @@ def check_world(world: int, backend: str) -> None:
                          "(larger EP sizes: ep_mode predicate_only through `dspark-lab sweep`, or results.ep_predict)")
 
 
+def reference_args(cfg: LabConfig, world: int, dispatches: Sequence[str], batch_sizes) -> dict:
+    """checks.equivalence's arguments for this run: its model, gamma, seed and every rank's batch."""
+    return {"batch_sizes": list(batch_sizes or [cfg.batch_size] * world), "modes": list(dispatches),
+            "model": cfg.model, "gamma": cfg.gamma, "seed": cfg.seed}
+
+
+def create_writer(out, cfg: LabConfig, world: int, dispatches: Sequence[str], cases: Sequence[RankCase], *,
+                  backend: str, batch_sizes, fingerprint: dict, rank0: dict, launcher: str, **extra) -> store.RunWriter:
+    """An EP run file whose header says how it was run (both launchers write the same header;
+    `rank0` is rank 0's RankContext.describe())."""
+    return store.RunWriter.create(
+        out, fingerprint=fingerprint,
+        sweep={"base": cfg.to_dict(), "world_size": world, "dispatch": list(dispatches),
+               "cases": [c.name for c in cases], "batch_sizes": batch_sizes},
+        world_size=world, backend=backend, nccl_version=rank0.get("nccl_version"), dispatch=list(dispatches),
+        ep_mode="real", torch_ranks=rank0.get("torch"), launcher=launcher, **extra)
+
+
 def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODES, cases: Optional[Sequence[RankCase]] = None,
            *, out=None, backend: str = "auto", batch_sizes=None, group: Optional[WorkerGroup] = None,
            profile_steps: int = 12, on_point: Optional[Callable[[str, RanksResult], None]] = None,
-           fingerprint: Optional[dict] = None, timeout_s: Optional[float] = None) -> dict:
+           fingerprint: Optional[dict] = None, timeout_s: Optional[float] = None, check_reference: bool = False) -> dict:
     """Measure every dispatch mode x case on `world` real ranks; write one run file (under `out`,
     default data/runs/) with world size, backend, NCCL version and dispatch modes in its header.
-    Returns {dispatch: RanksResult} and the run file's path under "path"."""
+    Returns {dispatch: RanksResult} and the run file's path under "path". `check_reference` first
+    compares every rank's output with the one-process reference (header `reference_check`)."""
     for d in dispatches:
         check_mode(d)
     backend = resolve_backend(backend)
@@ -62,12 +82,13 @@ def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODE
         info = group.info[0] if group.info else {}
         if fingerprint is None:
             fingerprint = fp()
-        writer = store.RunWriter.create(
-            out, fingerprint=fingerprint,
-            sweep={"base": cfg.to_dict(), "world_size": world, "dispatch": list(dispatches),
-                   "cases": [c.name for c in cases], "batch_sizes": batch_sizes},
-            world_size=world, backend=backend, nccl_version=info.get("nccl_version"), dispatch=list(dispatches),
-            ep_mode="real", torch_ranks=info.get("torch"))
+        reference = None
+        if check_reference:
+            reference = checks.reference_summary(group.call(checks.equivalence, timeout_s=timeout_s,
+                                                            **reference_args(cfg, world, dispatches, batch_sizes)),
+                                                 dispatches)
+        writer = create_writer(out, cfg, world, dispatches, cases, backend=backend, batch_sizes=batch_sizes,
+                               fingerprint=fingerprint, rank0=info, launcher="workers", reference_check=reference)
         results: dict = {}
         with writer:
             try:

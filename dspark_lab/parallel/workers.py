@@ -336,7 +336,8 @@ def is_stopped(pid: int) -> bool:
 
 # -- the worker process ---------------------------------------------------------------------------
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
+    """SIGKILL this process when `parent` dies (the ranks of both launchers: WorkerGroup, torchrun)."""
     if sys.platform.startswith("linux"):
         import ctypes
 
@@ -365,7 +366,7 @@ def _resolve(path: str) -> Callable:
 
 
 def worker_main() -> None:
-    _die_with_parent(int(os.environ["DSPARK_PARENT_PID"]))
+    die_with_parent(int(os.environ["DSPARK_PARENT_PID"]))
     # The protocol owns the original stdout; anything printed goes to stderr.
     reply = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)

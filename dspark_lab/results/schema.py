@@ -89,6 +89,9 @@ GPU_PARTS = ("gpu_busy_ms", "gpu_idle_ms")
 # "predicted" rows from results/ep_predict.py. Kept out of ROW_COLUMNS: the store keeps them as extras.
 RANK_COLUMNS = (
     "rank", "world_size",
+    # Where the rank ran: its host's name, its node's rank (torchrun's GROUP_RANK; 0 on one host) and
+    # its rank on that node (LOCAL_RANK, which picks its GPU). Runs from before these load them as NaN.
+    "node", "node_rank", "local_rank",
     "ep_mode",  # "single" | "predicate_only" | "real" | "predicted"
     "dispatch",  # "allreduce" | "a2a_fixed" | "a2a_dynamic" ("" when no ranks are joined)
     "rank_case",  # the case's name: per-rank strategies, delays and jitter
