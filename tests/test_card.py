@@ -163,3 +163,15 @@ def test_advice_rules_out_what_waits_on_this_machines_own_card():
     rec = advice.recommend(rows, cards=[synthetic_card(gpu="NVIDIA H200", driver="1", waits_from=4)])
     assert rec.strategy in ("on_demand_pinned", "persistent_fill")
     assert "ruled out by this machine's card" in rec.text()
+
+
+def test_a_damaged_card_is_skipped_with_a_warning_naming_it(tmp_path):
+    machines = tmp_path / "machines"
+    machines.mkdir()
+    good = C.save(synthetic_card(), machines / "a-card.json")
+    bad = synthetic_card()
+    bad["cells"][0]["direction"] = "sideways"
+    (machines / "b-card.json").write_text(json.dumps(bad))
+    with pytest.warns(UserWarning, match=r"b-card.json: cells\[0\]\.direction must be one of h2d, d2h, d2d"):
+        found = C.recorded(tmp_path)
+    assert [c["path"] for c in found] == [str(good)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
@@ -133,9 +134,18 @@ def is_card_file(path: Path) -> bool:
 
 
 def recorded(data_dir=None) -> list[dict]:
-    """Every card under <data>/machines/, newest file name last."""
+    """Every card under <data>/machines/, by file name; a damaged card is skipped with a warning
+    naming the file and the field, never stopping the views that read the others."""
     folder = (Path(data_dir) if data_dir is not None else default_data_dir()) / "machines"
-    return [load(p) for p in sorted(folder.glob("*.json")) if is_card_file(p)]
+    out = []
+    for p in sorted(folder.glob("*.json")):
+        if not is_card_file(p):
+            continue
+        try:
+            out.append(load(p))
+        except ValueError as e:
+            warnings.warn(f"platform card skipped: {e}", stacklevel=2)
+    return out
 
 
 def label(card: dict) -> str:
