@@ -175,3 +175,16 @@ def test_a_damaged_card_is_skipped_with_a_warning_naming_it(tmp_path):
     with pytest.warns(UserWarning, match=r"b-card.json: cells\[0\]\.direction must be one of h2d, d2h, d2d"):
         found = C.recorded(tmp_path)
     assert [c["path"] for c in found] == [str(good)]
+
+
+def test_the_report_draws_each_machines_latest_card_and_the_pair(data):
+    from dspark_lab.results import Runs
+    from dspark_lab.views import report
+
+    rows, timelines, headers, _ = data
+    old = synthetic_card(waits_from=4, recorded="2025-01-01T10:00:00+00:00")
+    cards = [old, synthetic_card(waits_from=4 << 20), synthetic_card(gpu="SYNTH-PCIE", waits_from=4)]
+    doc = report.build_html(Runs(rows, timelines, headers), cards=cards, hazard_records=[])
+    assert doc.count("What each copy does on this machine") == 2  # the older card of machine A is not drawn
+    assert "Two machines&#x27; cards: 12 cell(s)" in doc or "Two machines' cards: 12 cell(s)" in doc
+    assert "returns at once up to 1 MB and waits for 10 ms of queued GPU work from 4 MB" in doc

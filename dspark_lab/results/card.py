@@ -19,7 +19,7 @@ from typing import Iterable, Optional, Sequence
 import pandas as pd
 
 from dspark_lab.results.output import write_text_safely
-from dspark_lab.results.paths import default_data_dir
+from dspark_lab.results.paths import default_data_dir, machine_file_name
 
 CARD_KIND = "dspark-lab platform card"
 CARD_SCHEMA = 1
@@ -324,6 +324,4 @@ def save(card: dict, path) -> Path:
 
 def file_name(card: dict) -> str:
     """<gpu>-card-<yyyymmdd>.json, e.g. h200-card-20261201.json."""
-    gpu = str(card["fingerprint"].get("gpu", "gpu")).lower().replace("nvidia", "").strip()
-    slug = "-".join(w for w in "".join(ch if ch.isalnum() else " " for ch in gpu).split()) or "gpu"
-    return f"{slug}-card-{str(card.get('recorded', ''))[:10].replace('-', '')}.json"
+    return machine_file_name(card["fingerprint"], card.get("recorded", ""), "card")
