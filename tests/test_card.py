@@ -188,3 +188,13 @@ def test_the_report_draws_each_machines_latest_card_and_the_pair(data):
     assert doc.count("What each copy does on this machine") == 2  # the older card of machine A is not drawn
     assert "Two machines&#x27; cards: 12 cell(s)" in doc or "Two machines' cards: 12 cell(s)" in doc
     assert "returns at once up to 1 MB and waits for 10 ms of queued GPU work from 4 MB" in doc
+
+
+def test_a_wait_that_no_sync_counter_sees_is_named():
+    card = synthetic_card(waits_from=4 << 20)
+    for c in card["cells"]:
+        if c["source"] == "pageable_to_nb":  # the driver stages it: no sync call, no debug-mode warning
+            c["debug_syncs"] = c["trace_syncs"] = 0
+    text = C.unseen_in_words(C.frame(card))
+    assert text.endswith("h2d pageable .to(dev, non_blocking=True) at 4 MB, 16 MB, 64 MB")
+    assert C.unseen_waits(C.frame(synthetic_card())).empty

@@ -26,7 +26,7 @@ def add_doctor_parser(sub) -> None:
     p.add_argument("--no-probe", dest="probe", action="store_false", help="skip the probe (fingerprint only)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--card", action="store_true",
-                   help="measure this machine's platform card (needs CUDA; about 15 s); the probe's one cell is a "
+                   help="measure this machine's platform card (needs CUDA; the card records its wall time); the probe's one cell is a "
                         "cell of it, so the probe is skipped")
     p.add_argument("--card-out", type=Path, metavar="FILE",
                    help="with --card: save the card there (e.g. data/machines/<gpu>-card-<date>.json)")

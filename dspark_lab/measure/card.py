@@ -1,7 +1,7 @@
 """Measure the platform card on this device: every kind of copy in results.card.SOURCES, at each
 size, with the GPU queue empty and with calibrated work queued ahead.
 
-    card = measure_card()                    # needs CUDA; about 15 s on an H200
+    card = measure_card()                    # needs CUDA; card["wall_s"] is how long it took
     results.card.save(card, "data/machines/" + results.card.file_name(card))
 
 Per cell: the host time of each call (perf_counter around the call alone), the copy's GPU time

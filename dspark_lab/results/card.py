@@ -283,6 +283,22 @@ def table(card: dict, queue: str = "queued") -> pd.DataFrame:
     return t.fillna("")
 
 
+def unseen_waits(f: pd.DataFrame) -> pd.DataFrame:
+    """Cells that wait for the queued work although neither sync debug mode nor the trace's blocking
+    CUDA calls see a sync in them: the waits a sync counter misses (a driver staging a pageable copy)."""
+    w = f[(f["verdict"] == WAITS) & (f["debug_syncs"] == 0) & (f["trace_syncs"] == 0)]
+    return w.sort_values(["direction", "source", "size_bytes"])
+
+
+def unseen_in_words(f: pd.DataFrame) -> str:
+    w = unseen_waits(f)
+    if w.empty:
+        return "every cell that waits is seen as a sync by sync debug mode or by the trace's blocking CUDA calls"
+    by = w.groupby(["direction", "how"], sort=False)["size_bytes"].apply(lambda s: ", ".join(size_label(n) for n in sorted(set(s))))
+    return ("waits that no sync counter sees (sync debug mode 0, blocking CUDA calls in the trace 0): "
+            + "; ".join(f"{d} {how} at {sizes}" for (d, how), sizes in by.items()))
+
+
 def claims_in_words(card: dict) -> list[str]:
     """The seeds' claims read against this card, each with the cell it rests on."""
     f = frame(card)
@@ -307,6 +323,7 @@ def claims_in_words(card: dict) -> list[str]:
                                              "here it does not, so the copy costs only its call."),
         f"- PR #38703 pins num_token_non_padded: a pinned 4-byte non-blocking copy {at('h2d', 'pinned_to_nb')}.",
         f"- persistent fill_ (no host copy): {at('d2d', 'fill')}.",
+        f"- {unseen_in_words(f)}.",
     ]
 
 
