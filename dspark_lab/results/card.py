@@ -10,16 +10,14 @@ so that notebooks and the report can show a recorded card without a GPU.
 """
 from __future__ import annotations
 
-import json
 import math
-import warnings
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 import pandas as pd
 
-from dspark_lab.results.output import write_text_safely
-from dspark_lab.results.paths import default_data_dir, machine_file_name
+from dspark_lab.results import machine_files
+from dspark_lab.results.paths import machine_file_name
 
 CARD_KIND = "dspark-lab platform card"
 CARD_SCHEMA = 1
@@ -118,34 +116,17 @@ def validate(card: dict, where: str = "card") -> dict:
 
 def load(path) -> dict:
     """A card file, validated; its path under "path"."""
-    p = Path(path)
-    try:
-        card = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{p}: not a readable JSON card ({e})") from None
-    return {**validate(card, str(p)), "path": str(p)}
+    return {**validate(machine_files.read_json(path, "card"), str(path)), "path": str(path)}
 
 
 def is_card_file(path: Path) -> bool:
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8")).get("kind") == CARD_KIND
-    except (OSError, ValueError, AttributeError):
-        return False
+    return machine_files.kind_of(path) == CARD_KIND
 
 
 def recorded(data_dir=None) -> list[dict]:
     """Every card under <data>/machines/, by file name; a damaged card is skipped with a warning
     naming the file and the field, never stopping the views that read the others."""
-    folder = (Path(data_dir) if data_dir is not None else default_data_dir()) / "machines"
-    out = []
-    for p in sorted(folder.glob("*.json")):
-        if not is_card_file(p):
-            continue
-        try:
-            out.append(load(p))
-        except ValueError as e:
-            warnings.warn(f"platform card skipped: {e}", stacklevel=2)
-    return out
+    return machine_files.load_all(CARD_KIND, load, data_dir)
 
 
 def label(card: dict) -> str:
@@ -335,8 +316,7 @@ def latest_of(cards: Iterable[dict], fingerprint: dict) -> Optional[dict]:
 
 def save(card: dict, path) -> Path:
     """Write a validated card as JSON (never over a run file: results.output)."""
-    validate(card)
-    return write_text_safely(Path(path), json.dumps(card, indent=1, default=str) + "\n")
+    return machine_files.save_json(validate(card), path)
 
 
 def file_name(card: dict) -> str:

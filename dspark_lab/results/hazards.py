@@ -7,13 +7,11 @@ record (kind HAZARDS_KIND, under data/machines/) is read here for notebook 04 an
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pandas as pd
 
-from dspark_lab.results.output import write_text_safely
-from dspark_lab.results.paths import default_data_dir
+from dspark_lab.results import machine_files
 
 HAZARDS_KIND = "dspark-lab hazards"
 HAZARDS_SCHEMA = 1
@@ -50,31 +48,16 @@ def validate(rec: dict, where: str = "hazards") -> dict:
 
 
 def load(path) -> dict:
-    p = Path(path)
-    try:
-        rec = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{p}: not a readable JSON hazards record ({e})") from None
-    return {**validate(rec, str(p)), "path": str(p)}
+    return {**validate(machine_files.read_json(path, "hazards record"), str(path)), "path": str(path)}
 
 
 def recorded(data_dir=None) -> list[dict]:
-    """Every hazards record under <data>/machines/, by file name."""
-    folder = (Path(data_dir) if data_dir is not None else default_data_dir()) / "machines"
-    out = []
-    for p in sorted(folder.glob("*.json")):
-        try:
-            kind = json.loads(p.read_text(encoding="utf-8")).get("kind")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if kind == HAZARDS_KIND:
-            out.append(load(p))
-    return out
+    """Every hazards record under <data>/machines/, by file name (a damaged one skipped with a warning)."""
+    return machine_files.load_all(HAZARDS_KIND, load, data_dir)
 
 
 def save(rec: dict, path) -> Path:
-    validate(rec)
-    return write_text_safely(Path(path), json.dumps(rec, indent=1, default=str) + "\n")
+    return machine_files.save_json(validate(rec), path)
 
 
 def table(rec: dict) -> pd.DataFrame:
