@@ -64,8 +64,9 @@ def run_doctor_compare(card_path: Path, evidence: Path, summary: dict) -> None:
     summary["doctor --card --compare (rc)"] = f"{rc}: {line.strip()}"
 
 
-def run_sections_live(evidence: Path, summary: dict, timeout_s: float) -> None:
-    """Notebook 02's card cells and notebook 04's hazards cells, executed live in one kernel."""
+def run_sections_live(data_dir: Path, evidence: Path, summary: dict, timeout_s: float) -> None:
+    """Notebook 02's card cells and notebook 04's hazards cells, executed live in one kernel, with
+    `data_dir` (this run's records) as the recorded data."""
     import nbclient
     import nbformat
 
@@ -76,6 +77,7 @@ def run_sections_live(evidence: Path, summary: dict, timeout_s: float) -> None:
     nb = nbformat.v4.new_notebook(cells=cells)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     env.pop("DSPARK_LAB_MODE", None)
+    env["DSPARK_DATA"] = str(data_dir)  # the card just recorded is the "recorded" one the live card is set beside
     client = nbclient.NotebookClient(nb, timeout=int(timeout_s), kernel_name="python3",
                                      resources={"metadata": {"path": str(ROOT / "notebooks")}})
     try:
@@ -164,7 +166,7 @@ def main() -> int:
     say("report's card section written")
 
     steps = [("doctor --card --compare", 30, lambda: run_doctor_compare(card_path, evidence, summary)),
-             ("notebook sections, live", 35, lambda: run_sections_live(evidence, summary, left() - 5)),
+             ("notebook sections, live", 35, lambda: run_sections_live(out / "data", evidence, summary, left() - 5)),
              ("CUDA tests", 15, lambda: run_cuda_tests(evidence, summary, left() - 2))]
     for name, needs_s, step in steps:
         if left() < needs_s:

@@ -26,6 +26,12 @@ def test_the_verdict_rule(host_us, queued_ms, copy_us, want):
     assert C.verdict(host_us, queued_ms, copy_us) == want
 
 
+def test_a_call_slow_by_itself_is_not_a_wait():
+    # 16 ms with 10 ms queued: a wait when the call takes 6 ms alone, not when it takes 15 ms alone
+    assert C.verdict(16_000.0, 10.0, 14_000.0, empty_host_us=6_000.0) == C.WAITS
+    assert C.verdict(16_000.0, 10.0, 14_000.0, empty_host_us=15_000.0) == C.FOR_COPY
+
+
 def test_the_frame_derives_median_spread_and_verdict_from_the_raw_times():
     card = synthetic_card()
     card["cells"][0]["host_us"] = [30.0, 10.0, 20_000.0]  # an outlier: the median is not moved by it

@@ -123,8 +123,10 @@ def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[
     if not torch.cuda.is_available():
         raise RuntimeError("the platform card needs a CUDA device (none is visible here); "
                            "recorded cards are read with dspark_lab.results.card.recorded()")
-    if reps < 1:
+    if not isinstance(reps, int) or reps < 1:
         raise ValueError(f"reps must be a positive integer; got {reps!r}")
+    if not sizes or any(not isinstance(n, int) or n < 4 or n % 4 for n in sizes):
+        raise ValueError(f"sizes must be byte counts, multiples of 4 from 4 up (int32 elements); got {list(sizes)!r}")
     if any(q < 0 for q in queued_ms) or not any(q > 0 for q in queued_ms):
         raise ValueError(f"queued_ms must hold numbers >= 0, one of them > 0; got {list(queued_ms)!r}")
     sources = list(sources or card_results.SOURCES)

@@ -48,7 +48,8 @@ AT_ONCE, FOR_COPY, WAITS = "returns at once", "blocks for the copy itself", "wai
 VERDICTS = (AT_ONCE, FOR_COPY, WAITS)
 COPY_FLOOR_US = 50.0  # below this a copy's own time is lost in the call's overhead
 VERDICT_RULE = (f"verdict of a cell, from the median host time of the call over its repeats: '{WAITS}' when "
-                f"GPU work was queued (Q ms) and the host time exceeds Q/2; else '{FOR_COPY}' when the copy "
+                f"GPU work was queued (Q ms) and the host time exceeds the same call's with the queue empty by "
+                f"more than Q/2 (a call slow by itself is not a wait); else '{FOR_COPY}' when the copy "
                 f"runs at least {COPY_FLOOR_US:.0f} µs on the GPU (CUDA events) and the host time is at least "
                 f"half of that; else '{AT_ONCE}'.")
 
@@ -72,11 +73,13 @@ def size_label(n: int) -> str:
     return f"{n} B"
 
 
-def verdict(host_us: float, queued_ms: float, copy_gpu_us: float) -> str:
-    """One cell's verdict by VERDICT_RULE."""
+def verdict(host_us: float, queued_ms: float, copy_gpu_us: float, empty_host_us: float = 0.0) -> str:
+    """One cell's verdict by VERDICT_RULE; `empty_host_us` is the same call's median host time with
+    the queue empty (0 where the card has no such cell)."""
     if any(not isinstance(v, (int, float)) or math.isnan(v) for v in (host_us, queued_ms)):
         raise ValueError(f"host_us and queued_ms must be numbers; got {host_us!r}, {queued_ms!r}")
-    if queued_ms > 0 and host_us > queued_ms * 1e3 / 2:
+    base = 0.0 if not isinstance(empty_host_us, (int, float)) or math.isnan(empty_host_us) else empty_host_us
+    if queued_ms > 0 and host_us - base > queued_ms * 1e3 / 2:
         return WAITS
     if not math.isnan(copy_gpu_us) and copy_gpu_us >= COPY_FLOOR_US and host_us >= copy_gpu_us / 2:
         return FOR_COPY
@@ -149,16 +152,19 @@ def frame(card: dict) -> pd.DataFrame:
     """One row per cell with its derived columns (FRAME_COLUMNS): the median host time and its
     spread over the repeats, and the verdict by VERDICT_RULE (None for a cell that failed)."""
     rows = []
+    empty = {(c["direction"], c["source"], c["size_bytes"]): _median([float(x) for x in c.get("host_us") or []])
+             for c in card["cells"] if float(c["queued_ms"]) == 0}
     for c in card["cells"]:
         xs = [float(x) for x in c.get("host_us") or []]
         med = _median(xs)
         gpu = float(c.get("copy_gpu_us", float("nan")))
         q = float(c["queued_ms"])
+        base = empty.get((c["direction"], c["source"], c["size_bytes"]), 0.0)
         rows.append(dict(
             direction=c["direction"], source=c["source"], how=SOURCES[c["source"]][1], size_bytes=c["size_bytes"],
             size=size_label(c["size_bytes"]), queued_ms=q, queue=queue_name(q), host_us=med,
             host_us_min=min(xs) if xs else float("nan"), host_us_max=max(xs) if xs else float("nan"), reps=len(xs),
-            copy_gpu_us=gpu, verdict=None if c.get("error") or not xs else verdict(med, q, gpu),
+            copy_gpu_us=gpu, verdict=None if c.get("error") or not xs else verdict(med, q, gpu, base),
             debug_syncs=c.get("debug_syncs"), trace_syncs=c.get("trace_syncs"),
             gpu_copies=", ".join(c.get("gpu_copies") or []), error=c.get("error") or ""))
     return pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
