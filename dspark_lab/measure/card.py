@@ -120,9 +120,6 @@ def _seen_in_trace(calls: dict) -> dict:
 def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[float] = (0.0, 10.0), reps: int = 5,
                  sources: Optional[Sequence[str]] = None, progress: Callable[[str], None] = lambda s: None) -> dict:
     """The card of this device (a dict in the results.card format). Raises RuntimeError without CUDA."""
-    if not torch.cuda.is_available():
-        raise RuntimeError("the platform card needs a CUDA device (none is visible here); "
-                           "recorded cards are read with dspark_lab.results.card.recorded()")
     if not isinstance(reps, int) or reps < 1:
         raise ValueError(f"reps must be a positive integer; got {reps!r}")
     if not sizes or any(not isinstance(n, int) or n < 4 or n % 4 for n in sizes):
@@ -133,6 +130,9 @@ def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[
     for s in sources:
         if s not in card_results.SOURCES:
             raise ValueError(f"sources: each must be one of {', '.join(card_results.SOURCES)}; got {s!r}")
+    if not torch.cuda.is_available():
+        raise RuntimeError("the platform card needs a CUDA device (none is visible here); "
+                           "recorded cards are read with dspark_lab.results.card.recorded()")
     t_start = time.perf_counter()
     dev = torch.device("cuda")
     probe.calibrate_sleep()
