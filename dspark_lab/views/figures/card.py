@@ -49,7 +49,8 @@ def _heatmap(f: pd.DataFrame, direction: str, differs: set = frozenset(), show_s
                         f"copy on the GPU {_time(r.copy_gpu_us)}<br>sync debug mode: {r.debug_syncs}; blocking CUDA "
                         f"calls in the trace: {r.trace_syncs}<br>{r.gpu_copies}" for r in f.itertuples()])
     z, text, hover = (_grid(f, direction, c) for c in ("z", "text", "hover"))
-    return go.Heatmap(z=z.fillna(-1).values, x=[card_results.size_label(c) for c in z.columns], y=list(z.index),
+    # z stays NaN in a cell not measured (a size over the source's cap): drawn blank
+    return go.Heatmap(z=z.values, x=[card_results.size_label(c) for c in z.columns], y=list(z.index),
                       text=text.fillna("").values, texttemplate="%{text}", customdata=hover.fillna("not measured").values,
                       hovertemplate="%{customdata}<extra></extra>", colorscale=_colorscale(), zmin=-1.5, zmax=2.5,
                       xgap=2, ygap=2, showscale=show_scale,
@@ -74,10 +75,11 @@ def card(card: dict, queue: str = "queued") -> go.Figure:
         fig.add_trace(_heatmap(f, d, show_scale=i == 1), row=i, col=1)
     depth = f["queued_ms"].max() if len(f) else 0
     fig.update_layout(height=120 + 34 * sum(heights), width=1100, margin=dict(l=380))
+    fig.update_yaxes(autorange="reversed")  # sources top to bottom in SOURCES order
     what = f"{depth:g} ms of GPU work queued ahead" if queue == "queued" else "GPU queue empty"
     return titled(fig, f"What each copy does on this machine ({what})",
-                  card_results.label(card), "colour: the verdict; text: median host time of the call; "
-                  + card_results.VERDICT_RULE)
+                  card_results.label(card), "colour: the verdict by results.card.VERDICT_RULE; text: median host "
+                  "time of the call; blank: not measured")
 
 
 def card_pair(a: dict, b: dict, queue: str = "queued") -> go.Figure:
@@ -98,6 +100,8 @@ def card_pair(a: dict, b: dict, queue: str = "queued") -> go.Figure:
         fig.add_trace(_heatmap(fa, d, differs, show_scale=i == 1), row=i, col=1)
         fig.add_trace(_heatmap(fb, d, differs), row=i, col=2)
     fig.update_layout(height=120 + 34 * sum(heights), width=1500, margin=dict(l=380))
+    fig.update_yaxes(autorange="reversed")
     return titled(fig, f"Two machines' cards: {len(differs)} cell(s) with a different verdict ({DIFFERS_MARK})",
                   f"a: {card_results.label(a)}; b: {card_results.label(b)}",
-                  f"{queue} queue; colour: the verdict; text: median host time")
+                  ("GPU work queued ahead" if queue == "queued" else "GPU queue empty")
+                  + "; colour: the verdict; text: median host time; blank: not measured")
