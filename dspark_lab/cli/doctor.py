@@ -69,6 +69,8 @@ def card_text(card: dict) -> str:
              "then the median host time of the call, µs", card_results.VERDICT_RULE]
     for queue, title in (("queued", f"{depth:g} ms of GPU work queued"), ("empty", "GPU queue empty")):
         parts += ["", title, card_results.table(card, queue).to_string()]
+    if card.get("trace_error"):
+        parts += ["", f"the trace pass failed ({card['trace_error']}): no trace counts in this card"]
     bad = f[f["error"] != ""]
     if len(bad):
         parts += ["", "failed cells:"] + [f"  {r.direction} {r.source} {r.size}: {r.error}" for r in bad.itertuples()]

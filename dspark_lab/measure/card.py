@@ -163,11 +163,15 @@ def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[
                     cells.append(dict(direction=direction, source=source, size_bytes=int(size), queued_ms=float(q),
                                       host_us=[], error=f"{type(e).__name__}: {e}"))
         progress(f"card: {source} done ({time.perf_counter() - t_start:.1f} s)")
-    seen = _seen_in_trace(calls)
+    trace_error = ""
+    try:
+        seen = _seen_in_trace(calls)
+    except Exception as e:  # noqa: BLE001 - the timings stand without the trace; the card says why
+        seen, trace_error = {}, f"{type(e).__name__}: {e}"
     for c in cells:
         c.update(seen.get((c["source"], c["size_bytes"]), {}))
     torch.cuda.synchronize()
-    return {"kind": card_results.CARD_KIND, "schema": card_results.CARD_SCHEMA, "fingerprint": probe.fingerprint(),
+    return {"trace_error": trace_error, "kind": card_results.CARD_KIND, "schema": card_results.CARD_SCHEMA, "fingerprint": probe.fingerprint(),
             "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"), "queued_ms": [float(q) for q in queued_ms],
             "reps": reps, "rule": card_results.VERDICT_RULE, "sleep_clock_hz": probe.sleep_clock_hz(),
             "wall_s": round(time.perf_counter() - t_start, 1), "cells": cells}
