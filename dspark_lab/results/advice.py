@@ -315,6 +315,8 @@ def probe_in_words(probe: Optional[dict]) -> list[str]:
         out.append(f"So on this GPU and driver a non-blocking copy from pageable memory does not wait for the "
                    f"queue (non_blocking: {nb:.0f} µs): the strategies built on it (non_blocking, on_demand) are "
                    f"sync-free here, as PR #34782 intends; avoid those that waited ({', '.join(waited) or 'none'}).")
+    out[-1] += (" That is one 4-byte copy, one cell of the platform card: whether larger copies, other sources "
+                "or device-to-host copies wait here is the card's answer (dspark-lab doctor --card).")
     return out
 
 
