@@ -79,7 +79,8 @@ def run_sections_live(data_dir: Path, evidence: Path, summary: dict, timeout_s: 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
     env.pop("DSPARK_LAB_MODE", None)
     env["DSPARK_DATA"] = str(data_dir)  # the card just recorded is the "recorded" one the live card is set beside
-    client = nbclient.NotebookClient(nb, timeout=int(timeout_s), kernel_name="python3",
+    # nbclient's timeout is per cell: the card cell is the long one, the others take a second or two
+    client = nbclient.NotebookClient(nb, timeout=max(10, int(timeout_s) - 2 * len(cells)), kernel_name="python3",
                                      resources={"metadata": {"path": str(ROOT / "notebooks")}})
     try:
         client.execute(env=env)

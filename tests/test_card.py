@@ -204,3 +204,12 @@ def test_a_wait_that_no_sync_counter_sees_is_named():
     text = C.unseen_in_words(C.frame(card))
     assert text.endswith("h2d pageable .to(dev, non_blocking=True) at 4 MB, 16 MB, 64 MB")
     assert C.unseen_waits(C.frame(synthetic_card())).empty
+
+
+def test_a_copy_that_waits_only_at_some_sizes_is_not_called_a_threshold():
+    card = synthetic_card(waits_from=4 << 20)
+    for c in card["cells"]:  # 16 MB returns at once again
+        if c["source"] == "pageable_to_nb" and c["size_bytes"] == 16 << 20:
+            c["host_us"] = [8.0]
+    words = C.threshold_in_words(C.wait_threshold(C.frame(card)))
+    assert words.endswith("from 4 MB (not at every larger size: waits at 4 MB, 64 MB)")

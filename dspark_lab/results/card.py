@@ -197,7 +197,7 @@ def wait_threshold(f: pd.DataFrame, direction: str = "h2d", source: str = "pagea
     below = g[g["size_bytes"] < first] if first is not None else g
     last_free = int(below["size_bytes"].iloc[-1]) if len(below) and (below["verdict"] != WAITS).all() else None
     return {"direction": direction, "source": source, "queued_ms": q, "first_waits": first, "last_at_once": last_free,
-            "sizes": [int(s) for s in g["size_bytes"]]}
+            "sizes": [int(s) for s in g["size_bytes"]], "waiting": [int(s) for s in waits["size_bytes"]]}
 
 
 def threshold_in_words(t: dict) -> str:
@@ -205,10 +205,14 @@ def threshold_in_words(t: dict) -> str:
     if t["first_waits"] is None:
         return (f"{how} never waited for {t['queued_ms']:g} ms of queued GPU work, up to "
                 f"{size_label(max(t['sizes']))}" if t["sizes"] else f"{how}: not measured")
+    larger = [n for n in t["sizes"] if n >= t["first_waits"]]
+    gaps = "" if t.get("waiting", larger) == larger else (  # not a threshold: name the sizes that wait
+        " (not at every larger size: waits at " + ", ".join(size_label(n) for n in t["waiting"]) + ")")
     if t["last_at_once"] is None:
-        return f"{how} waits for {t['queued_ms']:g} ms of queued GPU work from the smallest size measured ({size_label(t['first_waits'])})"
+        return (f"{how} waits for {t['queued_ms']:g} ms of queued GPU work from the smallest size measured "
+                f"({size_label(t['first_waits'])}){gaps}")
     return (f"{how} returns at once up to {size_label(t['last_at_once'])} and waits for {t['queued_ms']:g} ms of "
-            f"queued GPU work from {size_label(t['first_waits'])}")
+            f"queued GPU work from {size_label(t['first_waits'])}{gaps}")
 
 
 def strategy_verdicts(card: dict) -> dict:
