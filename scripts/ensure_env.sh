@@ -9,7 +9,20 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 venv=${DSPARK_VENV:-$root/.venv}
 py=${PYTHON:-python3}
 marker="$venv/.dspark-env-ok"
+# Notebooks stay clean in git when used (JupyterLab's autosave writes outputs into them): the
+# ecosystem's way, nbstripout as a git filter (.gitattributes names it; this clone's config defines it,
+# with cell ids kept and the kernel's language_info dropped, so a saved notebook reads as committed).
+strip_filter() {
+  if [ -x "$venv/bin/python" ] && git -C "$root" rev-parse --git-dir >/dev/null 2>&1 \
+     && "$venv/bin/python" -c 'import nbstripout' 2>/dev/null; then
+    local cmd="'$venv/bin/python' -m nbstripout --keep-id --extra-keys metadata.language_info"
+    git -C "$root" config filter.nbstripout.clean "$cmd"
+    git -C "$root" config filter.nbstripout.smudge cat
+    git -C "$root" config diff.ipynb.textconv "$cmd -t"
+  fi
+}
 if [ -f "$marker" ] && [ "$marker" -nt "$root/pyproject.toml" ]; then
+  strip_filter
   echo "$venv/bin/python"; exit 0
 fi
 t0=$SECONDS
@@ -36,6 +49,7 @@ step() { echo "[env ${1}] $2 (at $((SECONDS - t0)) s)" >&2; }
   fi
   step 4/4 "installing dspark-lab, JupyterLab and the test tools"
   "$venv/bin/python" -m pip install -q -e "$root[notebooks,dev]"
+  strip_filter
   touch "$marker"
   echo "environment ready in $((SECONDS - t0)) s: $venv"
 } 1>&2

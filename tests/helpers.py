@@ -172,7 +172,9 @@ def assert_ep_section_drawn(cells, data: Path, run_id: str, dispatch: str) -> st
     assert any(t.startswith("One rank's sync costs every rank") for t in titles), titles
     assert any(t.startswith("Who waits for whom") for t in titles), titles
     text = printed(cells)
-    assert f"run {Runs.load(data).labels()[run_id]}; dispatch {dispatch}" in text  # the run is named by its label
+    # the EP recording is named by its first file's label, with the dispatch drawn first (results.picks.real_ep)
+    assert f"the EP recording that starts with {Runs.load(data).labels()[run_id]} " in text, text
+    assert f"drawn first: {dispatch}" in text
     assert f"{dispatch}, 2 ranks:" in text  # the share table read out, from the run's numbers
     assert "no real-EP run recorded" not in text
     tables = _share_tables(cells)

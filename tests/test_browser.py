@@ -1,9 +1,12 @@
-"""The kit as a user gets it: `bash lab.sh` starts JupyterLab, headless Chromium opens notebooks 01, 02
-and 03, runs all cells, and in 01 and 03 moves each control of the panel (EP, batch, gamma, strategy,
-workload, run), checking after each move that the strategy-comparison figure shows the recorded medians
-of the point the settings map to, and that the run labels in the run dropdown are unique.
+"""The kit as a user gets it: `bash lab.sh` starts JupyterLab, headless Chromium opens notebooks 01 to 04,
+runs all cells and saves each with its outputs. In 01 and 03 it moves each control of the recorded panel:
+EP, batch and gamma first, without touching the run dropdown (the panel opens on the latest default sweep,
+so each move must draw exactly the asked point's recorded values), then strategy, workload and run,
+checking after each move that the strategy-comparison figure shows the recorded medians of the point the
+settings map to; the run labels must be unique and name their kind. At the end git must see the
+notebooks as committed (the nbstripout filter), and the working copies are put back byte for byte.
 Screenshots land under out/ (CI artifacts): each notebook after Run All, screen by screen
-(browser_<nn>_page_<kk>.png), and the panels' first render and final state.
+(browser_<nn>_page_<kk>.png), the panels' first render and final state, and the report notebook 03 wrote.
 
 Run with `pytest -m browser`. Needs Chromium at /usr/bin/chromium (never downloaded by this test).
 """
@@ -28,7 +31,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 PANEL_NOTEBOOKS = ("01_onboarding.ipynb", "03_design_review.ipynb")
-ALL_NOTEBOOKS = ("01_onboarding.ipynb", "02_tuning_new_gpu.ipynb", "03_design_review.ipynb")
+ALL_NOTEBOOKS = ("01_onboarding.ipynb", "02_tuning_new_gpu.ipynb", "03_design_review.ipynb", "04_sync_gallery.ipynb")
 PANEL_FIGURES = 4  # comparison, syncs, breakdown, timeline
 
 
@@ -83,6 +86,12 @@ JS_PLOT_MISSING = """gd => { const fl = gd._fullLayout; if (!fl || !gd.querySele
   const axes = fl._has && fl._has('cartesian');
   return axes && !gd.querySelector('.bglayer .bg, .draglayer .nsewdrag') ? 'no plot area' : ''; }"""
 JS_PLOT_DRAWN = f"gd => !({JS_PLOT_MISSING})(gd)"
+# The plotly figure drawn in a FigureWidget's box: inside it, or (where the widget draws into an
+# element of its own) the one whose middle lies within the box on screen.
+JS_PLOT_OF = """((cell, box) => { const inner = box.querySelector('.js-plotly-plot'); if (inner) return inner;
+  const b = box.getBoundingClientRect();
+  return Array.from(cell.querySelectorAll('.js-plotly-plot')).find(gd => { const r = gd.getBoundingClientRect();
+    const mid = (r.top + r.bottom) / 2; return r.height > 0 && mid >= b.top && mid <= b.bottom; }) || null; })"""
 # The panel's cell, its strategy-comparison FigureWidget, its status line and its controls.
 JS_PANEL_CELL = "(() => { const m = document.querySelector('.jp-Notebook .dspark-mode'); return m && m.closest('.jp-CodeCell'); })"
 JS_STATE = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return null;
@@ -98,7 +107,7 @@ JS_STATE = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return null;
       gd.data.flatMap(d => d.y ? Array.from(d.y) : [])));
   }}
   out.figures = Array.from(cell.querySelectorAll('.dspark-figure')).map(b => {{
-    const gd = b.querySelector('.js-plotly-plot'), r = b.getBoundingClientRect();
+    const gd = {JS_PLOT_OF}(cell, b), r = b.getBoundingClientRect();
     return {{name: (b.className.match(/dspark-figure-(\\w+)/) || [])[1], plot: !!gd,
              drawn: !!gd && ({JS_PLOT_DRAWN})(gd), top: Math.round(r.top), height: Math.round(r.height)}}; }});
   return out; }}"""
@@ -214,7 +223,11 @@ def _open_and_run_all(page, lab, name) -> float:
     page.wait_for_function(JS_ALL_RUN, timeout=240_000, polling=500)
     errors = page.evaluate(JS_ERRORS)
     assert errors == [], f"{name}: {errors}"
-    return time.time() - t0
+    took = time.time() - t0
+    # Saved with its outputs, as a user's autosave would: git must still see the committed notebook
+    # (the nbstripout filter, tests at the end).
+    page.evaluate(f"async () => {{ const w = ({JS_NOTEBOOK})(); await w.context.save(); }}")
+    return took
 
 
 JS_SCROLLER = "() => document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-WindowedPanel-outer')"
@@ -287,10 +300,21 @@ def _exercise_panel(page, name, backend, store_rows):
     assert all("top" in t and t["top"] >= -4 and t["bottom"] <= t["plot_top"] for t in first), first
     _wait_for_expected(page, controls, backend, run_ids, "nothing (first render)")
 
+    # EP, batch and gamma moved without touching the run dropdown: the panel opened on a grid run
+    # (the latest default sweep), so each move draws exactly the asked point's recorded values.
+    moved = 0
     for k in ("ep_size", "batch_size", "gamma"):
         if len(opts[k]) > 1:
+            before = page.evaluate(JS_STATE)["point"]
             _step_slider(page, controls[k], opts[k])
-            _wait_for_expected(page, controls, backend, run_ids, k)
+            settings, state = _wait_for_expected(page, controls, backend, run_ids, k)
+            r0 = backend.get(settings).rows.iloc[0]
+            assert (int(r0.ep_size), int(r0.batch_size), int(r0.gamma)) == (
+                settings["ep_size"], settings["batch_size"], settings["gamma"]), (k, settings)
+            assert state["point"] != before, f"moving {k} did not change the point drawn"
+            assert "holds no point" not in state["status"], state["status"]
+            moved += 1
+    assert moved == 3, f"the panel opened on a run without a grid to move over: {opts}"
     cur = _settings(controls, run_ids)
     other = next(s for s in opts["strategy"] if s != cur["strategy"])
     _choose(controls["strategy"], other)
@@ -309,7 +333,8 @@ def _exercise_panel(page, name, backend, store_rows):
     controls["run"].locator("select").select_option(index=one)
     _wait_for_expected(page, controls, backend, run_ids, "run (one)")
     after = _title_boxes(cell)
-    assert [(t["lines"], round(t["top"])) for t in after] == [(t["lines"], round(t["top"])) for t in first], (first, after)
+    assert len(after) == PANEL_FIGURES and all("top" in t and t["top"] >= -4 and t["bottom"] <= t["plot_top"]
+                                              for t in after), (first, after)
     _show_panel(page, name)
     page.screenshot(path=str(OUT / f"browser_{stem}_panel.png"))
     return [_text(t) for t in controls["run"].locator("select").evaluate("e => Array.from(e.options).map(o => o.text)")]
@@ -321,7 +346,7 @@ def _exercise_panel(page, name, backend, store_rows):
 # poll can keep a widget from settling); once all four are drawn, the panel's cell goes back to the top.
 JS_PANEL_DRAWN = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return false;
   const boxes = Array.from(cell.querySelectorAll('.dspark-figure')), drawn = {JS_PLOT_DRAWN};
-  const ok = box => {{ const gd = box.querySelector('.js-plotly-plot'); return !!gd && drawn(gd); }};
+  const ok = box => {{ const gd = {JS_PLOT_OF}(cell, box); return !!gd && drawn(gd); }};
   const todo = boxes.find(b => !ok(b)) || (boxes.length < {PANEL_FIGURES} ? cell : null);
   if (!todo) {{ cell.scrollIntoView({{block: 'start'}}); return true; }}
   const r = todo.getBoundingClientRect();
@@ -348,7 +373,27 @@ def _title_boxes(cell):
                 lines: t.querySelectorAll('.line').length || 1}; })""")
 
 
-def test_lab_sh_kit_runs_all_three_notebooks_and_every_control_moves_the_figures(lab):
+def _git_status() -> str:
+    import subprocess
+    return subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "notebooks"],
+                          capture_output=True, text=True, check=True).stdout
+
+
+def _screenshot_report(browser, lab) -> None:
+    """The standalone report notebook 03 wrote, opened from disk: its top and its first figure."""
+    path = Path(lab["env"]["DSPARK_OUT"]) / "dspark_report.html"
+    assert path.exists(), f"notebook 03 wrote no report at {path}"
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    page.goto(path.as_uri())
+    page.wait_for_function(f"() => {{ const p = document.querySelectorAll('.js-plotly-plot'); return p.length > 0 && "
+                           f"Array.from(p).slice(0, 2).every({JS_PLOT_DRAWN}); }}", timeout=60_000)
+    page.screenshot(path=str(OUT / "browser_report.png"))
+    page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
+    page.screenshot(path=str(OUT / "browser_report_figure.png"))
+    page.close()
+
+
+def test_lab_sh_kit_runs_every_notebook_and_every_control_moves_the_figures(lab):
     from playwright.sync_api import sync_playwright
 
     from dspark_lab.results.backend import load_recorded
@@ -356,6 +401,8 @@ def test_lab_sh_kit_runs_all_three_notebooks_and_every_control_moves_the_figures
     backend = load_recorded(lab["env"].get("DSPARK_DATA"))  # what the notebooks' panel reads (live.open_backend)
     OUT.mkdir(parents=True, exist_ok=True)
     labels = {}
+    committed = {p: p.read_bytes() for p in (ROOT / "notebooks").glob("*.ipynb")}
+    status_before = _git_status()
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
@@ -370,10 +417,27 @@ def test_lab_sh_kit_runs_all_three_notebooks_and_every_control_moves_the_figures
                     labels[name] = _exercise_panel(page, name, backend, backend.runs.rows)
                 page.evaluate(JS_SHUTDOWN)
                 page.close()
+            _screenshot_report(browser, lab)
         finally:
             browser.close()
+    try:
+        saved = [p.name for p, b in committed.items() if p.read_bytes() != b]
+        assert saved, "no notebook was saved with its outputs: the git check below would prove nothing"
+        # Saved with outputs, the tracked notebooks still read as committed (scripts/ensure_env.sh's filter).
+        assert _git_status() == status_before, (
+            f"notebooks saved after Run All dirty git ({saved}): is the nbstripout filter configured? "
+            f"(scripts/ensure_env.sh)\n{_git_status()}")
+    finally:
+        for p, b in committed.items():  # the working copies as they were
+            if p.read_bytes() != b:
+                p.write_bytes(b)
     for name in PANEL_NOTEBOOKS:
         assert (OUT / f"browser_{name.split('_')[0]}_panel.png").stat().st_size > 20_000
+    # Every run label names its kind (results.kinds): "H200 · default sweep · 11-30 17:12".
+    from dspark_lab.results.kinds import KINDS
+    for name, opts in labels.items():
+        unnamed = [o for o in opts[1:] if not any(f" {k} " in f" {o} " or f"· {k}" in o for k in KINDS.values())]
+        assert not unnamed, f"{name}: run labels without their kind: {unnamed}"
     # Unique run labels in the dropdown (needs unique labels from the results layer, issue 12 part 2).
     for name, opts in labels.items():
         dup = sorted({o for o in opts if opts.count(o) > 1})

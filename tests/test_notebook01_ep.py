@@ -22,7 +22,7 @@ nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
 NB01 = NOTEBOOKS_DIR / "01_onboarding.ipynb"
-NO_RUN = "no real-EP run recorded in {data}: record one with `dspark-lab ep --world 2` on a machine with 2 GPUs"
+NO_RUN = "no real-EP run recorded: record one with `dspark-lab ep --world 2` on a machine with 2 GPUs (data: {data})"
 
 
 def _run_section_on(folders: list[Path], tmp_path: Path) -> list[list]:

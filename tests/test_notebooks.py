@@ -85,6 +85,62 @@ def test_the_whole_notebook_draws_the_section_for_the_newest_committed_real_ep_r
     runs = Runs.load(DATA)
     real = runs.ok[runs.ok["ep_mode"] == "real"]
     assert not real.empty, "the committed runs hold real-EP runs"
-    newest = [r for r in runs.run_ids() if r in set(real.run_id)][-1]
-    modes = list(dict.fromkeys(real[real.run_id == newest].dispatch))
-    assert_ep_section_drawn(ep_section(nb), DATA, newest, "a2a_fixed" if "a2a_fixed" in modes else modes[0])
+    # The newest recording holding a2a_fixed (the committed data: the 17:46 recording, one file per dispatch
+    # mode), named by its first file; a2a_fixed drawn first though its newest file is a2a_dynamic's.
+    fixed = set(real[real.dispatch == "a2a_fixed"].run_id.astype(str))
+    newest = [r for r in runs.run_ids() if r in fixed][-1]
+    first = min((r for r in runs.run_ids() if runs.recording_of(r) == runs.recording_of(newest)), key=runs.run_ids().index)
+    text = assert_ep_section_drawn(ep_section(nb), DATA, first, "a2a_fixed")
+    assert "dispatch modes a2a_fixed, allreduce, a2a_dynamic" in text
+
+
+def _section(nb, heading: str) -> list:
+    """The code cells from a markdown heading to the next heading of level 2."""
+    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(heading))
+    end = next((i for i in range(start + 1, len(nb.cells))
+                if nb.cells[i].cell_type == "markdown" and nb.cells[i].source.startswith("## ")), len(nb.cells))
+    return [c for c in nb.cells[start:end] if c.cell_type == "code"]
+
+
+def _plotly(cells) -> list[dict]:
+    return [o["data"]["application/vnd.plotly.v1+json"] for c in cells for o in c.get("outputs", [])
+            if "application/vnd.plotly.v1+json" in o.get("data", {})]
+
+
+def test_notebook01_ep1_section_draws_an_ep1_point_of_a_grid_run(executed_notebooks):
+    cells = _section(executed_notebooks["01_onboarding.ipynb"][0], "## At EP 1 nothing reads the scalar")
+    text = printed(cells)
+    runs = Runs.load(DATA)
+    sweep = runs.runs_of_kind("default_sweep")[0]  # the newest default sweep holds EP 1
+    assert f"EP-1 point from {runs.label_of(sweep)} (default sweep): EP 1 · batch 8 · gamma 4" in text, text
+    assert "nearest recorded" not in text and "holds no point" not in text
+    fig = _plotly(cells)[0]
+    assert "EP 1 · batch 8 · gamma 4" in fig["layout"]["title"]["subtitle"]["text"]
+    assert "between on_demand and non_blocking" in text  # the EP-1 comparison is read out
+
+
+def test_notebook02_stand_in_is_a_sweep_and_its_figure_has_lines(executed_notebooks):
+    nb = executed_notebooks["02_tuning_new_gpu.ipynb"][0]
+    text = printed(nb.cells)
+    runs = Runs.load(DATA)
+    sweep = runs.runs_of_kind("default_sweep")[0]
+    assert f"{runs.label_of(sweep)} (default sweep, 24 points) stands in for this machine" in text, text
+    sweeps = [f for f in _plotly(nb.cells) if f["layout"]["title"]["text"].startswith("Sweep")]
+    assert sweeps and max(len(tr["x"]) for tr in sweeps[0]["data"]) >= 4  # lines over the 4 batch sizes
+    assert "EP None" not in text
+
+
+def test_notebook03_features_the_headline_run_and_draws_every_compared_run(executed_notebooks):
+    nb = executed_notebooks["03_design_review.ipynb"][0]
+    runs = Runs.load(DATA)
+    head = runs.headline().entries[0]
+    cells = _section(nb, "## The featured point")
+    comp = _plotly(cells)[0]
+    names = [tr["name"] for tr in comp["data"] if tr["type"] == "bar"]
+    chosen = runs.default_selection()
+    assert names[0] == head["label"] or head["label"] in names  # the headline run is drawn
+    assert sorted(names) == sorted(runs.label_of(r) for r in chosen)  # every compared run is drawn
+    assert head["point"] in comp["layout"]["title"]["subtitle"]["text"]
+    sweep = _plotly(_section(nb, "## Sweeps"))[0]
+    assert all(runs.kind_of(r) in ("default_sweep", "sweep", "quick_sweep") for r in runs.grid_runs())
+    assert len({tr["name"] for tr in sweep["data"]}) <= 5  # one line per strategy

@@ -100,7 +100,7 @@ def test_nearest_recorded_point_is_named():
     rows, tl, headers = synthetic_runs()
     b = RecordedBackend(Runs(rows, tl, headers))
     d = b.get({"ep_size": 2, "batch_size": 10, "gamma": 4, "workload": "sglang_profile", "run": "run-a"})
-    assert set(d.rows.batch_size) == {8} and "you asked batch size 10" in d.note
+    assert set(d.rows.batch_size) == {8} and "holds no point at batch size 10; this is the nearest it holds" in d.note
     d = b.get({"ep_size": 2, "batch_size": 8, "gamma": 4, "workload": "sglang_profile", "run": ALL_RUNS})
     assert set(d.rows.run_id) == {"run-a", "run-b"}
 

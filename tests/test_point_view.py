@@ -26,7 +26,7 @@ def test_kept_trials_leave_out_the_recorded_verdict_and_the_note_counts_them():
     assert not ((view.kept.strategy == "device_direct") & (view.kept.trial == 0)).any()
     assert view.note.startswith("1 disturbed trials left out; failed: non_blocking: CUDA error: out of memory")
     assert len(view.note.split("non_blocking: ")[1]) == 120  # the error is cut
-    assert view.point == "EP 2 · batch 8 · gamma 4 · sglang_profile"
+    assert view.point == "EP 2 (one GPU, predicate only) · batch 8 · gamma 4 · sglang_profile"
     assert "SYNTH-GPU-A" in view.fingerprint and "2026-01-01" in view.fingerprint
     med = view.per_strategy(["step_ms", "not_recorded_ms"]).set_index("strategy")
     dd = rows[(rows.strategy == "device_direct") & (rows.trial > 0)].step_ms.median()
@@ -51,7 +51,8 @@ def test_each_run_keeps_the_segments_of_its_own_point():
     b = runs.rows[(runs.rows.run_id == "run-b") & (runs.rows.point_id == "p2-32-4")]
     view = point_view(pd.concat([a, b]), tl)
     assert view.run_ids == ("run-a", "run-b") and view.several_runs
-    assert view.labels == {"run-a": "SYNTH-GPU-A 2026-01-01 10:00", "run-b": "SYNTH-GPU-B 2026-01-02 10:00"}
+    assert view.labels == {"run-a": f"SYNTH-GPU-A · {runs.kind_name('run-a')} · 01-01 10:00",
+                           "run-b": f"SYNTH-GPU-B · {runs.kind_name('run-b')} · 01-02 10:00"}
     pairs = set(zip(view.segments.run_id, view.segments.point_id))
     assert pairs == {("run-a", "p2-8-4"), ("run-b", "p2-32-4")}
     want = len(tl[(tl.run_id == "run-a") & (tl.point_id == "p2-8-4")]) + len(tl[(tl.run_id == "run-b") & (tl.point_id == "p2-32-4")])
@@ -84,6 +85,6 @@ def test_the_timeline_from_the_view_is_the_timeline_from_segments_and_rows():
     seg = tl[(tl.run_id == "run-a") & (tl.point_id == "p2-8-4")]
     by_rows = figures.timeline(seg, pt, strategies_shown=["device_direct"])
     assert figures.timeline(point_view(pt, seg), strategies_shown=["device_direct"]).to_plotly_json() == by_rows.to_plotly_json()
-    assert by_rows.layout.title.subtitle.text.endswith("EP 2 · batch 8 · gamma 4 · sglang_profile")
+    assert by_rows.layout.title.subtitle.text.endswith("EP 2 (one GPU, predicate only) · batch 8 · gamma 4 · sglang_profile")
     with pytest.raises(ValueError, match="pass point_id="):
         figures.timeline(tl[tl.run_id == "run-a"], rows)

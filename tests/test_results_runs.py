@@ -47,8 +47,11 @@ def test_labels_are_short_and_unique():
     labels = runs.labels()
     assert len(set(labels.values())) == 4
     assert labels["c"] == "after the driver update"
-    assert labels["a"] == "GPU-A 2026-01-01 10:00:05"  # the same minute as b: seconds added
-    assert labels["b"] != labels["d"] and "[" in labels["d"]  # the same second too: the run id added
+    kind = runs.kind_name("a")
+    assert labels["a"] == f"GPU-A · {kind} · 01-01 10:00:05"  # the same minute as b: seconds added
+    # the same second too: an ordinal by start, never the run id
+    assert {labels["b"], labels["d"]} == {f"GPU-A · {kind} · 01-01 10:00:40 #1", f"GPU-A · {kind} · 01-01 10:00:40 #2"}
+    assert not any(rid in lab for rid in "abd" for lab in (labels["a"], labels["b"], labels["d"]) if len(rid) > 3)
     assert set(runs.rows.run_label) == set(labels.values())
 
 

@@ -131,8 +131,8 @@ def test_selection_filters_name_the_field_when_nothing_matches(many):
 def test_sweep_draws_at_most_four_runs_and_says_how_many_were_left_out(many):
     runs, _ = many[20]
     fig = figures.sweep(runs.ok)
-    row_titles = [a.text for a in fig.layout.annotations if a.text and a.text.startswith("run-")]
-    assert sorted(row_titles) == ["run-016", "run-017", "run-018", "run-019"]  # the most recent four
+    facets = {a.text.split(" · EP ")[0] for a in fig.layout.annotations if a.text and a.text.startswith("run-")}
+    assert sorted(facets) == ["run-016", "run-017", "run-018", "run-019"]  # the most recent four
     note = [a.text for a in fig.layout.annotations if getattr(a, "name", None) == "dspark-note"]
     assert note and "16 more run(s) not drawn" in note[0]
     with pytest.raises(ValueError, match="max_runs must be a positive integer"):

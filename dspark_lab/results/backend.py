@@ -12,6 +12,7 @@ from typing import Callable, Optional
 import pandas as pd
 
 from dspark_lab.results import frames
+from dspark_lab.results.kinds import KINDS
 from dspark_lab.results.runs import MAX_COMPARED, Runs, one_process, point_label
 from dspark_lab.results.strategy_info import strategy_order
 
@@ -61,8 +62,7 @@ class RecordedBackend:
             raise ValueError("no one-process recorded rows to show (only real-rank or predicted runs)")
         self.headers = runs.headers
         self.max_options, self.side_by_side = max_options, side_by_side
-        with_rows = set(self.rows["run_id"].astype(str))
-        self.selection: list[str] = [r for r in runs.ranked_run_ids() if r in with_rows]
+        self.selection: list[str] = self._offered(runs.ranked_run_ids())
         self.filter_text = ""
         self._views: dict = {}
 
@@ -72,8 +72,27 @@ class RecordedBackend:
         return frames.flatten_timelines(self.runs.timelines)
 
     # -- choosing runs --------------------------------------------------------------------------
+    def _offered(self, ranked: list[str]) -> list[str]:
+        """The runs with one-process rows, in the order the run dropdown lists them: the richest grid
+        run (the latest default sweep of the newest machine) first, then grid runs, then the rest;
+        newest first within each."""
+        with_rows = set(self.rows["run_id"].astype(str))
+        ids = [r for r in ranked if r in with_rows]
+        if not ids:
+            return ids
+        richest = self.runs.richest_grid_run(ids if len(ids) < len(ranked) else None) or ids[0]
+        rank = {k: i for i, k in enumerate(KINDS)}
+        rest = sorted((r for r in ids if r != richest), key=lambda r: (rank.get(self.runs.kind_of(r), 99), ids.index(r)))
+        return ([richest] if richest in with_rows else []) + rest
+
     def side_by_side_runs(self) -> list[str]:
         return self.selection[:self.side_by_side]
+
+    def run_points(self, run: Optional[str]) -> pd.DataFrame:
+        """The one-process points (EP, batch, gamma, workload) of a run, or of the runs drawn side by side."""
+        ids = self.side_by_side_runs() if run in (None, ALL_RUNS) else [run]
+        r = self.rows[self.rows["run_id"].astype(str).isin(ids)]
+        return r.drop_duplicates(["ep_size", "batch_size", "gamma", "workload"])[["ep_size", "batch_size", "gamma", "workload"]]
 
     def filter_runs(self, text: str) -> str:
         """Narrow the runs offered: words separated by spaces, each `key=value` (keys: gpu, driver,
@@ -91,9 +110,8 @@ class RecordedBackend:
             else:
                 words.append(tok.lower())
         sub = self.runs.select(**kw) if kw else self.runs
-        with_rows = set(self.rows["run_id"].astype(str))
-        matched = set(sub.run_ids()) & with_rows
-        ids = [r for r in self.runs.ranked_run_ids() if r in matched]
+        matched = set(sub.run_ids())
+        ids = self._offered([r for r in self.runs.ranked_run_ids() if r in matched])
         if words:
             info = self.runs.run_info().set_index("run_id")
             hay = {rid: " ".join(str(v) for v in r.values).lower() for rid, r in info.iterrows()}
@@ -119,34 +137,41 @@ class RecordedBackend:
         return self._views[key]
 
     # -- the backend interface ------------------------------------------------------------------
-    def options(self) -> dict:
-        r = self.rows
+    def options(self, run: Optional[str] = None) -> dict:
+        """The controls' values: sliders and workloads over the points `run` holds (default: the run
+        the panel opens on; ALL_RUNS: the runs drawn side by side), strategies, and the runs listed."""
         labels = self.runs.labels()
         listed = self.selection[:self.max_options]
         k = len(self.side_by_side_runs())
+        pts = self.run_points(self.defaults()["run"] if run is None else run)
+        if pts.empty:
+            pts = self.run_points(ALL_RUNS)
         return {
-            "ep_size": sorted(int(v) for v in r["ep_size"].dropna().unique()),
-            "batch_size": sorted(int(v) for v in r["batch_size"].dropna().unique()),
-            "gamma": sorted(int(v) for v in r["gamma"].dropna().unique()),
-            "strategy": strategy_order(r["strategy"].dropna().unique()),
-            "workload": [w for w in r["workload"].value_counts().index],
+            "ep_size": sorted(int(v) for v in pts["ep_size"].dropna().unique()),
+            "batch_size": sorted(int(v) for v in pts["batch_size"].dropna().unique()),
+            "gamma": sorted(int(v) for v in pts["gamma"].dropna().unique()),
+            "strategy": strategy_order(self.rows["strategy"].dropna().unique()),
+            "workload": [w for w in pts["workload"].value_counts().index],
             "run": [(f"all selected, side by side ({k} run{'s' if k != 1 else ''})", ALL_RUNS)]
                    + [(labels.get(rid, rid), rid) for rid in listed],
         }
 
     def defaults(self) -> dict:
-        """The reference point (results.REFERENCE) of the headline's run among the runs listed."""
-        listed = self.selection[:self.max_options]
-        head = self._view(listed).headline()
-        run = head.entries[-1]["run_id"] if head.entries else listed[0]
+        """The reference point (results.REFERENCE) in the run listed first: the richest grid run of
+        the newest machine (the latest default sweep), where every slider moves over recorded points."""
+        if "defaults" in self._views:
+            return dict(self._views["defaults"])
+        run = self.selection[0]
         try:
             pt = self.runs.reference(run_id=run)
         except ValueError:
             pt = self.rows[self.rows["run_id"] == run]
         r0 = pt.iloc[0]
-        return {"ep_size": int(r0["ep_size"]), "batch_size": int(r0["batch_size"]), "gamma": int(r0["gamma"]),
-                "strategy": frames.default_strategy(self.rows["strategy"].dropna().unique()),
-                "workload": r0["workload"], "run": run}
+        out = {"ep_size": int(r0["ep_size"]), "batch_size": int(r0["batch_size"]), "gamma": int(r0["gamma"]),
+               "strategy": frames.default_strategy(self.rows["strategy"].dropna().unique()),
+               "workload": r0["workload"], "run": run}
+        self._views["defaults"] = out
+        return dict(out)
 
     def describe(self) -> str:
         n = len(self.runs.labels())
@@ -158,18 +183,39 @@ class RecordedBackend:
             where = f"{len(machines)} machines"
         return f"RECORDED data ({n} run(s): {where}). Each setting shows the nearest recorded point."
 
+    def _side_by_side(self, settings: dict, wl) -> tuple[list[str], str]:
+        """The runs drawn side by side at this setting: those of the first `side_by_side` selected
+        that hold exactly the asked point, and a sentence on the ones left out and why."""
+        pool = self.side_by_side_runs()
+        asked = {k: settings.get(k) for k in ("ep_size", "batch_size", "gamma")}
+        hold = self.runs.holding(pool, workload=wl, **asked)
+        if len(hold) == len(pool):
+            return hold, f"side by side: {len(hold)} run{'s' if len(hold) != 1 else ''}"
+        left = [self.runs.label_of(r) for r in pool if r not in hold]
+        what = f"EP {asked['ep_size']} · batch {asked['batch_size']} · gamma {asked['gamma']}"
+        if not hold:
+            return pool, (f"none of the {len(pool)} runs side by side recorded {what}; each shows its nearest point")
+        return hold, (f"side by side: {len(hold)} of {len(pool)} runs; left out, without a point at {what}: "
+                      + "; ".join(left))
+
     def get(self, settings: dict, on_progress: Optional[Callable] = None) -> PointData:
         wl = settings.get("workload")
         wl = wl if wl in set(self.rows["workload"]) else None
         run = settings.get("run")
-        runs = self._view(self.side_by_side_runs()) if run in (None, ALL_RUNS) else self.runs
-        run = None if run in (None, ALL_RUNS) else run
-        try:
-            rows = runs.nearest(ep_size=settings.get("ep_size"), batch_size=settings.get("batch_size"),
-                                gamma=settings.get("gamma"), workload=wl, run_id=run, ok_only=False,
-                                one_process_only=True)
-        except ValueError as e:
-            raise ValueError(f"run {run!r} has no recorded point for workload {wl!r} ({e})") from None
+        side = run in (None, ALL_RUNS)
+        if side:
+            ids, side_note = self._side_by_side(settings, wl)
+            runs, run = self._view(ids), None
+        else:
+            if str(run) not in set(self.runs.run_ids()):
+                raise ValueError(f"run {run!r} is not a recorded run; choose one from the run list")
+            runs, side_note = self.runs, ""
+            held = set(self.run_points(run)["workload"])
+            if wl not in held:  # this run recorded other workloads: show its own
+                wl = next(iter(self.run_points(run)["workload"]), None)
+        rows = runs.nearest(ep_size=settings.get("ep_size"), batch_size=settings.get("batch_size"),
+                            gamma=settings.get("gamma"), workload=wl, run_id=run, ok_only=False,
+                            one_process_only=True)
         parts = [frames.flatten_timelines(self.runs.timeline(r, p))
                  for r, p in dict.fromkeys(zip(rows["run_id"].astype(str), rows["point_id"]))]
         parts = [t for t in parts if not t.empty]
@@ -182,7 +228,10 @@ class RecordedBackend:
         diff = [f"{k.replace('_', ' ')} {asked[k]}" for k in asked if asked[k] is not None and asked[k] != got[k]]
         note = f"recorded point: {point_label(r0)}"
         if diff:
-            note += f" (nearest recorded; you asked {', '.join(diff)})"
+            where = self.runs.label_of(run) if run else "the runs side by side"
+            note += f" ({where} holds no point at {', '.join(diff)}; this is the nearest it holds)"
+        if side_note:
+            note += f"; {side_note}"
         return PointData(rows, tl, note, dict(settings))
 
 

@@ -12,7 +12,7 @@ from dspark_lab.results.schema import MACHINE_KEYS
 from dspark_lab.results.selection import failed_rows
 
 MAX_COMPARED = 4  # runs drawn side by side by default (report, panel "all selected"); the rest in tables
-INFO_COLUMNS = ["run_id", "label", "name", "file", *MACHINE_KEYS, "created"]
+INFO_COLUMNS = ["run_id", "label", "kind", "part", "name", "file", *MACHINE_KEYS, "created"]
 
 
 def started(headers: Sequence[dict]) -> dict:
@@ -35,9 +35,11 @@ def newest_started(headers: Sequence[dict], run_ids: Iterable[str]) -> list[str]
     return sorted(run_ids, key=lambda r: (when.get(r, ""), r), reverse=True)
 
 
-def run_info(rows: pd.DataFrame, headers: Sequence[dict], labels: dict, run_ids: Sequence[str]) -> pd.DataFrame:
-    """One row per run (in `run_ids` order): run_id, label, name, file (its stem), gpu, driver, cuda,
-    torch, created; from the header, else from the run's first row."""
+def run_info(rows: pd.DataFrame, headers: Sequence[dict], labels: dict, run_ids: Sequence[str],
+             kinds: Optional[dict] = None, parts: Optional[dict] = None) -> pd.DataFrame:
+    """One row per run (in `run_ids` order): run_id, label, kind, part (of an EP recording), name,
+    file (its stem), gpu, driver, cuda, torch, created; from the header, else from the run's first row."""
+    kinds, parts = kinds or {}, parts or {}
     by_id = {str(h.get("run_id")): h for h in headers}
     firsts = rows.drop_duplicates("run_id")
     first = firsts.set_index(firsts["run_id"].astype(str)) if len(rows) else pd.DataFrame()
@@ -54,7 +56,8 @@ def run_info(rows: pd.DataFrame, headers: Sequence[dict], labels: dict, run_ids:
             r = first.loc[rid] if rid in first.index else {}
             vals = {k: r.get(k) for k in MACHINE_KEYS}
             created, name = (r.get("recorded_at") if len(r) else "") or "", None
-        out.append({"run_id": rid, "label": labels.get(rid, rid), "name": name or "", "file": file,
+        out.append({"run_id": rid, "label": labels.get(rid, rid), "kind": kinds.get(rid, ""),
+                    "part": parts.get(rid, ""), "name": name or "", "file": file,
                     **{k: "unknown" if v is None or v != v else str(v) for k, v in vals.items()},
                     "created": str(created).replace(" ", "T")})
     return pd.DataFrame(out, columns=INFO_COLUMNS)
@@ -94,11 +97,27 @@ def _per_run_counts(rows: pd.DataFrame) -> tuple[dict, dict, dict]:
     return points, failed, mw
 
 
+def _grid_text(sweep: dict, run_rows: pd.DataFrame) -> str:
+    """The points a run recorded: its header's grid, else the EP sizes, batches and gammas of its rows."""
+    if all(isinstance(sweep.get(k), (list, tuple)) for k in ("ep_size", "batch_size", "gamma")):
+        return f"EP {sweep['ep_size']} × batch {sweep['batch_size']} × gamma {sweep['gamma']}"
+    if run_rows is None or run_rows.empty:
+        return ""
+    vals = {k: sorted({int(v) for v in run_rows[k].dropna()}) for k in ("ep_size", "batch_size", "gamma")}
+    text = f"EP {vals['ep_size']} × batch {vals['batch_size']} × gamma {vals['gamma']}"
+    if "dispatch" in run_rows.columns:
+        d = sorted(v for v in run_rows["dispatch"].dropna().astype(str).unique() if v)
+        text += f" · dispatch {', '.join(d)}" if d else ""
+    return text
+
+
 def run_table(rows: pd.DataFrame, headers: Sequence[dict], labels: dict, run_ids: Sequence[str],
-              disturbance: pd.DataFrame) -> pd.DataFrame:
+              disturbance: pd.DataFrame, kinds: Optional[dict] = None) -> pd.DataFrame:
     """One row per run: label, machine, when, points (failed too), model / workload, sweep, and at
     how many points the whole run is disturbed (`disturbance`: noise.run_disturbance's table)."""
     by_id = {str(h.get("run_id")): h for h in headers}
+    kinds = kinds or {}
+    by_run = dict(tuple(rows.groupby(rows["run_id"].astype(str), sort=False))) if len(rows) else {}
     points, failed, mw = _per_run_counts(rows)
     rd = disturbance
     disturbed_at = rd[rd["run_disturbed"]].groupby("run_id")["point_id"].nunique().to_dict() if len(rd) else {}
@@ -109,13 +128,12 @@ def run_table(rows: pd.DataFrame, headers: Sequence[dict], labels: dict, run_ids
         fp = h.get("fingerprint") or h
         sweep = h.get("sweep") or {}
         out.append({
-            "run": labels.get(rid, rid), "run id": rid, "GPU": gpu_name(fp.get("gpu")),
+            "run": labels.get(rid, rid), "kind": kinds.get(rid, ""), "run id": rid, "GPU": gpu_name(fp.get("gpu")),
             "driver": fp.get("driver"), "CUDA": fp.get("cuda"), "torch": fp.get("torch"),
             "recorded": h.get("created_at") or h.get("recorded_at"), "points": int(points.get(rid, 0)),
             "failed points": int(failed.get(rid, 0)),
             "model / workload": ", ".join(sorted(mw.get(rid, ()))),
-            "sweep": (f"EP {sweep.get('ep_size')} × batch {sweep.get('batch_size')} × gamma {sweep.get('gamma')}"
-                      if sweep else ""),
+            "sweep": _grid_text(sweep if isinstance(sweep, dict) else {}, by_run.get(rid)),
             # results.noise.RUN_RULE: points where this whole run is disturbed, of those with a peer run to judge by
             "disturbed run at": (f"{int(disturbed_at.get(rid, 0))} of {int(judged[rid])} points"
                                  if rid in judged else "not judged"),

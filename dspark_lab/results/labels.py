@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Optional, Sequence
 
 import pandas as pd
 
@@ -14,6 +14,12 @@ def point_label(row) -> str:
     get = row.get if hasattr(row, "get") else (lambda k, d=None: getattr(row, k, d))
     parts = [f"EP {get('ep_size')}", f"batch {get('batch_size')}", f"gamma {get('gamma')}"]
     mode = get("ep_mode")
+    try:
+        many = int(get("ep_size")) > 1
+    except (TypeError, ValueError):
+        many = False
+    if many and mode not in EP_MODE_LABELS:  # one process at EP > 1 flips the predicate (older rows say nothing)
+        mode = "predicate_only"
     if mode in EP_MODE_LABELS:  # how EP was run (schema.RANK_COLUMNS); nothing to say at EP 1
         parts[0] += f" ({EP_MODE_LABELS[mode]})"
     if get("workload") is not None:
@@ -42,22 +48,52 @@ def _run_facts(headers: Sequence[dict], rows: pd.DataFrame) -> dict:
     return info
 
 
+def short_gpu(gpu) -> str:
+    """'NVIDIA H200' -> 'H200' (labels stay short; tables keep the full name)."""
+    g = gpu_name(gpu)
+    return g[len("NVIDIA "):] if g.startswith("NVIDIA ") else g
+
+
 def _when(at: str, n: int) -> str:
+    """'2026-11-30T17:12:06+00:00' -> '11-30 17:12' (n=16) or '11-30 17:12:06' (n=19)."""
     s = str(at).replace("T", " ")
-    return s[:16] if n == 16 else s[:19]
+    return s[5:n] if len(s) >= n else s
 
 
-def run_labels(headers: Sequence[dict], rows: pd.DataFrame) -> dict:
-    """run_id -> a short unique label: the header's `name` when given at record time, else the GPU
-    with the date and time the run started (seconds, then the run id, added only to break ties)."""
+def run_labels(headers: Sequence[dict], rows: pd.DataFrame, kinds: Optional[dict] = None,
+               parts: Optional[dict] = None) -> dict:
+    """run_id -> a short unique label naming the machine, the run's kind and when it started:
+    "H200 · default sweep · 11-30 17:12", "H200 ×2 · EP real a2a_fixed · 11-30 17:47" (`kinds`:
+    run_id -> kind name; `parts`: run_id -> what an EP recording's file holds: real ranks' dispatch).
+    The header's `name`, when given at record time, is the label. Seconds, then an ordinal, are added
+    only where labels would repeat (the run id never needs to be shown)."""
     info = _run_facts(headers, rows)
-    labels = {rid: (str(i["name"]) if i.get("name") else f"{gpu_name(i['gpu'])} {_when(i['at'], 16)}".strip())
-              for rid, i in info.items()}
+    kinds, parts = kinds or {}, parts or {}
+    world = {str(h.get("run_id")): h.get("world_size") for h in headers}
+
+    def label(rid: str, width: int) -> str:
+        i = info[rid]
+        if i.get("name"):  # the name given at record time, as given (the time added only to break ties)
+            return str(i["name"]) if width == 16 else f"{i['name']} · {_when(i['at'], width)}"
+        who = short_gpu(i["gpu"])
+        w = world.get(rid)
+        if isinstance(w, int) and w > 1:
+            who += f" ×{w}"
+        part = parts.get(rid, "") if kinds.get(rid) == "EP real" else ""
+        what = " ".join(p for p in (kinds.get(rid, ""), part) if p)
+        return " · ".join(p for p in (who, what, _when(i["at"], width)) if p)
+
+    labels = {rid: label(rid, 16) for rid in info}
     for width in (19, None):
         counts = pd.Series(list(labels.values())).value_counts()
-        for rid, lab in list(labels.items()):
-            if counts.get(lab, 0) > 1:
-                i = info[rid]
-                labels[rid] = (f"{gpu_name(i['gpu'])} {_when(i['at'], 19)}" if width and not i.get("name")
-                               else f"{lab} [{rid}]")
+        for rid in list(labels):
+            if counts.get(labels[rid], 0) > 1:
+                labels[rid] = label(rid, width) if width else labels[rid]
+        if width is None:
+            seen: dict = {}
+            for rid in sorted(labels, key=lambda r: (str(info[r]["at"]), r)):
+                lab = labels[rid]
+                if counts.get(lab, 0) > 1:
+                    seen[lab] = seen.get(lab, 0) + 1
+                    labels[rid] = f"{lab} #{seen[lab]}"
     return labels

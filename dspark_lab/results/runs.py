@@ -19,7 +19,7 @@ from typing import Iterable, Optional, Sequence
 
 import pandas as pd
 
-from dspark_lab.results import catalog, noise, run_filters, selection, summaries
+from dspark_lab.results import catalog, kinds, noise, run_filters, selection, summaries
 from dspark_lab.results.catalog import MAX_COMPARED
 from dspark_lab.results.headline import HEADLINE_RULE, Headline, headline as _headline
 from dspark_lab.results.labels import EP_MODE_LABELS, gpu_name, point_label, run_labels
@@ -51,7 +51,14 @@ class Runs:
         rows = noise.judged(rows.reset_index(drop=True))
         if "run_id" not in rows.columns:
             rows = rows.assign(run_id="")
-        self._labels = dict(labels) if labels is not None else run_labels(self.headers, rows)
+        self._kinds = kinds.run_kinds(self.headers, rows)
+        by_run = dict(tuple(rows.groupby(rows["run_id"].astype(str), sort=False))) if len(rows) else {}
+        self._parts = {str(h.get("run_id")): kinds.part_name(h, self._kinds.get(str(h.get("run_id")), ""),
+                                                              by_run.get(str(h.get("run_id"))))
+                       for h in self.headers}
+        self._recordings = kinds.recordings(self.headers, self._kinds)
+        self._labels = dict(labels) if labels is not None else run_labels(
+            self.headers, rows, {r: kinds.KINDS[k] for r, k in self._kinds.items()}, self._parts)
         self.rows = rows.assign(run_label=rows["run_id"].astype(str).map(self._labels))
         self._source = timelines if isinstance(timelines, TimelineSource) else None
         self._timelines = None if self._source is not None else (
@@ -108,6 +115,71 @@ class Runs:
         """The run's label (its id when it has none)."""
         return self._labels.get(str(run_id), run_id)
 
+    def kind_of(self, run_id: str) -> str:
+        """The run's kind key (results.kinds.KINDS): "default_sweep", "reference", "ep_real", ..."""
+        return self._kinds.get(str(run_id), "single_point")
+
+    def kind_name(self, run_id: str) -> str:
+        """The run's kind as views say it ("default sweep")."""
+        return kinds.KINDS[self.kind_of(run_id)]
+
+    def part_of(self, run_id: str) -> str:
+        """What an EP recording's file holds ("a2a_fixed", "prediction"); "" for other runs."""
+        return self._parts.get(str(run_id), "")
+
+    def recording_of(self, run_id: str) -> str:
+        """The EP recording this run is a part of (its first file's run id); the run itself otherwise."""
+        return self._recordings.get(str(run_id), str(run_id))
+
+    def runs_of_kind(self, *kind: str, newest_first: bool = True) -> list[str]:
+        """Runs of these kinds (results.kinds.KINDS keys), the most recently started first."""
+        for k in kind:
+            kinds.check_kind(k)
+        ids = [r for r in self.run_ids() if self.kind_of(r) in kind]
+        return self.newest_started(ids) if newest_first else ids
+
+    def grid_size(self, run_id: str) -> int:
+        """How many one-process points (EP x batch x gamma x workload) the run holds."""
+        ok = one_process(self.ok)
+        ok = ok[ok["run_id"].astype(str) == str(run_id)]
+        return int(ok.drop_duplicates(["ep_size", "batch_size", "gamma", "workload"]).shape[0]) if len(ok) else 0
+
+    def richest_grid_run(self, run_ids: Optional[Iterable[str]] = None) -> Optional[str]:
+        """The run a view that moves over EP, batch and gamma should open on: of the newest
+        machine's runs (or of `run_ids`), the latest default sweep, else the grid run with the most
+        points, else the run with the most points; None when there are no runs."""
+        ids = list(run_ids) if run_ids is not None else self.ranked_run_ids()
+        if not ids:
+            return None
+        if run_ids is None:  # the newest machine's runs
+            info = self.run_info().set_index("run_id")
+            m = tuple(info.loc[ids[0], list(MACHINE_KEYS)])
+            ids = [r for r in ids if tuple(info.loc[r, list(MACHINE_KEYS)]) == m]
+        newest = self.newest_started(ids)
+        for kind in kinds.GRID_KINDS[:1]:
+            hit = [r for r in newest if self.kind_of(r) == kind and self.grid_size(r) > 1]
+            if hit:
+                return hit[0]
+        return max(newest, key=lambda r: (self.kind_of(r) in kinds.GRID_KINDS, self.grid_size(r)))
+
+    def grid_runs(self, limit: int = MAX_COMPARED) -> list[str]:
+        """Runs to draw as sweeps (a line over batch size needs ≥ 2 points): grid kinds first, the
+        newest machine's first, newest first; at most `limit`."""
+        ranked = self.ranked_run_ids()
+        grid = [r for r in ranked if self.grid_size(r) > 1 and self.kind_of(r) not in kinds.EP_KINDS]
+        order = {k: i for i, k in enumerate(kinds.GRID_KINDS)}
+        return sorted(grid, key=lambda r: (order.get(self.kind_of(r), len(order)), ranked.index(r)))[:limit]
+
+    def holding(self, run_ids: Iterable[str], *, ep_size=None, batch_size=None, gamma=None,
+                workload=None) -> list[str]:
+        """Those of `run_ids` that recorded exactly this point (one-process, successful rows)."""
+        ok = one_process(self.ok)
+        for col, want in (("ep_size", ep_size), ("batch_size", batch_size), ("gamma", gamma), ("workload", workload)):
+            if want is not None:
+                ok = ok[ok[col] == want]
+        have = set(ok["run_id"].astype(str))
+        return [str(r) for r in run_ids if str(r) in have]
+
     def run_ids(self) -> list[str]:
         return list(self._memoized("run_ids", lambda: catalog.run_order(self.headers, self.rows)))
 
@@ -117,12 +189,14 @@ class Runs:
 
     def table(self) -> pd.DataFrame:
         """One row per run: label, machine, when, points (failed too), model / workload, sweep."""
-        return catalog.run_table(self.rows, self.headers, self._labels, self.run_ids(), self.run_disturbance())
+        return catalog.run_table(self.rows, self.headers, self._labels, self.run_ids(), self.run_disturbance(),
+                                 {r: kinds.KINDS[k] for r, k in self._kinds.items()})
 
     def run_info(self) -> pd.DataFrame:
         """One row per run (oldest first): run_id, label, name, file (its stem), gpu, driver, cuda, torch, created."""
-        return self._memoized("run_info", lambda: catalog.run_info(self.rows, self.headers, self._labels,
-                                                                   self.run_ids())).copy()
+        return self._memoized("run_info", lambda: catalog.run_info(
+            self.rows, self.headers, self._labels, self.run_ids(),
+            {r: kinds.KINDS[k] for r, k in self._kinds.items()}, self._parts)).copy()
 
     def ranked_run_ids(self) -> list[str]:
         """Runs in the order views offer them: the latest run of each machine (GPU, driver, CUDA,
@@ -130,11 +204,26 @@ class Runs:
         return catalog.ranked_run_ids(self.run_info())
 
     def default_selection(self, limit: int = MAX_COMPARED) -> list[str]:
-        """The runs compared when none are chosen: the latest run of each machine, then, while there
-        is room, the next most recent runs; at most `limit` (ranked_run_ids)."""
+        """The runs compared when none are chosen, all holding the headline's point so that every
+        one is drawn: the headline run of each machine, then the other runs that recorded that point
+        (one process; the latest of each machine first, then the newest); at most `limit`. Without
+        a headline: ranked_run_ids."""
         if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
             raise ValueError(f"limit must be a positive integer, got {limit!r}")
-        return self.ranked_run_ids()[:limit]
+        return self._memoized(f"default_selection{limit}", lambda: self._default_selection(limit))
+
+    def _default_selection(self, limit: int) -> list[str]:
+        ranked = self.ranked_run_ids()
+        entries = self.headline().entries
+        if not entries:
+            return ranked[:limit]
+        first = self.newest_started([str(e["run_id"]) for e in entries])  # newest machine's first
+        r0 = one_process(self.ok)
+        r0 = r0[(r0["run_id"].astype(str) == first[0])]
+        r0 = selection.reference(r0, first[0]).iloc[0]
+        hold = self.holding(ranked, ep_size=r0["ep_size"], batch_size=r0["batch_size"], gamma=r0["gamma"],
+                            workload=r0["workload"])
+        return list(dict.fromkeys(first + hold))[:limit]
 
     def select(self, *, gpu: Optional[str] = None, driver: Optional[str] = None, cuda: Optional[str] = None,
                torch: Optional[str] = None, since=None, until=None, name: Optional[str] = None,

@@ -175,7 +175,9 @@ class Panel:
             side += [self.run_filter, self.run_note]
         return W.VBox([
             self.mode_html,
-            W.HBox([W.VBox([c["ep_size"], c["batch_size"], c["gamma"]]), W.VBox(side)]),
+            # The sliders' column keeps its width (readouts included) beside the dropdowns'.
+            W.HBox([W.VBox([c["ep_size"], c["batch_size"], c["gamma"]],
+                           layout=W.Layout(min_width="420px", flex="0 0 auto")), W.VBox(side)]),
             W.HBox([self.progress, self.status]),
             self.error,
             *(self.figs[k] for k in FIGURE_HEIGHTS),
@@ -226,8 +228,31 @@ class Panel:
         self.refresh()
 
     def _on_change(self, change) -> None:
-        if not self._hold:
-            self.refresh()
+        if self._hold:
+            return
+        if "run" in self.controls and change.get("owner") is self.controls["run"]:
+            self._offer_run_points(change["new"])
+        self.refresh()
+
+    def _offer_run_points(self, run) -> None:
+        """Sliders and workloads offer the points the chosen run holds (a one-point run: one value
+        each); a value it lacks moves to the nearest it holds."""
+        opts = self.backend.options(run)
+        self._hold = True
+        try:
+            for name in ("ep_size", "batch_size", "gamma"):
+                w, vals = self.controls[name], opts[name]
+                if list(w.options) != vals:
+                    v = w.value
+                    w.options = vals
+                    w.value = v if v in vals else min(vals, key=lambda x: abs(x - v))
+            wl = self.controls["workload"]
+            if list(wl.options) != opts["workload"]:
+                keep = wl.value
+                wl.options = opts["workload"]
+                wl.value = keep if keep in opts["workload"] else opts["workload"][0]
+        finally:
+            self._hold = False
 
     def refresh(self) -> None:
         s = self.settings()

@@ -170,7 +170,7 @@ def build_html(runs: Runs, *, title: str = "dspark-lab: how num_token_non_padded
     parts += _comparisons(shown)
     fig_html = _FigureHtml()
     parts += _points(shown, fig_html)
-    parts += _sweeps(shown, fig_html)
+    parts += _sweeps(runs, shown, fig_html, chosen=compare is not None)
     parts += card_sections(fig_html, cards, hazard_records)
     parts += _failed(shown)
     parts += _all_runs(runs, ids)
@@ -197,7 +197,7 @@ def _preface(all_runs: Runs, ids: list, compare, max_compared: int) -> list[str]
     n_all, n_machines = len(all_runs.run_ids()), len(all_runs.machines())
     labels = all_runs.labels()
     how = ("chosen" if compare is not None else
-           "by default: the latest run of each machine, then the most recent runs")
+           "by default: the headline run of each machine, then the newest other runs that recorded its point")
     return [f"<p class='muted'>Generated {esc(now)} from {n_all} recorded run(s) on {n_machines} machine(s) "
             f"({len(all_runs.rows)} rows). Every number below comes from these recorded runs; each figure "
             "names the GPU, driver, torch and date it shows.</p>",
@@ -274,12 +274,20 @@ def _points(runs: Runs, fig_html: _FigureHtml) -> list[str]:
     return parts
 
 
-def _sweeps(runs: Runs, fig_html: _FigureHtml) -> list[str]:
-    ok = runs.ok
-    if ok.empty:
+def _sweeps(runs: Runs, shown: Runs, fig_html: _FigureHtml, chosen: bool) -> list[str]:
+    """The compared runs that hold a grid; when the default selection holds none (one-point runs of
+    the headline's point), the latest grid runs (Runs.grid_runs), said so."""
+    ids = [r for r in shown.run_ids() if shown.grid_size(r) > 1]
+    note = ""
+    if not ids and not chosen:
+        ids = runs.grid_runs()
+        note = (f"<p class='muted'>The compared runs hold one point each; the sweeps are the {len(ids)} most recent "
+                f"grid run(s): {html.escape('; '.join(runs.label_of(r) for r in ids))}.</p>")
+    if not ids:
         return []
-    parts = ["<h2>Sweeps</h2>"]
-    for (model, wl), g in ok.groupby(["model", "workload"], sort=False):
+    grid = runs.subset(ids)
+    parts = ["<h2>Sweeps</h2>"] + ([note] if note else [])
+    for (model, wl), g in grid.ok.groupby(["model", "workload"], sort=False):
         if g["point_id"].nunique() > 1:
             parts.append(fig_html(figures.sweep(g, workload=wl, model=model)))
     return parts

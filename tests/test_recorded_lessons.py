@@ -1,0 +1,160 @@
+"""Recorded mode that teaches (issue 19): every run says its kind, views pick the runs their lesson
+needs and say what they picked. On the committed H200 runs (a fixed input) and on synthetic headers."""
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from dspark_lab.results import Runs, kinds, picks
+from dspark_lab.results.backend import ALL_RUNS, RecordedBackend
+from dspark_lab.run.sweep import PRESETS
+from dspark_lab.views import figures, report
+from helpers import COMMITTED_DATA as DATA
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return Runs.load(DATA)
+
+
+def test_preset_grids_match_the_sweep_presets():
+    for name, key in (("default", "default_sweep"), ("quick", "quick_sweep")):
+        spec = PRESETS[name]
+        assert kinds.PRESET_GRIDS[key] == (spec.ep_sizes, spec.batch_sizes, spec.gammas)
+
+
+@pytest.mark.parametrize("header, rows, kind", [
+    ({"run_kind": "live"}, None, "live"),
+    ({"ep_mode": "predicted"}, None, "ep_predicted"),
+    ({"ep_mode": "real", "world_size": 2}, None, "ep_real"),
+    ({"ep_mode": "predicate_only", "world_size": 1}, None, "ep_one_gpu"),
+    ({"sweep": {"stage": "gpu_sync_cost", "points": [{}, {}]}}, None, "sync_cost"),
+    ({"sweep": {"preset": "sglang_profile", "ep_size": [1, 8], "batch_size": [8], "gamma": [4]}}, None, "preset_check"),
+    ({"sweep": {"ep_size": [1, 8], "batch_size": [1, 8, 32, 128], "gamma": [2, 4, 8]}}, None, "default_sweep"),
+    ({"sweep": {"ep_size": [1, 8], "batch_size": [1, 32], "gamma": [4]}}, None, "quick_sweep"),
+    ({"sweep": {"ep_size": [2], "batch_size": [8, 16], "gamma": [4]}}, None, "sweep"),
+    ({"adaptive": {}, "sweep": {"ep_size": [8], "batch_size": [8], "gamma": [4]}}, None, "reference"),
+    ({"sweep": {"ep_size": [8], "batch_size": [8], "gamma": [4]}}, None, "single_point"),
+    ({}, pd.DataFrame({"ep_mode": ["real"], "ep_size": [2], "batch_size": [8], "gamma": [4]}), "ep_real"),
+])
+def test_a_run_kind_is_derived_from_its_recorded_shape(header, rows, kind):
+    assert kinds.derive_kind(header, rows) == kind
+
+
+def test_an_unknown_kind_is_refused_naming_the_allowed_ones():
+    with pytest.raises(ValueError, match="run_kind 'nightly' is not known; allowed: default_sweep"):
+        kinds.check_kind("nightly")
+
+
+def test_every_committed_label_is_unique_names_its_kind_and_no_run_id(runs):
+    labels = runs.labels()
+    assert len(set(labels.values())) == len(labels)
+    for rid, lab in labels.items():
+        assert runs.kind_name(rid) in lab, lab
+        assert rid not in lab and "[" not in lab
+    assert labels["20261130-171206-3e7c5c"] == "H200 · default sweep · 11-30 17:12"
+    assert labels["20261130-174726-ad724d"] == "H200 ×2 · EP real a2a_fixed · 11-30 17:47"
+
+
+def test_an_ep_recordings_files_are_one_recording_with_parts(runs):
+    info = runs.run_info()
+    late = info[info["created"] >= "2026-11-30T17:46"]
+    ep = late[late["kind"].str.startswith("EP")]
+    assert len(ep) == 5 and len({runs.recording_of(r) for r in ep["run_id"]}) == 1
+    assert set(ep["part"]) == {"allreduce", "a2a_fixed", "a2a_dynamic", "one-GPU twin", "prediction"}
+    early = info[(info["created"] < "2026-11-30T17:00") & info["kind"].str.startswith("EP")]
+    assert len(early) == 5 and {runs.recording_of(r) for r in early["run_id"]}.isdisjoint(
+        {runs.recording_of(r) for r in ep["run_id"]})
+
+
+def test_the_run_table_says_the_kind_and_never_none_for_the_grid(runs):
+    t = runs.table()
+    assert "kind" in t.columns and (t["kind"] != "").all()
+    assert not t["sweep"].str.contains("None").any(), t[t["sweep"].str.contains("None")]
+
+
+def test_the_recorded_panel_opens_on_the_latest_default_sweep_and_moves_over_its_points(runs):
+    b = RecordedBackend(runs)
+    d = b.defaults()
+    assert runs.kind_of(d["run"]) == "default_sweep" and d["run"] == runs.runs_of_kind("default_sweep")[0]
+    o = b.options()
+    assert (o["ep_size"], o["batch_size"], o["gamma"]) == ([1, 8], [1, 8, 32, 128], [2, 4, 8])
+    assert o["run"][1][1] == d["run"]  # listed first after "side by side"
+    seen = set()
+    for ep in o["ep_size"]:
+        for batch in o["batch_size"]:
+            for gamma in o["gamma"]:
+                got = b.get({**d, "ep_size": ep, "batch_size": batch, "gamma": gamma})
+                r0 = got.rows.iloc[0]
+                assert (r0.ep_size, r0.batch_size, r0.gamma) == (ep, batch, gamma)  # exactly the asked point
+                assert "holds no point" not in got.note
+                seen.add(r0.point_id)
+    assert len(seen) == 24
+
+
+def test_a_one_point_run_offers_its_one_value_and_a_missing_setting_is_a_sentence(runs):
+    b = RecordedBackend(runs)
+    ref = runs.runs_of_kind("reference")[0]
+    o = b.options(ref)
+    assert (o["ep_size"], o["batch_size"], o["gamma"]) == ([8], [8], [4])
+    got = b.get({**b.defaults(), "run": ref, "ep_size": 1, "batch_size": 32})
+    assert got.note.endswith(f"({runs.label_of(ref)} holds no point at ep size 1, batch size 32; "
+                             "this is the nearest it holds)")
+
+
+def test_side_by_side_takes_only_runs_holding_the_point_and_says_which_it_left_out(runs):
+    b = RecordedBackend(runs)
+    b.side_by_side = 6  # the four default sweeps, the quick sweep and a reference run
+    pool = b.side_by_side_runs()
+    got = b.get({**b.defaults(), "run": ALL_RUNS, "ep_size": 1, "batch_size": 8, "gamma": 4})
+    hold = runs.holding(pool, ep_size=1, batch_size=8, gamma=4, workload="sglang_profile")
+    assert 0 < len(hold) < len(pool)
+    assert set(got.rows.run_id.astype(str)) == set(hold)
+    assert f"side by side: {len(hold)} of {len(pool)} runs; left out, without a point at EP 1 · batch 8 · gamma 4:" in got.note
+    for r in set(pool) - set(hold):
+        assert runs.label_of(r) in got.note
+
+
+def test_picks_name_the_point_and_the_kind(runs):
+    ep1 = picks.ep1_point(runs)
+    assert set(ep1.rows.ep_size) == {1} and ep1.kind == "default_sweep"
+    real = picks.real_ep(runs)
+    assert real.dispatch == "a2a_fixed" and set(real.rows.dispatch) == {"a2a_fixed", "allreduce", "a2a_dynamic"}
+    assert real.rows.run_id.nunique() == 3  # the newest recording's three real-rank files
+    stand = picks.stand_in_sweep(runs)
+    assert stand.kind == "default_sweep" and runs.grid_size(stand.run_ids[0]) == 24
+
+
+def test_picks_without_the_data_they_need_say_so():
+    empty = Runs(pd.DataFrame({"run_id": ["a"], "ep_size": [8], "batch_size": [8], "gamma": [4], "workload": ["w"],
+                               "model": ["m"], "strategy": ["device_direct"], "status": ["ok"], "step_ms": [1.0],
+                               "point_id": ["p"], "trial": [0]}), None, [])
+    assert picks.ep1_point(empty).empty and "no EP-1 point recorded" in picks.ep1_point(empty).note
+    assert picks.real_ep(empty).empty and "no real-EP run recorded" in picks.real_ep(empty).note
+
+
+def test_the_report_features_the_headline_run_and_draws_every_compared_run(runs):
+    text = report.build_html(runs)
+    head = runs.headline().entries[0]
+    chosen = runs.default_selection()
+    assert chosen[0] == head["run_id"]
+    first_point = text.index("<h2>" + head["point"].split(" · sglang")[0])
+    comparison = text[first_point:text.index("Step time by strategy", first_point) + 20000]
+    for rid in chosen:
+        assert runs.label_of(rid) in comparison, runs.label_of(rid)
+    sweeps = text[text.index("<h2>Sweeps</h2>"):]
+    assert all(runs.label_of(r) in sweeps for r in runs.grid_runs())
+
+
+def test_the_sweep_figure_draws_only_runs_with_lines_and_at_most_five_per_facet(runs):
+    ok = runs.ok[runs.ok.run_id.astype(str).isin(runs.grid_runs() + runs.runs_of_kind("reference")[:2])]
+    fig = figures.sweep(ok, workload="sglang_profile")
+    per_facet: dict = {}
+    for tr in fig.data:
+        per_facet.setdefault((tr.xaxis, tr.yaxis), set()).add(tr.name)
+    assert per_facet and max(len(v) for v in per_facet.values()) <= 5
+    assert "2 run(s) with one batch size per EP not drawn" in fig.layout.annotations[-1].text
+    assert all(a.textangle in (None, 0) for a in fig.layout.annotations)
+    assert re.search(r"gamma 4 \(of 2, 4, 8\)", fig.layout.title.subtitle.text)
