@@ -180,3 +180,30 @@ def assert_ep_section_drawn(cells, data: Path, run_id: str, dispatch: str) -> st
     tables = _share_tables(cells)
     assert tables and "only rank 0 device_direct" in tables[0]
     return text
+
+
+def synthetic_card(gpu="SYNTH-GPU-A", driver="1.0", waits_from=4 << 20, queued_ms=10.0, reps=3,
+                   recorded="2026-01-01T10:00:00+00:00") -> dict:
+    """A platform card in results.card's format with made-up times (clearly not GPU data): the copy runs
+    at 20 KB/µs; the blocking forms wait for the queue at every size, a pageable non-blocking H2D
+    copy (and the pinned non-contiguous one, staged through pageable memory) from `waits_from` bytes up,
+    every other form returns in 8 µs."""
+    from dspark_lab.results import card
+
+    always = {"pageable_copy", "pinned_copy", "tensor_device", "into_pageable_nb", "cpu", "readback"}
+    from_size = {"pageable_to_nb", "pinned_strided_to_nb"}
+    cells = []
+    for source, (direction, _, cap) in card.SOURCES.items():
+        for size in card.SIZES:
+            if cap is not None and size > cap:
+                continue
+            copy_us = size / 2e4 + 2
+            for q in (0.0, queued_ms):
+                blocks = source in always or (source in from_size and size >= waits_from)
+                host = (q * 1e3 + copy_us + 10) if blocks else 8.0
+                cells.append(dict(direction=direction, source=source, size_bytes=size, queued_ms=q,
+                                  host_us=[host * (1 + 0.01 * k) for k in range(reps)], copy_gpu_us=copy_us,
+                                  debug_syncs=int(blocks), trace_syncs=int(blocks), gpu_copies=[]))
+    return {"kind": card.CARD_KIND, "schema": card.CARD_SCHEMA, "recorded": recorded, "queued_ms": [0.0, queued_ms],
+            "reps": reps, "fingerprint": {"gpu": gpu, "driver": driver, "cuda": "12.0", "torch": "2.0-synth"},
+            "cells": cells}

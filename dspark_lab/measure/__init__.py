@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 
-_SUBMODULES = ("breakdown", "intervals", "loop", "probe", "ranges", "step", "syncs", "timing", "trace")
+_SUBMODULES = ("breakdown", "card", "hazards", "intervals", "loop", "probe", "ranges", "step", "syncs", "timing", "trace")
 _FROM_STEP = ("StepReport", "as_step", "measure_step")
 
 __all__ = list(_SUBMODULES + _FROM_STEP)

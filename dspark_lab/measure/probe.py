@@ -65,12 +65,17 @@ def _host_us(fn, reps: int) -> np.ndarray:
 _CLOCK_HZ = [1.5e9]  # GPU cycles per second for torch.cuda._sleep, calibrated per run
 
 
-def _busy_kernel(ms: float) -> None:
+def busy_kernel(ms: float) -> None:
     """Queue about `ms` of GPU work (torch.cuda._sleep spins for a number of cycles)."""
     torch.cuda._sleep(int(ms * 1e-3 * _CLOCK_HZ[0]))
 
 
-def _calibrate_sleep() -> None:
+def sleep_clock_hz() -> float:
+    """The GPU cycles per second busy_kernel assumes (calibrated by calibrate_sleep)."""
+    return _CLOCK_HZ[0]
+
+
+def calibrate_sleep() -> None:
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(1_000_000)
     a.record()
@@ -91,7 +96,7 @@ def run_probe(reps: int = 30, queued_ms: float = 10.0) -> dict:
     if not torch.cuda.is_available():
         return {"available": False, "reason": "no CUDA device: the probe needs a GPU", "pageable_nonblocking_blocks": None}
     dev = torch.device("cuda")
-    _calibrate_sleep()
+    calibrate_sleep()
     ep8 = ParallelSettings(ep_size=8)  # predicate true, so on-demand strategies do copy
     buf = torch.zeros((), dtype=torch.int32, device=dev)
     result: dict = {"available": True, "queued_ms": queued_ms, "strategies": {}}
@@ -107,7 +112,7 @@ def run_probe(reps: int = 30, queued_ms: float = 10.0) -> dict:
             torch.cuda.synchronize()
             idle.append(_host_us(call, 1)[0])
             torch.cuda.synchronize()
-            _busy_kernel(queued_ms)
+            busy_kernel(queued_ms)
             queued.append(_host_us(call, 1)[0])
         torch.cuda.synchronize()
         result["strategies"][name] = {"idle_us": float(np.median(idle)), "queued_us": float(np.median(queued))}

@@ -10,6 +10,9 @@ outside the readback) and not measurably slower than the fastest strategy at tha
 by trial round, 95% CI; results.Runs.compare). The recommendation is the fastest strategy at the
 EP > 1 point among those good at every regime. A probe saying that a pageable non-blocking copy
 blocks on this GPU + driver rules out the strategies that copy from pageable memory.
+With platform cards (results.card, CARD_RULE): a strategy's copy that waits on this machine's card
+rules it out here too, and among the kept strategies one that is sync-free on every recorded card
+ranks above one that waits on some platform, however much faster it is here.
 torch-free: the notebooks and the report can ask it without a GPU.
 """
 from __future__ import annotations
@@ -18,10 +21,11 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 import pandas as pd
 
+from dspark_lab.results import card as card_results
 from dspark_lab.results.paths import default_data_dir
 from dspark_lab.results.runs import Runs, ok_rows, one_process, point_label
 
@@ -30,18 +34,24 @@ RULE = ("rule: at each EP regime of the run (EP > 1, where the MoE top-k reads t
         "(paired by trial round, 95% CI); recommend the fastest at EP > 1 among those kept at every regime; "
         "where the probe says a pageable non-blocking copy blocks, strategies copying from pageable memory are out.")
 
+CARD_RULE = ("cards: a strategy counts as sync-free on a machine only where that machine's card says its copy (its "
+             "source, 4 B, GPU work queued) returns at once; one that waits on this machine's card is out; among "
+             "those kept, one sync-free on every recorded card ranks above one that waits on some platform.")
+
 
 @dataclass
 class Recommendation:
     strategy: Optional[str]
     evidence: list = field(default_factory=list)
     run_label: str = ""
+    cards_read: bool = False
 
     def lines(self) -> list[str]:
         head = (f"recommended on {self.run_label}: {self.strategy}" if self.strategy
                 else f"no recommendation for {self.run_label}")
         # evidence items starting with two spaces belong to the item above them
-        return [head] + [f"      {e.strip()}" if e.startswith("  ") else f"  - {e}" for e in self.evidence] + [RULE]
+        rules = [RULE] + ([CARD_RULE] if self.cards_read else [])
+        return [head] + [f"      {e.strip()}" if e.startswith("  ") else f"  - {e}" for e in self.evidence] + rules
 
     def text(self) -> str:
         return "\n".join(self.lines())
@@ -68,6 +78,7 @@ class PointVerdict:
     predicate: Optional[bool]
     fastest: str
     versus_fastest: dict  # strategy -> results.stats.compare dict (strategy against the fastest)
+    rows: Optional[pd.DataFrame] = None  # the point's successful rows, for comparisons the rule asks later
 
     def sync_free(self, s: str) -> Optional[bool]:
         v = self.syncs.get(s, math.nan)
@@ -96,7 +107,7 @@ def judge_point(rows: pd.DataFrame) -> PointVerdict:
     copies = pageable.add(_median(ok, "h2d_pinned_per_step"), fill_value=0)
     pred = ok["predicate"].dropna().unique() if "predicate" in ok.columns else []
     return PointVerdict(point_label(ok.iloc[0]), int(ok["ep_size"].iloc[0]), medians, _median(ok, "syncs_per_step"),
-                        pageable, copies, bool(pred[0]) if len(pred) == 1 else None, fastest, versus)
+                        pageable, copies, bool(pred[0]) if len(pred) == 1 else None, fastest, versus, ok)
 
 
 def _ms(v: float) -> str:
@@ -176,9 +187,45 @@ def latest_run(runs: Runs) -> str:
     return max(set(ok["run_id"]), key=lambda r: (at.get(r, ""), order.get(r, -1)))
 
 
-def recommend(rows: pd.DataFrame, probe: Optional[dict] = None) -> Recommendation:
+def card_waits(cards: Sequence[dict]) -> dict:
+    """strategy -> the labels of the cards on which its copy (4 B, queued) waits."""
+    out: dict = {s: [] for s in card_results.STRATEGY_CELLS}
+    for c in cards:
+        for s, v in card_results.strategy_verdicts(c).items():
+            if v == card_results.WAITS:
+                out[s].append(card_results.label(c))
+    return out
+
+
+def _card_evidence(cards: Sequence[dict], mine: Optional[dict]) -> list[str]:
+    out = [f"{len(cards)} platform card(s) read; this machine's: " + (card_results.label(mine) if mine else "none recorded")]
+    for c in cards:
+        v = card_results.strategy_verdicts(c)
+        out.append(f"  {card_results.label(c)}: " + "; ".join(f"{s} {v[s] or 'not measured'}" for s in v))
+    return out
+
+
+def _rank_by_cards(kept: list, waits: dict, points: list, excluded: set, main: PointVerdict) -> tuple[list, list[str]]:
+    """kept (fastest first), with a strategy sync-free here and on every card put first when the
+    fastest kept one waits on some card, even if it is slower here; the evidence when that reorders."""
+    if not kept or not waits.get(kept[0]):
+        return kept, []
+    portable = [s for s in main.medians.sort_values().index if s not in excluded and not waits.get(s)
+                and all(p.sync_free(s) is not False for p in points if s in p.medians.index)]
+    if not portable:
+        return kept, [f"{kept[0]}'s copy waits on {', '.join(waits[kept[0]])}, and no sync-free strategy here is "
+                      "sync-free on every recorded card"]
+    fast, chosen = kept[0], portable[0]
+    c = Runs.compare(main.rows, chosen, fast) if main.rows is not None else None
+    gain = f" ({chosen} against it: {c['difference']})" if c else ""
+    return [chosen] + [s for s in kept if s != chosen], [
+        f"{fast} is the fastest here{gain} but its copy waits on {', '.join(waits[fast])}: ranked below "
+        f"{chosen}, sync-free on every recorded card"]
+
+
+def recommend(rows: pd.DataFrame, probe: Optional[dict] = None, cards: Optional[Sequence[dict]] = None) -> Recommendation:
     """The strategy to use on the machine of `rows` (its most recent run measured in one process), by
-    RULE, with evidence."""
+    RULE (and CARD_RULE when platform cards are given), with evidence."""
     runs = measured_in_one_process(rows if isinstance(rows, Runs) else Runs(rows))
     if runs.ok.empty:
         raise ValueError("rows hold no successful trial measured in one process: record a run first (dspark-lab sweep)")
@@ -200,29 +247,47 @@ def recommend(rows: pd.DataFrame, probe: Optional[dict] = None) -> Recommendatio
     if blocks:
         for p in points:
             excluded |= {s for s in p.medians.index if p.pageable.get(s, 0) > 0}
+    cards = list(cards or [])
+    waits = card_waits(cards)
+    by_card: set = set()
+    if cards:
+        first = runs.ok[runs.ok["run_id"] == rid].iloc[0]
+        mine = card_results.latest_of(cards, {"gpu": first.get("gpu"), "driver": first.get("driver")})
+        evidence += _card_evidence(cards, mine)
+        if mine is not None:
+            here = {s for s, v in card_results.strategy_verdicts(mine).items() if v == card_results.WAITS}
+            if here:
+                evidence.append("  ruled out by this machine's card (their copy waits here): " + ", ".join(sorted(here)))
+            by_card = here
     for p in points:
         evidence += _point_evidence(p, excluded)
     evidence += _regime_evidence(points)
+    excluded = excluded | by_card
     main = next((p for p in points if p.ep_size > 1), points[0])
     kept = [s for s in main.medians.sort_values().index
             if s not in excluded and all(p.good(s) for p in points if s in p.medians.index)]
+    kept, reordered = _rank_by_cards(kept, waits, points, excluded, main)
+    evidence += reordered
+    if reordered and kept and not waits.get(kept[0]):
+        evidence.append(f"{kept[0]}: the fastest sync-free strategy here that is sync-free on every recorded card")
+        return Recommendation(kept[0], evidence, label, True)
     if kept:
         why = "good at every EP regime recorded" if len(points) > 1 else f"good at {main.label}"
         evidence.append(f"{kept[0]}: the fastest at EP {main.ep_size} among those {why}"
                         + (f" (also kept: {', '.join(kept[1:])})" if kept[1:] else ""))
-        return Recommendation(kept[0], evidence, label)
+        return Recommendation(kept[0], evidence, label, bool(cards))
     fallback = [s for s in main.medians.sort_values().index if s not in excluded and main.good(s)]
     if fallback:
         evidence.append(f"no strategy is good at every EP regime; {fallback[0]} is the fastest good one at "
                         f"EP {main.ep_size}, where the scalar is read")
-        return Recommendation(fallback[0], evidence, label)
+        return Recommendation(fallback[0], evidence, label, bool(cards))
     free = [s for s in main.medians.sort_values().index if s not in excluded and main.sync_free(s) is not False]
     if free:
         evidence.append(f"every sync-free strategy is measurably slower than the fastest; {free[0]} is the fastest "
                         "sync-free one")
-        return Recommendation(free[0], evidence, label)
+        return Recommendation(free[0], evidence, label, bool(cards))
     evidence.append("no sync-free strategy at this point")
-    return Recommendation(None, evidence, label)
+    return Recommendation(None, evidence, label, bool(cards))
 
 
 def probe_in_words(probe: Optional[dict]) -> list[str]:
@@ -250,6 +315,8 @@ def probe_in_words(probe: Optional[dict]) -> list[str]:
         out.append(f"So on this GPU and driver a non-blocking copy from pageable memory does not wait for the "
                    f"queue (non_blocking: {nb:.0f} µs): the strategies built on it (non_blocking, on_demand) are "
                    f"sync-free here, as PR #34782 intends; avoid those that waited ({', '.join(waited) or 'none'}).")
+    out[-1] += (" That is one 4-byte copy, one cell of the platform card: whether larger copies, other sources "
+                "or device-to-host copies wait here is the card's answer (dspark-lab doctor --card).")
     return out
 
 

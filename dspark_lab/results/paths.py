@@ -71,3 +71,11 @@ def default_out_dir() -> Path:
     """Where exports go: $DSPARK_OUT, else out/ at the repository root (git-ignored)."""
     env = os.environ.get(OUT_ENV)
     return Path(env).expanduser() if env else REPO_ROOT / "out"
+
+
+def machine_file_name(fingerprint: dict, recorded: str, what: str) -> str:
+    """A machine record's file name under data/machines/: <gpu>-<what>-<yyyymmdd>.json, e.g.
+    h200-card-20261201.json for an "NVIDIA H200" card recorded on 2026-12-01."""
+    gpu = str(fingerprint.get("gpu", "gpu")).lower().replace("nvidia", "")
+    slug = "-".join("".join(ch if ch.isalnum() else " " for ch in gpu).split()) or "gpu"
+    return f"{slug}-{what}-{str(recorded)[:10].replace('-', '')}.json"

@@ -20,6 +20,7 @@ from dspark_lab.results.point_view import PointView, point_view
 from dspark_lab.results.runs import MAX_COMPARED, Runs, failed_rows, point_label
 from dspark_lab.results.strategy_info import BASELINE, BUILTIN_INFO, strategy_order
 from dspark_lab.views import figures
+from dspark_lab.views.card_report import card_sections
 from dspark_lab.views.source_lines import sync_site_line
 
 
@@ -165,11 +166,12 @@ def chosen_runs(runs: Runs, compare=None, max_compared: int = MAX_COMPARED) -> l
 
 
 def build_html(runs: Runs, *, title: str = "dspark-lab: how num_token_non_padded is made, measured",
-               compare=None, max_compared: int = MAX_COMPARED) -> str:
+               compare=None, max_compared: int = MAX_COMPARED, cards=None, hazard_records=None) -> str:
     """The standalone report of a results.Runs as one HTML string (plotly.js inline, once; opens
     offline). Figures and comparisons are drawn for the chosen runs only (`compare`, else the
     default selection: chosen_runs); every run is listed in the tables, so the file grows with what
-    it shows, not with the number of runs loaded."""
+    it shows, not with the number of runs loaded. The platform cards and hazard records are those
+    recorded under data/machines/ unless given (views.card_report)."""
     if not isinstance(runs, Runs):
         raise TypeError(f"build_html takes a results.Runs (Runs.load(), or Runs(rows, timelines, headers)), "
                         f"got {type(runs).__name__}")
@@ -185,6 +187,7 @@ def build_html(runs: Runs, *, title: str = "dspark-lab: how num_token_non_padded
     fig_html = _FigureHtml()
     parts += _points(shown, fig_html)
     parts += _sweeps(runs, shown, fig_html, chosen=compare is not None)
+    parts += card_sections(fig_html, cards, hazard_records)
     parts += _failed(shown)
     parts += _all_runs(runs, ids)
     parts.append("</body></html>")

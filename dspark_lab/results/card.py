@@ -1,0 +1,334 @@
+"""The platform card, torch-free: what each kind of copy does on one machine, by size and source.
+
+A card is a JSON file under data/machines/ (kind CARD_KIND) written by `dspark_lab.measure.card`:
+the machine's fingerprint and one record per cell (direction, source, size, queue depth) holding
+the raw host times of the call over its repeats, the copy's GPU time (CUDA events), and what sync
+debug mode and the trace's blocking CUDA calls saw. Everything else is derived here, once, at load
+(`frame`): the median host time, its spread and the verdict by VERDICT_RULE. Comparing two cards,
+the size at which a copy starts to wait, and the seeds' claims read against the card live here too,
+so that notebooks and the report can show a recorded card without a GPU.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterable, Optional, Sequence
+
+import pandas as pd
+
+from dspark_lab.results import machine_files
+from dspark_lab.results.paths import machine_file_name
+
+CARD_KIND = "dspark-lab platform card"
+CARD_SCHEMA = 1
+DIRECTIONS = {"h2d": "host to device", "d2h": "device to host", "d2d": "device to device (control)"}
+# source key -> (direction, how the copy is made, largest size in bytes measured or None for all).
+# Python lists and read-backs are capped: building or parsing a 16M-element list costs the host
+# seconds of Python, which says nothing about the copy.
+SOURCES = {
+    "pageable_to_nb": ("h2d", "pageable .to(dev, non_blocking=True)", None),
+    "pinned_to_nb": ("h2d", "pinned .to(dev, non_blocking=True)", None),
+    "pinned_strided_to_nb": ("h2d", "pinned, non-contiguous .to(dev, non_blocking=True)", None),
+    "pageable_copy": ("h2d", "pageable dev.copy_(src) (blocking)", None),
+    "pinned_copy": ("h2d", "pinned dev.copy_(src) (blocking)", None),
+    "tensor_device": ("h2d", "torch.tensor(scalar | list, device=dev)", 1 << 20),
+    "into_pageable_nb": ("d2h", "into pageable: host.copy_(dev, non_blocking=True)", None),
+    "into_pinned_nb": ("d2h", "into pinned: host.copy_(dev, non_blocking=True)", None),
+    "to_cpu_nb": ("d2h", "dev.to('cpu', non_blocking=True) (torch pins the result)", None),
+    "into_pinned_strided_nb": ("d2h", "into pinned, non-contiguous: host[::2].copy_(dev, non_blocking=True)", None),
+    "cpu": ("d2h", "dev.cpu() (blocking, pageable)", None),
+    "readback": ("d2h", ".item() | .tolist()", 1 << 20),
+    "d2d_copy_nb": ("d2d", "dev2.copy_(dev, non_blocking=True)", None),
+    "d2d_copy": ("d2d", "dev2.copy_(dev)", None),
+    "fill": ("d2d", "dev.fill_(n) (no copy: persistent_fill's form)", None),
+}
+SIZES = (4, 64, 1 << 10, 16 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20)
+
+AT_ONCE, FOR_COPY, WAITS = "returns at once", "blocks for the copy itself", "waits for the queued work"
+VERDICTS = (AT_ONCE, FOR_COPY, WAITS)
+COPY_FLOOR_US = 50.0  # below this a copy's own time is lost in the call's overhead
+VERDICT_RULE = (f"verdict of a cell, from the median host time of the call over its repeats: '{WAITS}' when "
+                f"GPU work was queued (Q ms) and the host time exceeds the same call's with the queue empty by "
+                f"more than Q/2 (a call slow by itself is not a wait); else '{FOR_COPY}' when the copy "
+                f"runs at least {COPY_FLOOR_US:.0f} µs on the GPU (CUDA events) and the host time is at least "
+                f"half of that; else '{AT_ONCE}'.")
+
+# How each of the kit's strategies makes the scalar, as a cell of the card (4 bytes). The source
+# of the forms: PR #34782 (device_direct, non_blocking), PR #34759 (on_demand), sglang 0.5.23
+# (on_demand_pinned, persistent_fill).
+STRATEGY_CELLS = {"device_direct": ("h2d", "tensor_device"), "non_blocking": ("h2d", "pageable_to_nb"),
+                  "on_demand": ("h2d", "pageable_to_nb"), "on_demand_pinned": ("h2d", "pinned_to_nb"),
+                  "persistent_fill": ("d2d", "fill")}
+SCALAR_BYTES = 4
+
+FRAME_COLUMNS = ("direction", "source", "how", "size_bytes", "size", "queued_ms", "queue", "host_us", "host_us_min",
+                 "host_us_max", "reps", "copy_gpu_us", "verdict", "debug_syncs", "trace_syncs", "gpu_copies", "error")
+
+
+def size_label(n: int) -> str:
+    """4 B, 64 B, 1 KB, 16 KB, 1 MB, 64 MB (powers of 1024)."""
+    for unit, scale in (("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale} {unit}"
+    return f"{n} B"
+
+
+def verdict(host_us: float, queued_ms: float, copy_gpu_us: float, empty_host_us: float = 0.0) -> str:
+    """One cell's verdict by VERDICT_RULE; `empty_host_us` is the same call's median host time with
+    the queue empty (0 where the card has no such cell)."""
+    if any(not isinstance(v, (int, float)) or math.isnan(v) for v in (host_us, queued_ms)):
+        raise ValueError(f"host_us and queued_ms must be numbers; got {host_us!r}, {queued_ms!r}")
+    base = 0.0 if not isinstance(empty_host_us, (int, float)) or math.isnan(empty_host_us) else empty_host_us
+    if queued_ms > 0 and host_us - base > queued_ms * 1e3 / 2:
+        return WAITS
+    if not math.isnan(copy_gpu_us) and copy_gpu_us >= COPY_FLOOR_US and host_us >= copy_gpu_us / 2:
+        return FOR_COPY
+    return AT_ONCE
+
+
+def queue_name(queued_ms: float) -> str:
+    """"empty" or "queued": the key two cards are compared by (their depths may differ)."""
+    return "queued" if queued_ms > 0 else "empty"
+
+
+def validate(card: dict, where: str = "card") -> dict:
+    """The card, or a ValueError naming the field that is wrong and what it may be."""
+    if not isinstance(card, dict) or card.get("kind") != CARD_KIND:
+        raise ValueError(f"{where}: field 'kind' must be {CARD_KIND!r}; got {card.get('kind') if isinstance(card, dict) else card!r}")
+    if card.get("schema") != CARD_SCHEMA:
+        raise ValueError(f"{where}: field 'schema' must be {CARD_SCHEMA}; got {card.get('schema')!r}")
+    if not isinstance(card.get("fingerprint"), dict):
+        raise ValueError(f"{where}: field 'fingerprint' must be an object (gpu, driver, cuda, torch)")
+    cells = card.get("cells")
+    if not isinstance(cells, list) or not cells:
+        raise ValueError(f"{where}: field 'cells' must be a non-empty list")
+    for i, c in enumerate(cells):
+        if c.get("direction") not in DIRECTIONS:
+            raise ValueError(f"{where}: cells[{i}].direction must be one of {', '.join(DIRECTIONS)}; got {c.get('direction')!r}")
+        if c.get("source") not in SOURCES:
+            raise ValueError(f"{where}: cells[{i}].source must be one of {', '.join(SOURCES)}; got {c.get('source')!r}")
+        if not isinstance(c.get("size_bytes"), int) or c["size_bytes"] <= 0:
+            raise ValueError(f"{where}: cells[{i}].size_bytes must be a positive integer; got {c.get('size_bytes')!r}")
+        q = c.get("queued_ms")
+        if not isinstance(q, (int, float)) or q < 0:
+            raise ValueError(f"{where}: cells[{i}].queued_ms must be a number >= 0; got {q!r}")
+        if not c.get("error") and (not isinstance(c.get("host_us"), list) or not c["host_us"]):
+            raise ValueError(f"{where}: cells[{i}].host_us must be a non-empty list of µs (or the cell has an 'error')")
+    return card
+
+
+def load(path) -> dict:
+    """A card file, validated; its path under "path"."""
+    return {**validate(machine_files.read_json(path, "card"), str(path)), "path": str(path)}
+
+
+def is_card_file(path: Path) -> bool:
+    return machine_files.kind_of(path) == CARD_KIND
+
+
+def recorded(data_dir=None) -> list[dict]:
+    """Every card under <data>/machines/, by file name; a damaged card is skipped with a warning
+    naming the file and the field, never stopping the views that read the others."""
+    return machine_files.load_all(CARD_KIND, load, data_dir)
+
+
+def label(card: dict) -> str:
+    fp = card.get("fingerprint", {})
+    return f"{fp.get('gpu', '?')} · driver {fp.get('driver', '?')} · torch {fp.get('torch', '?')} · {str(card.get('recorded', ''))[:10]}"
+
+
+def same_machine(card: dict, fingerprint: dict) -> bool:
+    fp = card.get("fingerprint", {})
+    return all(str(fp.get(k)) == str(fingerprint.get(k)) for k in ("gpu", "driver"))
+
+
+def _median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return float("nan") if n == 0 else float(s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2)
+
+
+def frame(card: dict) -> pd.DataFrame:
+    """One row per cell with its derived columns (FRAME_COLUMNS): the median host time and its
+    spread over the repeats, and the verdict by VERDICT_RULE (None for a cell that failed)."""
+    rows = []
+    empty = {(c["direction"], c["source"], c["size_bytes"]): _median([float(x) for x in c.get("host_us") or []])
+             for c in card["cells"] if float(c["queued_ms"]) == 0}
+    for c in card["cells"]:
+        xs = [float(x) for x in c.get("host_us") or []]
+        med = _median(xs)
+        gpu = float(c.get("copy_gpu_us", float("nan")))
+        q = float(c["queued_ms"])
+        base = empty.get((c["direction"], c["source"], c["size_bytes"]), 0.0)
+        rows.append(dict(
+            direction=c["direction"], source=c["source"], how=SOURCES[c["source"]][1], size_bytes=c["size_bytes"],
+            size=size_label(c["size_bytes"]), queued_ms=q, queue=queue_name(q), host_us=med,
+            host_us_min=min(xs) if xs else float("nan"), host_us_max=max(xs) if xs else float("nan"), reps=len(xs),
+            copy_gpu_us=gpu, verdict=None if c.get("error") or not xs else verdict(med, q, gpu, base),
+            debug_syncs=c.get("debug_syncs"), trace_syncs=c.get("trace_syncs"),
+            gpu_copies=", ".join(c.get("gpu_copies") or []), error=c.get("error") or ""))
+    return pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
+
+
+def _queued_depth(f: pd.DataFrame) -> float:
+    q = f.loc[f["queued_ms"] > 0, "queued_ms"]
+    if q.empty:
+        raise ValueError("the card has no cell with GPU work queued (queued_ms > 0)")
+    return float(q.max())
+
+
+def cell(f: pd.DataFrame, direction: str, source: str, size_bytes: int, queued_ms: Optional[float] = None) -> pd.Series:
+    """One cell of a card's frame (default: the deepest queue), or a KeyError naming it."""
+    q = _queued_depth(f) if queued_ms is None else float(queued_ms)
+    hit = f[(f["direction"] == direction) & (f["source"] == source) & (f["size_bytes"] == size_bytes) & (f["queued_ms"] == q)]
+    if hit.empty:
+        raise KeyError(f"the card has no cell {direction}/{source}/{size_label(size_bytes)} with {q:g} ms queued")
+    return hit.iloc[0]
+
+
+def wait_threshold(f: pd.DataFrame, direction: str = "h2d", source: str = "pageable_to_nb") -> dict:
+    """Where a copy starts to wait for the queued work (deepest queue): the smallest size that waits
+    and the largest size below it that does not; None for either when there is none."""
+    q = _queued_depth(f)
+    g = f[(f["direction"] == direction) & (f["source"] == source) & (f["queued_ms"] == q) & f["verdict"].notna()]
+    g = g.sort_values("size_bytes")
+    waits = g[g["verdict"] == WAITS]
+    first = int(waits["size_bytes"].iloc[0]) if len(waits) else None
+    below = g[g["size_bytes"] < first] if first is not None else g
+    last_free = int(below["size_bytes"].iloc[-1]) if len(below) and (below["verdict"] != WAITS).all() else None
+    return {"direction": direction, "source": source, "queued_ms": q, "first_waits": first, "last_at_once": last_free,
+            "sizes": [int(s) for s in g["size_bytes"]], "waiting": [int(s) for s in waits["size_bytes"]]}
+
+
+def threshold_in_words(t: dict) -> str:
+    how = SOURCES[t["source"]][1]
+    if t["first_waits"] is None:
+        return (f"{how} never waited for {t['queued_ms']:g} ms of queued GPU work, up to "
+                f"{size_label(max(t['sizes']))}" if t["sizes"] else f"{how}: not measured")
+    larger = [n for n in t["sizes"] if n >= t["first_waits"]]
+    gaps = "" if t.get("waiting", larger) == larger else (  # not a threshold: name the sizes that wait
+        " (not at every larger size: waits at " + ", ".join(size_label(n) for n in t["waiting"]) + ")")
+    if t["last_at_once"] is None:
+        return (f"{how} waits for {t['queued_ms']:g} ms of queued GPU work from the smallest size measured "
+                f"({size_label(t['first_waits'])}){gaps}")
+    return (f"{how} returns at once up to {size_label(t['last_at_once'])} and waits for {t['queued_ms']:g} ms of "
+            f"queued GPU work from {size_label(t['first_waits'])}{gaps}")
+
+
+def strategy_verdicts(card: dict) -> dict:
+    """strategy -> the verdict of its copy's cell (4 bytes, deepest queue) on this card."""
+    f = frame(card)
+    out = {}
+    for s, (d, src) in STRATEGY_CELLS.items():
+        try:
+            out[s] = cell(f, d, src, SCALAR_BYTES)["verdict"]
+        except (KeyError, ValueError):
+            out[s] = None
+    return out
+
+
+def compare(a: dict, b: dict) -> pd.DataFrame:
+    """Two cards cell by cell, keyed by direction, source, size and queue ("empty" / "queued":
+    their depths may differ): both verdicts and host times, and whether the verdicts differ."""
+    key = ["direction", "source", "size_bytes", "queue"]
+    fa, fb = frame(a), frame(b)
+    cols = key + ["queued_ms", "host_us", "verdict"]
+    m = fa[cols + ["how", "size"]].merge(fb[cols], on=key, how="outer", suffixes=("_a", "_b"), indicator=True)
+    m["how"] = m["source"].map(lambda s: SOURCES[s][1])
+    m["size"] = m["size_bytes"].map(size_label)
+    m["only_in"] = m["_merge"].map({"left_only": "a", "right_only": "b", "both": ""})
+    m["differs"] = (m["_merge"] == "both") & (m["verdict_a"] != m["verdict_b"])
+    return m.drop(columns="_merge").sort_values(key).reset_index(drop=True)
+
+
+def compare_lines(a: dict, b: dict, max_listed: int = 40) -> list[str]:
+    """The comparison in words: the two machines, how many cells differ, and each that does."""
+    m = compare(a, b)
+    both = m[m["only_in"] == ""]
+    diff = both[both["differs"]]
+    out = [f"a: {label(a)}", f"b: {label(b)}",
+           f"{len(both)} cells on both cards; {len(diff)} with a different verdict"
+           + (f"; {int((m['only_in'] != '').sum())} on one card only" if (m["only_in"] != "").any() else "")]
+    for r in diff.head(max_listed).itertuples():
+        out.append(f"  {r.direction} {r.how} {r.size} ({r.queue}): a {r.verdict_a} ({r.host_us_a:.0f} µs, "
+                   f"{r.queued_ms_a:g} ms queued) | b {r.verdict_b} ({r.host_us_b:.0f} µs, {r.queued_ms_b:g} ms queued)")
+    if len(diff) > max_listed:
+        out.append(f"  … and {len(diff) - max_listed} more")
+    return out
+
+
+def table(card: dict, queue: str = "queued") -> pd.DataFrame:
+    """Sources × sizes for one queue: "verdict-letter host-µs" per cell (w waits, c blocks for the
+    copy, · at once), for a terminal."""
+    if queue not in ("empty", "queued"):
+        raise ValueError(f"queue must be 'empty' or 'queued'; got {queue!r}")
+    f = frame(card)
+    f = f[f["queue"] == queue]
+    mark = {WAITS: "w", FOR_COPY: "c", AT_ONCE: "·"}
+    f = f.assign(text=[("err" if v is None else f"{mark[v]} {h:.0f}") for v, h in zip(f["verdict"], f["host_us"])],
+                 row=f["direction"] + " " + f["source"])
+    t = f.pivot_table(index="row", columns="size_bytes", values="text", aggfunc="first")
+    order = [f"{d} {s}" for s, (d, _, _) in SOURCES.items() if f"{d} {s}" in t.index]
+    t = t.loc[order]
+    t.columns = [size_label(c) for c in t.columns]
+    return t.fillna("")
+
+
+def unseen_waits(f: pd.DataFrame) -> pd.DataFrame:
+    """Cells that wait for the queued work although neither sync debug mode nor the trace's blocking
+    CUDA calls see a sync in them: the waits a sync counter misses (a driver staging a pageable copy)."""
+    w = f[(f["verdict"] == WAITS) & (f["debug_syncs"] == 0) & (f["trace_syncs"] == 0)]
+    return w.sort_values(["direction", "source", "size_bytes"])
+
+
+def unseen_in_words(f: pd.DataFrame) -> str:
+    w = unseen_waits(f)
+    if w.empty:
+        return "every cell that waits is seen as a sync by sync debug mode or by the trace's blocking CUDA calls"
+    by = w.groupby(["direction", "how"], sort=False)["size_bytes"].apply(lambda s: ", ".join(size_label(n) for n in sorted(set(s))))
+    return ("waits that no sync counter sees (sync debug mode 0, blocking CUDA calls in the trace 0): "
+            + "; ".join(f"{d} {how} at {sizes}" for (d, how), sizes in by.items()))
+
+
+def claims_in_words(card: dict) -> list[str]:
+    """The seeds' claims read against this card, each with the cell it rests on."""
+    f = frame(card)
+    q = _queued_depth(f)
+
+    def at(d: str, s: str) -> str:
+        try:
+            c = cell(f, d, s, SCALAR_BYTES)
+        except KeyError:
+            return "not measured"
+        return f"{c['verdict']} ({c['host_us']:.0f} µs with {q:g} ms queued)"
+
+    t = wait_threshold(f)
+    waits_4b = t["first_waits"] == SCALAR_BYTES
+    return [
+        f"On {label(card)}:",
+        f"- PR #34782's sync: torch.tensor(n, device=) (4 B) {at('h2d', 'tensor_device')}.",
+        f"- PR #34782's fix, a pageable non-blocking copy (4 B): {at('h2d', 'pageable_to_nb')}. "
+        f"{threshold_in_words(t)}.",
+        "- PR #34759's 6–9% per EP-1 step from an unconditional non-blocking copy needs a platform where a pageable "
+        "4-byte non-blocking copy waits; " + ("this card is such a platform." if waits_4b else
+                                             "here it does not, so the copy costs only its call."),
+        f"- PR #38703 pins num_token_non_padded: a pinned 4-byte non-blocking copy {at('h2d', 'pinned_to_nb')}.",
+        f"- persistent fill_ (no host copy): {at('d2d', 'fill')}.",
+        f"- {unseen_in_words(f)}.",
+    ]
+
+
+def latest_of(cards: Iterable[dict], fingerprint: dict) -> Optional[dict]:
+    """The most recent card (by its 'recorded' time) of the machine with this GPU and driver."""
+    mine = [c for c in cards if same_machine(c, fingerprint)]
+    return max(mine, key=lambda c: str(c.get("recorded", ""))) if mine else None
+
+
+def save(card: dict, path) -> Path:
+    """Write a validated card as JSON (never over a run file: results.output)."""
+    return machine_files.save_json(validate(card), path)
+
+
+def file_name(card: dict) -> str:
+    """<gpu>-card-<yyyymmdd>.json, e.g. h200-card-20261201.json."""
+    return machine_file_name(card["fingerprint"], card.get("recorded", ""), "card")

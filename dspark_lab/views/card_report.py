@@ -1,0 +1,58 @@
+"""The report's platform-card and hazards sections: each machine's latest card drawn with its
+threshold and the seeds' claims in words, two machines side by side, and the hazard counts.
+Everything comes from the recorded files under data/machines/ (results.card, results.hazards)."""
+from __future__ import annotations
+
+import html
+from typing import Callable, Optional, Sequence
+
+import pandas as pd
+
+from dspark_lab.results import card as card_results
+from dspark_lab.results import hazards as hazards_results
+from dspark_lab.views.figures import card as card_figures
+
+
+def latest_per_machine(records: Sequence[dict]) -> list[dict]:
+    """The most recent record of each GPU + driver, newest machine first."""
+    best: dict = {}
+    for r in records:
+        fp = r.get("fingerprint", {})
+        key = (str(fp.get("gpu")), str(fp.get("driver")))
+        if key not in best or str(r.get("recorded", "")) > str(best[key].get("recorded", "")):
+            best[key] = r
+    return sorted(best.values(), key=lambda r: str(r.get("recorded", "")), reverse=True)
+
+
+def card_sections(fig_html: Callable, cards: Optional[Sequence[dict]] = None,
+                  hazard_records: Optional[Sequence[dict]] = None) -> list[str]:
+    """HTML parts: the cards (default: every card recorded under data/machines/) and the hazards."""
+    esc = html.escape
+    cards = latest_per_machine(card_results.recorded() if cards is None else cards)
+    hazard_records = latest_per_machine(hazards_results.recorded() if hazard_records is None else hazard_records)
+    if not cards and not hazard_records:
+        return []
+    parts = ["<h2>Platform cards: what every kind of copy does, by size and source</h2>",
+             f"<p class='muted rule'>{esc(card_results.VERDICT_RULE)}</p>"]
+    for c in cards:
+        f = card_results.frame(c)
+        parts.append(f"<h3>{esc(card_results.label(c))}</h3>")
+        parts.append(fig_html(card_figures.card(c)))
+        words = [card_results.threshold_in_words(card_results.wait_threshold(f)),
+                 card_results.threshold_in_words(card_results.wait_threshold(f, "d2h", "into_pageable_nb"))]
+        parts.append("<ul>" + "".join(f"<li>{esc(w)}.</li>" for w in words)
+                     + "".join(f"<li>{esc(w.lstrip('- '))}</li>" for w in card_results.claims_in_words(c)[1:]) + "</ul>")
+    if len(cards) >= 2:
+        a, b = cards[0], cards[1]
+        parts.append("<h3>Two machines side by side</h3>")
+        parts.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in card_results.compare_lines(a, b)) + "</ul>")
+        parts.append(fig_html(card_figures.card_pair(a, b)))
+    for h in hazard_records:
+        fp = h.get("fingerprint", {})
+        parts.append(f"<h2>What each fix can break (wrong values under host run-ahead), {esc(str(fp.get('gpu')))}, "
+                     f"driver {esc(str(fp.get('driver')))}, {esc(str(h.get('recorded', ''))[:10])}</h2>")
+        parts.append(f"<p class='muted'>{h.get('steps')} steps per form, {h.get('queued_ms_per_step')} ms of GPU work "
+                     "queued before each step; checked on the GPU's side after the loop.</p>")
+        parts.append(pd.DataFrame(hazards_results.table(h)).to_html(index=False, escape=True, border=0))
+        parts += [f"<p><b>unexpected:</b> {esc(s)}</p>" for s in hazards_results.surprises(h)]
+    return parts

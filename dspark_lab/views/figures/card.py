@@ -1,0 +1,107 @@
+"""The platform card drawn: a heatmap per direction (source × size; the colour is the verdict, the
+text the median host time of the call), and two machines' cards side by side with the cells whose
+verdicts differ marked. Takes card dicts (results.card format); every number comes from them."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from dspark_lab.results import card as card_results
+from dspark_lab.views.figures.layout import titled
+
+VERDICT_COLORS = {card_results.AT_ONCE: "#a1d99b", card_results.FOR_COPY: "#fdd49e", card_results.WAITS: "#ef6548"}
+FAILED_COLOR = "#d9d9d9"
+DIFFERS_MARK = "≠"
+
+
+def _time(us: float) -> str:
+    if pd.isna(us):
+        return "—"
+    return f"{us / 1e3:.1f} ms" if us >= 1e3 else f"{us:.0f} µs"
+
+
+def _colorscale() -> list:
+    """Discrete: z = -1 failed, 0 at once, 1 blocks for the copy, 2 waits."""
+    colors = [FAILED_COLOR] + [VERDICT_COLORS[v] for v in card_results.VERDICTS]
+    n = len(colors)
+    out = []
+    for i, c in enumerate(colors):
+        out += [[i / n, c], [(i + 1) / n, c]]
+    return out
+
+
+def _grid(f: pd.DataFrame, direction: str, value: str) -> pd.DataFrame:
+    """Rows: the direction's sources in SOURCES order (labelled by how the copy is made); columns: sizes."""
+    g = f[f["direction"] == direction]
+    t = g.pivot_table(index="how", columns="size_bytes", values=value, aggfunc="first", dropna=False)
+    order = [how for s, (d, how, _) in card_results.SOURCES.items() if d == direction and how in t.index]
+    return t.reindex(index=order, columns=sorted(t.columns))
+
+
+def _heatmap(f: pd.DataFrame, direction: str, differs: set = frozenset(), show_scale: bool = False) -> go.Heatmap:
+    code = {None: -1, **{v: i for i, v in enumerate(card_results.VERDICTS)}}
+    f = f.assign(z=[code.get(v, -1) for v in f["verdict"]],
+                 text=[(DIFFERS_MARK + " " if (r.direction, r.source, r.size_bytes) in differs else "") + _time(r.host_us)
+                       for r in f.itertuples()],
+                 hover=[f"{r.how}, {r.size}, {r.queued_ms:g} ms queued<br>{r.verdict or 'failed: ' + r.error}<br>host "
+                        f"{_time(r.host_us)} (min {_time(r.host_us_min)}, max {_time(r.host_us_max)}, {r.reps} reps); "
+                        f"copy on the GPU {_time(r.copy_gpu_us)}<br>sync debug mode: {r.debug_syncs}; blocking CUDA "
+                        f"calls in the trace: {r.trace_syncs}<br>{r.gpu_copies}" for r in f.itertuples()])
+    z, text, hover = (_grid(f, direction, c) for c in ("z", "text", "hover"))
+    # z stays NaN in a cell not measured (a size over the source's cap): drawn blank
+    return go.Heatmap(z=z.values, x=[card_results.size_label(c) for c in z.columns], y=list(z.index),
+                      text=text.fillna("").values, texttemplate="%{text}", customdata=hover.fillna("not measured").values,
+                      hovertemplate="%{customdata}<extra></extra>", colorscale=_colorscale(), zmin=-1.5, zmax=2.5,
+                      xgap=2, ygap=2, showscale=show_scale,
+                      colorbar=dict(tickvals=[-1, 0, 1, 2], ticktext=["failed", *card_results.VERDICTS], len=0.6))
+
+
+def _rows_px(directions) -> list[int]:
+    return [sum(1 for d, _, _ in card_results.SOURCES.values() if d == k) for k in directions]
+
+
+def card(card: dict, queue: str = "queued") -> go.Figure:
+    """The card of one machine at one queue ("queued": the deepest queue, or "empty")."""
+    if queue not in ("empty", "queued"):
+        raise ValueError(f"queue must be 'empty' or 'queued'; got {queue!r}")
+    f = card_results.frame(card)
+    f = f[f["queue"] == queue]
+    directions = [d for d in card_results.DIRECTIONS if d in set(f["direction"])]
+    heights = _rows_px(directions)
+    fig = make_subplots(rows=len(directions), cols=1, row_heights=heights, vertical_spacing=0.08,
+                        subplot_titles=[card_results.DIRECTIONS[d] for d in directions])
+    for i, d in enumerate(directions, start=1):
+        fig.add_trace(_heatmap(f, d, show_scale=i == 1), row=i, col=1)
+    depth = f["queued_ms"].max() if len(f) else 0
+    fig.update_layout(height=120 + 34 * sum(heights), width=1100, margin=dict(l=380))
+    fig.update_yaxes(autorange="reversed")  # sources top to bottom in SOURCES order
+    what = f"{depth:g} ms of GPU work queued ahead" if queue == "queued" else "GPU queue empty"
+    return titled(fig, f"What each copy does on this machine ({what})",
+                  card_results.label(card), "colour: the verdict by results.card.VERDICT_RULE; text: median host "
+                  "time of the call; blank: not measured")
+
+
+def card_pair(a: dict, b: dict, queue: str = "queued") -> go.Figure:
+    """Two machines' cards side by side (a left, b right), the cells whose verdicts differ marked ≠."""
+    if queue not in ("empty", "queued"):
+        raise ValueError(f"queue must be 'empty' or 'queued'; got {queue!r}")
+    m = card_results.compare(a, b)
+    m = m[(m["queue"] == queue) & m["differs"]]
+    differs = {(r.direction, r.source, r.size_bytes) for r in m.itertuples()}
+    fa, fb = (card_results.frame(c) for c in (a, b))
+    fa, fb = fa[fa["queue"] == queue], fb[fb["queue"] == queue]
+    directions = [d for d in card_results.DIRECTIONS if d in set(fa["direction"]) | set(fb["direction"])]
+    heights = _rows_px(directions)
+    fig = make_subplots(rows=len(directions), cols=2, row_heights=heights, vertical_spacing=0.08, horizontal_spacing=0.02,
+                        shared_yaxes=True, subplot_titles=[f"{card_results.DIRECTIONS[d]} — {side}" for d in directions
+                                                           for side in ("a", "b")])
+    for i, d in enumerate(directions, start=1):
+        fig.add_trace(_heatmap(fa, d, differs, show_scale=i == 1), row=i, col=1)
+        fig.add_trace(_heatmap(fb, d, differs), row=i, col=2)
+    fig.update_layout(height=120 + 34 * sum(heights), width=1500, margin=dict(l=380))
+    fig.update_yaxes(autorange="reversed")
+    return titled(fig, f"Two machines' cards: {len(differs)} cell(s) with a different verdict ({DIFFERS_MARK})",
+                  f"a: {card_results.label(a)}; b: {card_results.label(b)}",
+                  ("GPU work queued ahead" if queue == "queued" else "GPU queue empty")
+                  + "; colour: the verdict; text: median host time; blank: not measured")
