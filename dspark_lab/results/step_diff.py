@@ -140,7 +140,7 @@ def markdown(d: dict) -> str:
     counted = d["sites"]["status"].value_counts()
     lines += ["", "Sync sites: " + ", ".join(f"{counted.get(s, 0)} {s}" for s in STATUSES) + ".", ""]
     lines += _sites_md(d["sites"])
-    lines += ["", f"Measured with `dspark-lab diff` on {d['machine']}; step time {_how_paired(d)}."]
+    lines += ["", f"Measured with dspark-lab on {d['machine']}; step time {_how_paired(d)}."]
     if not d["cuda"]:
         lines.append("Measured without CUDA: nothing can block the host on a GPU there, so sync counts and "
                      "their costs are not measurable (–), and the step times are CPU times.")

@@ -25,12 +25,15 @@ import pandas as pd
 from dspark_lab.results import schema
 from dspark_lab.results.frames import fingerprint_label
 from dspark_lab.results.output import write_text_safely
+from dspark_lab.results.paths import default_data_dir
 from dspark_lab.results.point_view import PointView, judged_trials
 
 KIND, SCHEMA = "dspark_inspect", 1
 REQUIRED = ("target", "label", "device", "fingerprint", "options", "counts", "parts", "trials", "sites", "timeline")
 SITE_KEYS = ("site", "per_step", "exact", "host_blocked_ms", "gpu_idle_ms", "code")
 POINT_ID = "inspect"
+NO_EXAMPLE = ("no recorded example yet: data/inspect/ holds no recorded diff of a gallery case and its fix "
+              "(scripts/gpu_issue23.py records them on a GPU)")
 
 
 class RecordError(ValueError):
@@ -87,6 +90,28 @@ def load(path: Union[str, Path]) -> dict:
     rec = validate(rec, str(p))
     rec["source"] = str(p)
     return rec
+
+
+def inspect_dir(data_dir=None) -> Path:
+    """Recorded inspect records and diffs: data/inspect/ (of $DSPARK_DATA when set)."""
+    return Path(data_dir) / "inspect" if data_dir is not None else default_data_dir() / "inspect"
+
+
+def recorded_pair(case: str = "", data_dir=None):
+    """The newest recorded diff pair (before, after) in data/inspect/ (files
+    <gpu>-diff-<case>-<date>-before.json and -after.json; `case` narrows it), or None."""
+    folder = inspect_dir(data_dir)
+    pattern = f"*-diff-{case}-*-before.json" if case else "*-diff-*-before.json"
+    pairs = []
+    for b in folder.glob(pattern) if folder.is_dir() else []:
+        a = b.with_name(b.name[: -len("-before.json")] + "-after.json")
+        if a.is_file():
+            before = load(b)
+            pairs.append((before.get("recorded_at") or "", before, load(a)))
+    if not pairs:
+        return None
+    _, before, after = max(pairs, key=lambda p: p[0])
+    return before, after
 
 
 def _num(v) -> float:
