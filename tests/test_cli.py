@@ -74,7 +74,7 @@ def load(path):
     (["sweep", "--device", "tpu"], ["--device", "auto", "cpu", "cuda"]),
     (["sweep", "--retry-failed"], ["--retry-failed", "--resume"]),
     (["report", "/no/such/run.jsonl"], ["/no/such/run.jsonl"]),
-    (["inspect", "m:step", "--steps", "0"], ["--steps", "from 1 to 100000"]),
+    (["inspect", "m:step", "--steps", "0"], ["--steps", "allowed: 1 to 100000"]),
     (["diff", "a:x", "b:y", "--time-limit", "0"], ["--time-limit", "0.1"]),
     (["frobnicate"], ["invalid choice", "sweep", "report", "doctor", "main", "inspect", "diff"]),
     ([], ["COMMAND"]),

@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from dspark_lab.cli.options import HelpFormatter, float_in
+from dspark_lab.cli.options import HelpFormatter, float_in, int_in
 from dspark_lab.results import step_record
 from dspark_lab.results.output import OutputError, check_output
 from dspark_lab.run import worker
@@ -37,18 +37,6 @@ def add_measure_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--allow", action="append", default=[], metavar="PATTERN",
                    help="a by-design sync: a function name or a 'path/file.py:LINE' pattern, as the "
                         "no_host_syncs fixture takes (repeatable)")
-
-
-def int_in(lo: int, hi: int):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number from {lo} to {hi}; got {text!r}") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"must be from {lo} to {hi}; got {v}")
-        return v
-    return parse
 
 
 def add_inspect_parser(sub) -> None:
