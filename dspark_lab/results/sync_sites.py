@@ -42,28 +42,27 @@ def parse_site(text: str) -> Site:
     return Site(m["path"], int(m["line"] or m["line2"]), m["func"].strip(), exact=m["line2"] is not None)
 
 
+def _try_parse(text: str):
+    try:
+        return parse_site(text)
+    except ValueError:
+        return None
+
+
 def merge_sites(exact: Mapping[str, float], function_level: Mapping[str, float]) -> dict[str, float]:
     """Per-step counts by line, each line once: every exact site, then each function-level site
     whose function has no exact site (its count kept apart: it is a sync the exact witness missed).
     Unparseable names are kept as they are (a site is never dropped from a count)."""
     out: dict[str, float] = {}
-    seen_functions = set()
-    for text, n in exact.items():
-        try:
-            s = parse_site(text)
-        except ValueError:
-            out[text] = out.get(text, 0.0) + n
-            continue
-        out[s.key] = out.get(s.key, 0.0) + n
-        seen_functions.add(s.where)
-    for text, n in function_level.items():
-        try:
-            s = parse_site(text)
-        except ValueError:
-            out[text] = out.get(text, 0.0) + n
-            continue
-        if s.where not in seen_functions:
-            out[s.key] = out.get(s.key, 0.0) + n
+    exact_sites = {text: _try_parse(text) for text in exact}
+    seen_functions = {s.where for s in exact_sites.values() if s is not None}
+    tagged = [(t, n, True) for t, n in exact.items()] + [(t, n, False) for t, n in function_level.items()]
+    for text, n, is_exact in tagged:
+        s = exact_sites[text] if is_exact else _try_parse(text)
+        if not is_exact and s is not None and s.where in seen_functions:
+            continue  # a function-level name of a sync already counted at its exact line
+        key = s.key if s is not None else text
+        out[key] = out.get(key, 0.0) + n
     return out
 
 
