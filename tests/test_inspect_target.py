@@ -171,3 +171,18 @@ def test_on_cuda_inspect_names_the_documented_sync_lines_with_their_cost(name):
         assert s["per_step"] == 1 and s["host_blocked_ms"] > 0 and s["code"]
     assert rec["parts"]["gpu_idle_sync_caused_ms"] > 0
     assert len(rec["guard"]["violations"]) == len(documented)
+
+
+def test_a_source_line_is_quoted_only_from_a_python_file_under_the_targets_folder(tmp_path):
+    from dspark_lab.results.sync_sites import parse_site
+    from dspark_lab.run.inspect import source_line
+
+    root = tmp_path / "proj" / "pkg"
+    root.mkdir(parents=True)
+    (root / "mod.py").write_text("a = 1\nx.item()  # the sync\n")
+    (tmp_path / "proj" / "secret.py").write_text("a = 1\nTOKEN = 'do not read'\n")
+    assert source_line(parse_site("pkg/mod.py:2 step"), root) == "x.item()  # the sync"
+    assert source_line(parse_site("proj/secret.py:2 step"), root) is None  # outside the folder: not read
+    assert source_line(parse_site("pkg/../../proj/secret.py:2 f"), root) is None
+    assert source_line(parse_site("pkg/mod.py:9 step"), root) is None  # no such line
+    assert source_line(parse_site("pkg/mod.py:2 step"), None) is None
