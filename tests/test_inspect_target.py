@@ -186,3 +186,28 @@ def test_a_source_line_is_quoted_only_from_a_python_file_under_the_targets_folde
     assert source_line(parse_site("pkg/../../proj/secret.py:2 f"), root) is None
     assert source_line(parse_site("pkg/mod.py:9 step"), root) is None  # no such line
     assert source_line(parse_site("pkg/mod.py:2 step"), None) is None
+
+
+def test_sites_and_their_costs_from_a_recorded_h200_trace_with_stacks():
+    """The trace of the kit's device_direct step (tests/fixtures, H200, Python stacks): one sync a step
+    in strategies.device_direct; the lagged readback (by design) is no site."""
+    from pathlib import Path
+
+    from dspark_lab.measure import breakdown, syncs, trace
+    from dspark_lab.run.inspect import _sites
+
+    ev = trace.events(Path(__file__).parent / "fixtures" / "traces" / "sglang_profile_ep1_device_direct_stacks.rank0.json.gz")
+    calls = syncs.sync_calls(ev)
+    (only,) = _sites({}, calls, ev, None, ())
+    assert (only["site"], only["per_step"], only["exact"]) == ("dspark_lab/strategies.py:20 device_direct", 1.0, False)
+    parts = breakdown.summary(ev, calls=calls)  # the same steps (the first left out) as the site's costs
+    assert only["host_blocked_ms"] == pytest.approx(parts["host_blocked_ms"])
+    # A site is charged each of its syncs' whole idle (which runs on into the next step's window), per
+    # step after the first; the step total clips the same gaps to each step's window instead.
+    caused = breakdown.sync_caused_gaps(ev, calls)
+    mine = caused[caused.sync_step >= 1]
+    assert only["gpu_idle_ms"] == pytest.approx((mine.end - mine.start).sum() / 1e3 / (len(syncs.step_windows(ev)) - 1))
+    assert 0 < only["gpu_idle_ms"] <= parts["gpu_idle_sync_caused_ms"] * 1.1
+    # Sync debug mode's exact line of the same function replaces the function-level name, costs and all.
+    (exact,) = _sites({"dspark_lab/strategies.py:25 device_direct": 1.0}, calls, ev, None, ["device_direct"])
+    assert exact["exact"] and exact["allowed"] and exact["gpu_idle_ms"] == only["gpu_idle_ms"]

@@ -128,3 +128,12 @@ def test_the_page_shows_the_sites_with_their_code_the_guard_and_the_kits_figures
     for title in ("Timeline: host thread and GPU stream", "Step-time breakdown", "Syncs per step"):
         assert title in page
     assert "SYNTH-GPU" in page and page.count("plotly.js v") <= 2  # plotly.js inlined once
+
+
+def test_a_site_the_allow_list_names_is_marked_allowed_in_the_markdown():
+    b, a = _pair()
+    readback = {"site": "app/model.py:70 read_back", "per_step": 1.0, "exact": True, "host_blocked_ms": 0.1,
+                "gpu_idle_ms": 0.0, "code": "done.synchronize()", "allowed": True}
+    a["sites"].append(readback)
+    md = step_diff.markdown(step_diff.diff(b, a))
+    assert "| `app/model.py:70 read_back`<br>`done.synchronize()` | added (allowed) | – → 1.00 |" in md

@@ -58,11 +58,12 @@ def site_changes(before: dict, after: dict) -> pd.DataFrame:
         status = "removed" if sa is None else "added" if sb is None else \
             "same" if abs(sb["per_step"] - sa["per_step"]) < 1e-9 else "changed"
         rows.append({"status": status, "site": (sa or sb)["site"], "code": (sa or sb).get("code") or "",
+                     "allowed": bool((sa or sb).get("allowed")),  # by design: the allow-list names it
                      "before_per_step": sb and sb["per_step"], "after_per_step": sa and sa["per_step"],
                      "before_idle_ms": sb and _val(sb["gpu_idle_ms"]), "after_idle_ms": sa and _val(sa["gpu_idle_ms"]),
                      "before_blocked_ms": sb and _val(sb["host_blocked_ms"]), "after_blocked_ms": sa and _val(sa["host_blocked_ms"])})
     order = {s: i for i, s in enumerate(STATUSES)}
-    df = pd.DataFrame(rows, columns=["status", "site", "code", "before_per_step", "after_per_step", "before_idle_ms",
+    df = pd.DataFrame(rows, columns=["status", "site", "code", "allowed", "before_per_step", "after_per_step", "before_idle_ms",
                                      "after_idle_ms", "before_blocked_ms", "after_blocked_ms"])
     return df.sort_values("status", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
 
@@ -122,7 +123,8 @@ def _sites_md(sites: pd.DataFrame) -> list[str]:
            "|---|---|---|---|"]
     for r in sites.itertuples():
         code = f"<br>`{r.code}`" if r.code else ""
-        out.append(f"| `{r.site}`{code} | {r.status} | {_f(r.before_per_step)} → {_f(r.after_per_step)} "
+        status = f"{r.status} (allowed)" if r.allowed else r.status
+        out.append(f"| `{r.site}`{code} | {status} | {_f(r.before_per_step)} → {_f(r.after_per_step)} "
                    f"| {_f(r.before_idle_ms, 3)} → {_f(r.after_idle_ms, 3)} |")
     return out
 
@@ -152,7 +154,7 @@ def text(d: dict) -> str:
     st = d["step_time"]
     s = d["summary"].assign(before=lambda x: x.before.map(_f), after=lambda x: x.after.map(_f),
                             change=lambda x: x.change.map(_signed))
-    sites = d["sites"][["status", "site", "before_per_step", "after_per_step", "before_idle_ms", "after_idle_ms"]]
+    sites = d["sites"][["status", "allowed", "site", "before_per_step", "after_per_step", "before_idle_ms", "after_idle_ms"]]
     out = [f"diff {d['before']} -> {d['after']}", s.to_string(index=False),
            f"step time: before {_ms_ci(st['before'])} ms, after {_ms_ci(st['after'])} ms: {st['verdict']} "
            f"({_how_paired(d)})", "", "sync sites:",

@@ -6,7 +6,7 @@ A record is one JSON object:
      "fingerprint": {...}, "options": {"steps", "trials", "warmup"},
      "counts": {...per step...}, "parts": {...ms per profiled step...},
      "trials": [step_ms, ...] (profiler-free, one per trial), "step_ms", "step_ms_lo", "step_ms_hi",
-     "sites": [{"site", "per_step", "exact", "host_blocked_ms", "gpu_idle_ms", "code"}],
+     "sites": [{"site", "per_step", "exact", "host_blocked_ms", "gpu_idle_ms", "code", "allowed"}],
      "timeline": [[lane, part, start_ms, end_ms, label], ...], "guard": null | {...},
      "pair": null | {"id", "role"}}
 `pair` is set when two steps were measured together, their trials interleaved round by round

@@ -42,7 +42,8 @@ def parse_site(text: str) -> Site:
     return Site(m["path"], int(m["line"] or m["line2"]), m["func"].strip(), exact=m["line2"] is not None)
 
 
-def _try_parse(text: str):
+def try_parse(text: str):
+    """parse_site, or None for a name in neither form (an op name where the trace had no stack)."""
     try:
         return parse_site(text)
     except ValueError:
@@ -54,11 +55,11 @@ def merge_sites(exact: Mapping[str, float], function_level: Mapping[str, float])
     whose function has no exact site (its count kept apart: it is a sync the exact witness missed).
     Unparseable names are kept as they are (a site is never dropped from a count)."""
     out: dict[str, float] = {}
-    exact_sites = {text: _try_parse(text) for text in exact}
+    exact_sites = {text: try_parse(text) for text in exact}
     seen_functions = {s.where for s in exact_sites.values() if s is not None}
     tagged = [(t, n, True) for t, n in exact.items()] + [(t, n, False) for t, n in function_level.items()]
     for text, n, is_exact in tagged:
-        s = exact_sites[text] if is_exact else _try_parse(text)
+        s = exact_sites[text] if is_exact else try_parse(text)
         if not is_exact and s is not None and s.where in seen_functions:
             continue  # a function-level name of a sync already counted at its exact line
         key = s.key if s is not None else text

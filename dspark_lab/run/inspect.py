@@ -4,8 +4,9 @@
 run/worker.py.
 
 Sites are counted by line, each line once (results.sync_sites): sync debug mode's exact lines,
-and the guard's function-level sites only for syncs debug mode did not see (a blocking pageable
-copy, another library's sync). Each site's host blocked time and the GPU idle it caused come from
+and the trace's blocking calls by function only where debug mode saw no line of that function (a
+blocking pageable copy, another library's sync); never the guard's records, whose number per sync
+is the guard's business. Each site's host blocked time and the GPU idle it caused come from
 the profiled steps (measure.breakdown's rule), per function; a function holding several sync
 lines has its cost split among them by their per-step counts (the record says so).
 """
@@ -22,7 +23,7 @@ import torch
 from dspark_lab import guard
 from dspark_lab.measure import breakdown, loop, measure_step, probe, syncs, trace
 from dspark_lab.results.stats import median_ci
-from dspark_lab.results.sync_sites import distinct_lines, merge_sites, parse_site
+from dspark_lab.results.sync_sites import distinct_lines, merge_sites, try_parse
 
 GUARD_STEPS = 3  # steps under the guard (after the measurement's warm-up)
 NO_CUDA_PARTS = ("host_blocked_ms", "gpu_busy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms")
@@ -53,7 +54,7 @@ def inspect_step(fn: Callable[[], object], *, target: str = "(a Python callable)
     counts["syncs_per_step"] = (report.counts["syncs_per_step"] + counts["blocking_copies_per_step"])
     guard_rec = _guard(fn, allow) if cuda else {"checked": [], "allow": list(allow), "violations": [], "allowed": [],
                                                 "note": guard.NO_CUDA_MESSAGE}
-    sites = _sites(report.debug_sites, guard_rec, blocking, ev, source_root) if cuda else []
+    sites = _sites(report.debug_sites, blocking, ev, source_root, allow) if cuda else []
     med, lo, hi = median_ci([t.step_ms for t in report.timing])
     return {
         "kind": "dspark_inspect", "schema": 1, "target": target, "label": label,
@@ -86,10 +87,8 @@ def _function_costs(blocking: pd.DataFrame, ev: pd.DataFrame) -> dict:
     out: dict = {}
 
     def where(site: str):
-        try:
-            return parse_site(site).where
-        except ValueError:
-            return ("", site)
+        s = try_parse(site)
+        return s.where if s else ("", site)
 
     for r in blocking[(~blocking.readback) & (blocking.step >= 1)].itertuples():
         b, i = out.get(where(r.site), (0.0, 0.0))
@@ -100,33 +99,30 @@ def _function_costs(blocking: pd.DataFrame, ev: pd.DataFrame) -> dict:
     return out
 
 
-def _sites(debug_sites: dict, guard_rec: dict, blocking: pd.DataFrame, ev: pd.DataFrame,
-           source_root: Optional[Path]) -> list[dict]:
-    steps = guard_rec.get("steps") or 1
+def _sites(debug_sites: dict, blocking: pd.DataFrame, ev: pd.DataFrame, source_root: Optional[Path],
+           allow: Iterable[str]) -> list[dict]:
+    """Each sync line once: sync debug mode's exact lines, and the trace's blocking calls (outside the
+    by-design readback) by function where debug mode saw no line of that function; each with its
+    per-step count, costs, source line, and whether the allow-list names it."""
+    n = max(len(syncs.step_windows(ev)), 1)
     function_level: dict = {}
-    for site, _kind, seen_by, allowed in guard_rec.get("records", []):
-        if seen_by != guard.DEBUG_MODE:
-            function_level[site] = function_level.get(site, 0.0) + 1.0 / steps
+    for site in blocking[~blocking.readback].site:
+        function_level[site] = function_level.get(site, 0.0) + 1.0 / n
     merged = merge_sites(debug_sites, function_level)
     costs = _function_costs(blocking, ev)
+    parsed = {key: try_parse(key) for key in merged}
+    where = {key: (s.where if s else ("", key)) for key, s in parsed.items()}
     per_function: dict = {}
-    parsed = {}
-    for key, n in merged.items():
-        try:
-            parsed[key] = parse_site(key)
-        except ValueError:
-            parsed[key] = None
-        w = parsed[key].where if parsed[key] else ("", key)
-        per_function[w] = per_function.get(w, 0.0) + n
+    for key, count in merged.items():
+        per_function[where[key]] = per_function.get(where[key], 0.0) + count
     out = []
-    for key, n in merged.items():
-        s = parsed[key]
-        w = s.where if s else ("", key)
-        blocked, idle = costs.get(w, (0.0, 0.0))
-        share = n / per_function[w] if per_function[w] else 0.0
-        out.append({"site": key, "per_step": n, "exact": key in debug_sites or (s is not None and s.key in debug_sites),
+    for key, count in merged.items():
+        blocked, idle = costs.get(where[key], (0.0, 0.0))
+        share = count / per_function[where[key]] if per_function[where[key]] else 0.0
+        out.append({"site": key, "per_step": count, "exact": key in debug_sites,
                     "host_blocked_ms": blocked * share, "gpu_idle_ms": idle * share,
-                    "code": source_line(s, source_root) if s else None})
+                    "code": source_line(parsed[key], source_root) if parsed[key] else None,
+                    "allowed": guard.is_allowed(key, tuple(allow))})
     return sorted(out, key=lambda r: -r["per_step"])
 
 

@@ -27,12 +27,14 @@ def _f(v, digits: int = 3, unit: str = "") -> str:
 
 
 def sites_table(rec: dict) -> pd.DataFrame:
-    """One row per sync site (one line each): per step, host blocked and GPU idle it caused, code."""
+    """One row per sync site (one line each): per step, host blocked and GPU idle it caused, whether
+    the allow-list names it (by design), code."""
     return pd.DataFrame([{"site": s["site"], "syncs per step": s["per_step"],
                           "host blocked ms/step": s["host_blocked_ms"], "GPU idle caused ms/step": s["gpu_idle_ms"],
                           "seen by": "sync debug mode (exact line)" if s["exact"] else "trace (function's def line)",
-                          "code": s["code"] or ""} for s in rec["sites"]],
-                        columns=["site", "syncs per step", "host blocked ms/step", "GPU idle caused ms/step", "seen by", "code"])
+                          "allowed": bool(s.get("allowed")), "code": s["code"] or ""} for s in rec["sites"]],
+                        columns=["site", "syncs per step", "host blocked ms/step", "GPU idle caused ms/step", "seen by",
+                                 "allowed", "code"])
 
 
 def report_text(rec: dict) -> str:
