@@ -122,6 +122,6 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         print(inspect_page.report_text(rec))
         print(f"\nrecord: {json_path}\npage: {html_path}")
     if verdict:
-        print(verdict, file=sys.stderr if status else sys.stdout)
+        print(verdict, file=sys.stderr if status or args.json else sys.stdout)  # --json: stdout is the record
     return status
 
