@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from dspark_lab.cli.inspect import (EXIT_BAD_TARGET, EXIT_CANNOT_WRITE, EXIT_OK, TARGET_HELP, add_measure_options,
-                                    outputs, stem)
+                                    err, outputs, stem)
 from dspark_lab.cli.options import HelpFormatter
 from dspark_lab.results import step_diff, step_record
 from dspark_lab.results.output import OutputError, check_output, write_text_safely
@@ -43,10 +42,6 @@ def add_diff_parser(sub) -> None:
     p.set_defaults(func=cmd_diff)
 
 
-def _err(msg: str) -> None:
-    print(f"dspark-lab: {msg}", file=sys.stderr)
-
-
 def is_record(arg: str) -> bool:
     return arg.endswith(".json")
 
@@ -74,7 +69,7 @@ def cmd_diff(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     try:
         labels = [Path(x).stem if is_record(x) else parse(x).label for x in (args.before, args.after)]
     except TargetError as e:
-        _err(str(e))
+        err(str(e))
         return EXIT_BAD_TARGET
     name = stem(f"{labels[0]}-vs-{labels[1]}", args.name)
     md_path = Path(args.out) / f"{name}.md"
@@ -82,12 +77,12 @@ def cmd_diff(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         check_output(md_path)
         rec_paths = [outputs(args.out, f"{name}-{role}")[0] for role in ("before", "after")]
     except OutputError as e:
-        _err(str(e))
+        err(str(e))
         return EXIT_CANNOT_WRITE
     try:
         before, after, measured = _records(args)
     except (TargetError, step_record.RecordError) as e:
-        _err(str(e))
+        err(str(e))
         return EXIT_BAD_TARGET
     d = step_diff.diff(before, after)
     try:
@@ -96,7 +91,7 @@ def cmd_diff(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             for rec, p in zip((before, after), rec_paths):
                 step_record.save(rec, p)
     except OutputError as e:
-        _err(str(e))
+        err(str(e))
         return EXIT_CANNOT_WRITE
     print(as_json(d) if args.json else step_diff.text(d))
     if not args.json:

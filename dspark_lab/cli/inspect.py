@@ -61,7 +61,8 @@ def add_inspect_parser(sub) -> None:
     p.set_defaults(func=cmd_inspect)
 
 
-def _err(msg: str) -> None:
+def err(msg: str) -> None:
+    """One line on stderr, as every dspark-lab error."""
     print(f"dspark-lab: {msg}", file=sys.stderr)
 
 
@@ -96,24 +97,24 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     try:
         label = parse(args.target).label
     except TargetError as e:
-        _err(str(e))
+        err(str(e))
         return EXIT_BAD_TARGET
     try:
         json_path, html_path = outputs(args.out, stem(label, args.name))  # refused before measuring
     except OutputError as e:
-        _err(str(e))
+        err(str(e))
         return EXIT_CANNOT_WRITE
     try:
         rec = worker.inspect_target(args.target, steps=args.steps, trials=args.trials, warmup=args.warmup,
                                          allow=args.allow, time_limit_s=args.time_limit)
     except TargetError as e:
-        _err(str(e))
+        err(str(e))
         return EXIT_BAD_TARGET
     try:
         step_record.save(rec, json_path)
         inspect_page.write(html_path, rec)
     except OutputError as e:
-        _err(str(e))
+        err(str(e))
         return EXIT_CANNOT_WRITE
     status, verdict = guard_status(rec, args.strict) if args.guard else (EXIT_OK, "")
     if args.json:
