@@ -207,3 +207,35 @@ def synthetic_card(gpu="SYNTH-GPU-A", driver="1.0", waits_from=4 << 20, queued_m
     return {"kind": card.CARD_KIND, "schema": card.CARD_SCHEMA, "recorded": recorded, "queued_ms": [0.0, queued_ms],
             "reps": reps, "fingerprint": {"gpu": gpu, "driver": driver, "cuda": "12.0", "torch": "2.0-synth"},
             "cells": cells}
+
+
+# -- inspect records (dspark-lab inspect), made up: a fake machine, clearly not GPU data -------------
+
+SYNTH_FINGERPRINT = {"gpu": "SYNTH-GPU", "driver": "0.0", "cuda": "0.0", "torch": "2.0-synth"}
+
+
+def inspect_record(label: str, sites=(), *, trials=(2.0, 2.1, 1.9, 2.0, 2.05), pair=None, syncs=None,
+                   blocked=None, idle=None, device="cuda") -> dict:
+    """A record in results.step_record's format. `sites`: (site, per_step, exact, blocked_ms, idle_ms, code)."""
+    syncs = sum(s[1] for s in sites) if syncs is None else syncs
+    blocked = sum(s[3] for s in sites) if blocked is None else blocked
+    idle = sum(s[4] for s in sites) if idle is None else idle
+    parts = {"host_prep_ms": 0.2, "host_blocked_ms": blocked, "host_readback_ms": 0.0, "host_copy_ms": 0.0,
+             "host_launch_ms": 0.3, "host_other_ms": 1.0, "gpu_busy_ms": 1.0, "gpu_idle_ms": 0.5 + idle,
+             "gpu_idle_after_sync_ms": idle, "gpu_idle_sync_caused_ms": idle, "profiled_step_ms": 1.5 + blocked}
+    counts = {"stream_syncs_per_step": syncs, "device_syncs_per_step": 0.0, "event_syncs_per_step": 0.0,
+              "sync_memcpy_per_step": 0.0, "syncs_per_step": syncs, "readback_syncs_per_step": 0.0,
+              "debug_syncs_per_step": syncs, "blocking_copies_per_step": 0.0, "d2h_per_step": syncs,
+              "d2h_pageable_per_step": syncs, "h2d_pageable_per_step": 0.0, "h2d_pinned_per_step": 0.0,
+              "allocs_per_step": 0.0, "steps_in_trace": 10, "sync_count_mismatch": False, "sync_note": ""}
+    timeline = [["host", "other", 0.0, 1.0, "other"], ["gpu", "busy", 0.0, 0.8, "3 GPU ops"],
+                ["host", "step", 0.0, 1.5, "step 1"]]
+    return {"kind": "dspark_inspect", "schema": 1, "target": f"synth.py:{label}", "label": label,
+            "recorded_at": "2026-01-01T10:00:00+00:00", "device": device, "fingerprint": dict(SYNTH_FINGERPRINT),
+            "options": {"steps": 20, "trials": len(trials), "warmup": 3, "profiled_steps": 10},
+            "counts": counts, "parts": parts, "trials": list(trials), "step_ms": float(np.median(trials)),
+            "step_ms_lo": min(trials), "step_ms_hi": max(trials),
+            "sites": [dict(zip(("site", "per_step", "exact", "host_blocked_ms", "gpu_idle_ms", "code"), s)) for s in sites],
+            "cost_scope": "function", "timeline": timeline, "guard": {"checked": [], "allow": [], "violations": [],
+                                                                     "allowed": [], "note": "synthetic"},
+            "pair": pair}

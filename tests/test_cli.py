@@ -74,7 +74,9 @@ def load(path):
     (["sweep", "--device", "tpu"], ["--device", "auto", "cpu", "cuda"]),
     (["sweep", "--retry-failed"], ["--retry-failed", "--resume"]),
     (["report", "/no/such/run.jsonl"], ["/no/such/run.jsonl"]),
-    (["frobnicate"], ["invalid choice", "sweep", "report", "doctor", "main"]),
+    (["inspect", "m:step", "--steps", "0"], ["--steps", "allowed: 1 to 100000"]),
+    (["diff", "a:x", "b:y", "--time-limit", "0"], ["--time-limit", "0.1"]),
+    (["frobnicate"], ["invalid choice", "sweep", "report", "doctor", "main", "inspect", "diff"]),
     ([], ["COMMAND"]),
 ])
 def test_bad_arguments_name_the_option_and_the_allowed_values(argv, expected, capsys):
@@ -118,7 +120,7 @@ def test_cuda_device_without_cuda_is_a_clear_error(capsys):
     assert "--device" in err and "no CUDA device" in err
 
 
-@pytest.mark.parametrize("command", ["sweep", "report", "doctor", "main"])
+@pytest.mark.parametrize("command", ["sweep", "report", "doctor", "main", "inspect", "diff"])
 def test_help_explains_every_option(command, capsys):
     with pytest.raises(SystemExit) as e:
         cli.main([command, "--help"])

@@ -28,7 +28,7 @@ def headline_lines(text: str) -> list[str]:
 
 
 def test_notebooks_are_stripped():
-    assert {p.name[:2] for p in NOTEBOOKS} >= {"01", "02", "03", "04"}
+    assert {p.name[:2] for p in NOTEBOOKS} >= {"01", "02", "03", "04", "05"}
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
         for c in nb.cells:
@@ -144,3 +144,22 @@ def test_notebook03_features_the_headline_run_and_draws_every_compared_run(execu
     sweep = _plotly(_section(nb, "## Sweeps"))[0]
     assert all(runs.kind_of(r) in ("default_sweep", "sweep", "quick_sweep") for r in runs.grid_runs())
     assert len({tr["name"] for tr in sweep["data"]}) <= 5  # one line per strategy
+
+
+def test_notebook_05_shows_the_committed_example_or_says_there_is_none_and_grades_a_kata(executed_notebooks):
+    from dspark_lab.results import step_record
+
+    nb, _ = executed_notebooks["05_your_own_code.ipynb"]
+    text = printed(nb.cells)
+    pair = step_record.recorded_pair("scalar_item", DATA)
+    if pair is None:
+        assert step_record.NO_EXAMPLE in text
+    else:  # the recorded example: its target, its machine, its figures and the diff's Markdown
+        before, _ = pair
+        assert before["target"] in text and before["fingerprint"]["gpu"] in text
+        shown = [o for c in nb.cells for o in c.get("outputs", []) if "application/vnd.plotly.v1+json" in o.get("data", {})]
+        assert len(shown) >= 4
+        assert any("Host syncs:" in o.get("data", {}).get("text/markdown", "") for c in nb.cells for o in c.get("outputs", []))
+    assert "kata scalar_item:" in text
+    hidden = [c for c in nb.cells if c.metadata.get("jupyter", {}).get("source_hidden")]
+    assert len(hidden) == 1 and "katas.solution" in hidden[0].source

@@ -51,6 +51,8 @@ NOTEBOOKS = (
                                "the standalone HTML report"),
     ("04_sync_gallery.ipynb", "seven real sync pitfalls from public PRs, each beside its fix, measured; "
                               "the no_host_syncs guard for your own code"),
+    ("05_your_own_code.ipynb", "your own step: where it syncs and what each sync costs, the guard, a "
+                               "before/after diff for a PR, and katas on the gallery's cases"),
 )
 START_NOTEBOOK = NOTEBOOKS[0][0]
 TOKEN_ENV = "JUPYTER_TOKEN"  # read by jupyter_server's IdentityProvider

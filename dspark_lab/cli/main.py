@@ -1,4 +1,4 @@
-"""Command line: `dspark-lab sweep | report | doctor | main | ep` (see `dspark-lab COMMAND --help`):
+"""Command line: `dspark-lab sweep | report | doctor | main | ep | inspect | diff` (see `dspark-lab COMMAND --help`):
 the parser, the sweep, report and main commands, and the exit statuses."""
 from __future__ import annotations
 
@@ -13,11 +13,13 @@ from typing import Sequence
 import torch
 
 from dspark_lab.cli.doctor import add_doctor_parser
+from dspark_lab.cli.diff import add_diff_parser
 from dspark_lab.cli.ep import add_ep_parser
 # The exit statuses, also importable from here (tests and scripts name them as main.EXIT_*).
 from dspark_lab.cli.exits import (EXIT_BUSY, EXIT_CANNOT_WRITE, EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED,  # noqa: F401
                                   EXIT_OK, EXIT_REFUSED, EXIT_USAGE)
 from dspark_lab.cli.terminal import err as _err, say
+from dspark_lab.cli.inspect import add_inspect_parser
 from dspark_lab.cli.options import OPTION_OF, SPEC_KEYWORDS, HelpFormatter, add_sweep_config_options, float_in
 from dspark_lab.cli.summary import summary_table
 from dspark_lab.measure import probe
@@ -47,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_doctor_parser(sub)
     _add_main_parser(sub)
     add_ep_parser(sub)
+    add_inspect_parser(sub)
+    add_diff_parser(sub)
     return parser
 
 

@@ -38,17 +38,25 @@ def count_type(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def float_in(lo: float, hi: float) -> Callable[[str], float]:
+def _number_in(cast: Callable[[str], float], what: str, lo: float, hi: float) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
-            v = float(text)
+            v = cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number (allowed: {lo} to {hi})") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what} (allowed: {lo} to {hi})") from None
         if not (lo <= v <= hi):
             raise argparse.ArgumentTypeError(f"{v} is out of range (allowed: {lo} to {hi})")
         return v
 
     return parse
+
+
+def float_in(lo: float, hi: float) -> Callable[[str], float]:
+    return _number_in(float, "a number", lo, hi)
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    return _number_in(int, "a whole number", lo, hi)
 
 
 def _list_type(name: str) -> Callable[[str], tuple]:

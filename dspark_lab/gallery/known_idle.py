@@ -113,7 +113,7 @@ def within(charged_ms: float, loss_ms: float) -> bool:
 
 def make_step(ops: tuple) -> Callable[[], None]:
     """The ops as a CUDA step: spins on the host, `torch.cuda._sleep` on the GPU, `.item()` syncs.
-    Calibrate the sleep first (`measure.probe.calibrate_gpu_sleep`)."""
+    Calibrate the sleep first (`measure.probe.calibrate_sleep`)."""
     import torch
 
     from dspark_lab.measure import probe
@@ -126,7 +126,7 @@ def make_step(ops: tuple) -> Callable[[], None]:
             if kind == HOST:
                 spin_until(time.perf_counter() + ms * 1e-3)
             elif kind == GPU:
-                probe.gpu_sleep(ms)
+                probe.busy_kernel(ms)
             else:
                 flag.item()  # a D2H copy and a stream sync: waits for every queued op
     return step
@@ -145,7 +145,7 @@ def measure_case(case: KnownIdleCase, *, rounds: int = 8, steps: int = 20, warmu
 
     if not torch.cuda.is_available():
         raise RuntimeError("known-idle cases need a CUDA device: their idle comes from GPU work and syncs")
-    probe.calibrate_gpu_sleep()
+    probe.calibrate_sleep()
     with_syncs, free = as_step(make_step(case.ops)), as_step(make_step(case.sync_free()))
     sync = torch.cuda.synchronize
     res = loop.run_rounds({"with_syncs": with_syncs, "sync_free": free}, loop.FixedRounds(rounds),

@@ -43,23 +43,13 @@ VARIANT_KEYS = (
 )
 
 
-def blocking_copy_calls(ev: pd.DataFrame) -> pd.DataFrame:
-    """Blocking pageable D2H copies issued inside step windows, shaped like `syncs.sync_calls` rows."""
-    wins = syncs.step_windows(ev)
-    c = guard.unsynced_pageable_d2h(ev).copy()
-    c["step"] = [next((i for i, (s, e) in enumerate(wins) if s <= t < e), -1) for t in c.ts]
-    c = c[c.step >= 0]
-    c["kind"], c["readback"], c["site"] = "pageable_copy", False, ""
-    return c
-
-
 def analyse(tr: dict) -> dict:
     """Counts and step-time parts of a `measure_step` trace. Blocking pageable copies count as host
     syncs, and their time as blocked time (the GPU idling after one is starved just the same)."""
     ev = trace.events(tr)
     calls = syncs.sync_calls(ev)
     counts = syncs.counts_per_step(ev, calls)
-    copies = blocking_copy_calls(ev)
+    copies = guard.blocking_copy_calls(ev)
     n = counts["steps_in_trace"]
     blocking = pd.concat([calls, copies[calls.columns.intersection(copies.columns)]], ignore_index=True) if len(copies) else calls
     blocking["readback"] = blocking.readback.astype(bool)

@@ -85,10 +85,6 @@ def calibrate_sleep() -> None:
     _CLOCK_HZ[0] = 10_000_000 / (a.elapsed_time(b) * 1e-3)
 
 
-# Public names for step functions built from calibrated GPU work (gallery/known_idle.py).
-gpu_sleep, calibrate_gpu_sleep = _busy_kernel, _calibrate_sleep
-
-
 def run_probe(reps: int = 30, queued_ms: float = 10.0) -> dict:
     """Host time of one call of each strategy, median µs, with the GPU idle and with `queued_ms`
     of work queued ahead. A call that waits for the queue blocks the host; the verdict for the

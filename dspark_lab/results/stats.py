@@ -5,7 +5,7 @@ use the same numbers. A fixed seed: the same samples always give the same interv
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -46,11 +46,13 @@ def difference_text(pct: float, lo: float, hi: float, level: float = 0.95) -> st
     return f"{abs(pct):.1f}% {word} ({level:.0%} CI {a:.1f}%{EN_DASH}{b:.1f}%)"
 
 
-def compare(a: Sequence[float], b: Sequence[float], a_name: str = "A", b_name: str = "B", level: float = 0.95) -> dict:
+def compare(a: Sequence[float], b: Sequence[float], a_name: str = "A", b_name: str = "B", level: float = 0.95,
+            paired: Optional[bool] = None) -> dict:
     """How much slower A is than B, in percent of B's median, with a bootstrap CI.
 
     With paired samples (same length: trial t of A and B ran in the same round) the ratio is taken
     per round, which cancels drift between rounds; otherwise the two are resampled independently.
+    `paired=False` resamples independently even at equal lengths (trials not run in shared rounds).
     If the interval contains 0 the verdict is "no measurable difference".
     Returns pct, ci_low, ci_high (signed: > 0 means A is slower), measurable, paired, n_a, n_b,
     `difference` (the wording without names) and `verdict` (with names).
@@ -59,7 +61,7 @@ def compare(a: Sequence[float], b: Sequence[float], a_name: str = "A", b_name: s
     if a.size == 0 or b.size == 0:
         raise ValueError("compare needs samples on both sides")
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    paired = a.size == b.size and a.size > 1
+    paired = a.size == b.size and a.size > 1 and paired is not False
     if paired:
         ratios = a / b
         pct = (float(np.median(ratios)) - 1) * 100

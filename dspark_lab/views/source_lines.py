@@ -13,10 +13,9 @@ from pathlib import Path
 from typing import Optional
 
 from dspark_lab.results.paths import PACKAGE_DIR
-
 # Both forms the measurement writes: "path(line): function" (trace attribution) and
 # "path:line function" (sync debug mode).
-_SITE = re.compile(r"^(?P<path>[^():]+?)(?:\((?P<line>\d+)\):|:(?P<line2>\d+))\s*(?P<func>.*)$")
+from dspark_lab.results.sync_sites import SITE as _SITE
 
 
 def package_source(path: str, package_dir: Path = PACKAGE_DIR) -> Optional[Path]:

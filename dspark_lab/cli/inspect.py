@@ -1,0 +1,128 @@
+"""`dspark-lab inspect TARGET`: measure your own step and write its record and page.
+
+Exit statuses: 0 measured (and, with --guard, no host sync that the allow-list does not name);
+1 --guard found a host sync not allowed (or, with --strict, nothing could be checked without
+CUDA); 2 a bad target (it does not import, is not callable, needs arguments, raises, returns a
+non-callable, or runs past --time-limit): one line naming it, nothing written; 5 the output
+cannot be written.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import re
+import sys
+from pathlib import Path
+
+from dspark_lab.cli.options import HelpFormatter, float_in, int_in
+from dspark_lab.results import step_record
+from dspark_lab.results.output import OutputError, check_output
+from dspark_lab.run import worker
+from dspark_lab.run.target import TargetError, parse
+
+DEFAULT_OUT = Path("out") / "inspect"
+EXIT_OK, EXIT_GUARD, EXIT_BAD_TARGET, EXIT_CANNOT_WRITE = 0, 1, 2, 5
+TARGET_HELP = ("package.module:callable or path/to/file.py:callable: a zero-argument step, or a factory "
+               "returning one (mark a factory with '()': mod:make_step())")
+
+
+def add_measure_options(p: argparse.ArgumentParser) -> None:
+    """--steps/--trials/--warmup/--time-limit/--allow, shared with `diff`."""
+    g = p.add_argument_group("measurement")
+    g.add_argument("--steps", type=int_in(1, 100000), default=20, metavar="N", help="steps per trial")
+    g.add_argument("--trials", type=int_in(1, 1000), default=5, metavar="N", help="profiler-free trials")
+    g.add_argument("--warmup", type=int_in(0, 100000), default=3, metavar="N", help="warm-up steps per trial")
+    g.add_argument("--time-limit", type=float_in(0.1, 86400), default=worker.DEFAULT_TIME_LIMIT_S, metavar="S",
+                   help="stop the target after S seconds of loading and measuring (exit 2, nothing written)")
+    g.add_argument("--allow", action="append", default=[], metavar="PATTERN",
+                   help="a by-design sync: a function name or a 'path/file.py:LINE' pattern, as the "
+                        "no_host_syncs fixture takes (repeatable)")
+
+
+def add_inspect_parser(sub) -> None:
+    p = sub.add_parser(
+        "inspect", formatter_class=HelpFormatter,
+        help="measure your own step: syncs by line, what each costs, step time; a record and an HTML page",
+        description="Measure a step of your own with the kit's accounting: host syncs per step by line, "
+                    "device-to-host copies, host blocked, the GPU idle each sync caused, and the "
+                    "profiler-free step time with its 95%% CI. Writes a record (JSON) and a standalone page "
+                    "(HTML) that quotes source lines only from files under the target's folder. The target "
+                    "runs in a worker process stopped after --time-limit.\n\n" + __doc__.split("\n\n", 1)[1],
+    )
+    p.add_argument("target", metavar="TARGET", help=TARGET_HELP)
+    add_measure_options(p)
+    o = p.add_argument_group("output")
+    o.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
+                   help="folder for <name>.json and <name>.html")
+    o.add_argument("--name", default=None, metavar="NAME", help="file name stem (default: the callable and the time)")
+    o.add_argument("--guard", action="store_true", help="exit 1 on any host sync that --allow does not name")
+    o.add_argument("--strict", action="store_true", help="with --guard: exit 1 without CUDA (nothing could be checked)")
+    o.add_argument("--json", action="store_true", help="print the record as JSON instead of the report")
+    p.set_defaults(func=cmd_inspect)
+
+
+def err(msg: str) -> None:
+    """One line on stderr, as every dspark-lab error."""
+    print(f"dspark-lab: {msg}", file=sys.stderr)
+
+
+def stem(label: str, name=None) -> str:
+    if name:
+        return name
+    when = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', label)}-{when}"
+
+
+def outputs(out_dir: Path, name: str) -> tuple[Path, Path]:
+    """The record and page paths, checked before anything is measured (OutputError if refused)."""
+    paths = (Path(out_dir) / f"{name}.json", Path(out_dir) / f"{name}.html")
+    for p in paths:
+        check_output(p)
+    return paths
+
+
+def guard_status(rec: dict, strict: bool) -> tuple[int, str]:
+    """The --guard verdict: (exit status, one line)."""
+    g = rec["guard"]
+    if not g["checked"]:
+        return (EXIT_GUARD if strict else EXIT_OK), "guard: " + g.get("note", "nothing was checked")
+    if g["violations"]:
+        return EXIT_GUARD, f"guard: {len(g['violations'])} host sync line(s) not allowed: " + "; ".join(g["violations"])
+    return EXIT_OK, f"guard: no host sync outside the allow-list ({', '.join(g['allow']) or 'empty'})"
+
+
+def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from dspark_lab.views import inspect_page  # plotly: only where a page is written
+
+    try:
+        label = parse(args.target).label
+    except TargetError as e:
+        err(str(e))
+        return EXIT_BAD_TARGET
+    try:
+        json_path, html_path = outputs(args.out, stem(label, args.name))  # refused before measuring
+    except OutputError as e:
+        err(str(e))
+        return EXIT_CANNOT_WRITE
+    try:
+        rec = worker.inspect_target(args.target, steps=args.steps, trials=args.trials, warmup=args.warmup,
+                                         allow=args.allow, time_limit_s=args.time_limit)
+    except TargetError as e:
+        err(str(e))
+        return EXIT_BAD_TARGET
+    try:
+        step_record.save(rec, json_path)
+        inspect_page.write(html_path, rec)
+    except OutputError as e:
+        err(str(e))
+        return EXIT_CANNOT_WRITE
+    status, verdict = guard_status(rec, args.strict) if args.guard else (EXIT_OK, "")
+    if args.json:
+        print(step_record.to_json(rec))
+    else:
+        print(inspect_page.report_text(rec))
+        print(f"\nrecord: {json_path}\npage: {html_path}")
+    if verdict:
+        print(verdict, file=sys.stderr if status or args.json else sys.stdout)  # --json: stdout is the record
+    return status
+

@@ -1,0 +1,177 @@
+"""Katas for onboarding, one per gallery case: a step with a sync; you rewrite one function;
+`check(name, your_step)` grades it.
+
+    from dspark_lab.gallery import katas
+    print(katas.starter("scalar_item"))      # the step with the sync, to paste and edit
+    katas.check("scalar_item", my_step)      # -> a Grade; print(grade) says what passed and why
+
+A solution takes the case's state (`s`) and returns what the pitfall step returns. The grade has
+three checks: the output equals the reference (the gallery's fix, on the same state); the guard
+sees no host sync outside the case's allow-list; and the step is measurably faster than the
+pitfall (interleaved rounds, paired per round, 95% CI of the difference below zero). Without CUDA
+nothing can sync, so only correctness can be checked there, and the grade says so. The reference
+solutions are the gallery's fixes (`solution(name)`).
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+
+from dspark_lab import guard
+from dspark_lab.gallery import cases as C
+from dspark_lab.gallery.registry import CASES, Case, get
+from dspark_lab.measure import loop
+from dspark_lab.results.stats import compare
+from dspark_lab.results.sync_sites import distinct_lines
+
+CHECKS = ("output", "guard", "faster")
+NEEDS_CUDA = "without CUDA nothing can sync or be sped up by removing a sync: only correctness can be checked here"
+RTOL, ATOL = 1e-3, 1e-3  # the fixes reorder float sums (bf16 on CUDA)
+
+
+@dataclass(frozen=True)
+class Kata:
+    name: str
+    task: str  # what to change, in a sentence or two
+    hint: str
+
+    @property
+    def case(self) -> Case:
+        return get(self.name)
+
+
+_KATAS = (
+    Kata("scalar_item", "Compute seq_lens_sum without reading a device tensor on the host.",
+         "The scheduler keeps a host copy of the lengths in lockstep: s.seq_lens_cpu."),
+    Kata("tensor_bool", "Mask the padded positions without asking the host whether any exist.",
+         "Masking is cheap on the device: do it unconditionally (torch.where)."),
+    Kata("boolean_mask", "Sum each request's accepted scores without an output whose size depends on the data.",
+         "Multiply by the mask instead of indexing with it; the shape stays fixed."),
+    Kata("host_plan", "Give the planner its index arrays without copying device tensors to the host.",
+         "Build qo_indptr, kv_indptr and the lengths on the host from s.seq_lens_cpu."),
+    Kata("list_to_device", "Make the per-request draft lengths on the device without a host copy.",
+         "A fill kernel (torch.full) needs no host memory at all."),
+    Kata("host_split_sizes", "Group the tokens by expert without reading the counts on the host.",
+         "Size the receive buffer for the worst case (every token to one expert), so no count is needed."),
+    Kata("pageable_copy", "Hand the new lengths to the host without a copy that blocks it.",
+         "Copy into pinned memory (s.d2h_pinned), record an event, queue the next work, and wait on the "
+         "event only where the value is needed (read_back, an allowed by-design wait)."),
+)
+KATAS: dict[str, Kata] = {k.name: k for k in _KATAS}
+assert set(KATAS) <= set(CASES), "every kata is built on a gallery case"
+
+
+def names() -> tuple[str, ...]:
+    return tuple(KATAS)
+
+
+def kata(name: str) -> Kata:
+    try:
+        return KATAS[name]
+    except KeyError:
+        raise ValueError(f"kata must be one of {', '.join(KATAS)}; got {name!r}") from None
+
+
+def _helpers_of(fn: Callable) -> list[str]:
+    """The gallery helpers `fn` calls (target_verify, host_prep, draft, ...), for the starter's import."""
+    return sorted(n for n in fn.__code__.co_names if inspect.isfunction(getattr(C, n, None)))
+
+
+def _source(name: str, fn: Callable) -> str:
+    imports = ", ".join(["State"] + _helpers_of(fn))  # State: the annotation is evaluated in a cell
+    return f"import torch\n\nfrom dspark_lab.gallery.cases import {imports}\n\n\n" + inspect.getsource(fn)
+
+
+def starter(name: str) -> str:
+    """The pitfall step's source, ready to paste into a cell and edit (its imports included)."""
+    return _source(name, kata(name).case.step)
+
+
+def solution(name: str) -> str:
+    """A reference solution's source: the gallery's fix."""
+    return _source(name, kata(name).case.fix)
+
+
+@dataclass
+class Grade:
+    name: str
+    results: dict = field(default_factory=dict)  # check -> (True | False | None, detail); None: not checkable here
+
+    @property
+    def passed(self) -> bool:
+        """Every check that could run passed (see `complete`)."""
+        return all(ok is not False for ok, _ in self.results.values())
+
+    @property
+    def complete(self) -> bool:
+        """Every check could run (a CUDA machine)."""
+        return all(ok is not None for ok, _ in self.results.values())
+
+    def failed(self) -> list[str]:
+        return [c for c, (ok, _) in self.results.items() if ok is False]
+
+    def __str__(self) -> str:
+        mark = {True: "PASS", False: "FAIL", None: "n/a "}
+        head = (f"kata {self.name}: " + ("passed" if self.passed and self.complete else
+                                          "passed what could be checked here" if self.passed else
+                                          f"failed ({', '.join(self.failed())})"))
+        return "\n".join([head] + [f"  [{mark[ok]}] {c}: {d}" for c, (ok, d) in self.results.items()])
+
+
+def same_output(got, want) -> tuple[bool, str]:
+    """Equal values: tensors close (RTOL/ATOL, same shape), anything else equal."""
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor):
+            return False, f"returned a {type(got).__name__}; the reference returns a tensor"
+        g, w = got.detach().float().cpu(), want.detach().float().cpu()
+        if g.shape != w.shape:
+            return False, f"shape {tuple(g.shape)}; the reference's is {tuple(w.shape)}"
+        if not torch.allclose(g, w, rtol=RTOL, atol=ATOL):
+            return False, f"values differ from the reference (largest difference {float((g - w).abs().max()):.3g})"
+        return True, "equals the reference"
+    ok = got == want
+    return (True, "equals the reference") if ok else (False, f"returned {got!r}; the reference returns {want!r}")
+
+
+def _guard_check(case: Case, solution_fn: Callable, state: C.State) -> tuple[bool, str]:
+    with guard.no_host_syncs(count=True, allow=case.allow) as g:
+        solution_fn(state)
+    lines = distinct_lines((s.site, s.seen_by == guard.DEBUG_MODE) for s in g.violations)
+    if lines:
+        return False, f"host sync at {'; '.join(lines)}"
+    return True, "no host sync" + (f" outside the allowed {', '.join(case.allow)}" if case.allow else "")
+
+
+def _speed_check(case: Case, solution_fn: Callable, state: C.State, rounds: int, steps: int) -> tuple[bool, str]:
+    timed = loop.run_rounds({"pitfall": lambda: case.step(state), "yours": lambda: solution_fn(state)},
+                            loop.FixedRounds(rounds), steps=steps, warmup=3, sync=torch.cuda.synchronize).timings
+    c = compare([t.step_ms for t in timed["yours"]], [t.step_ms for t in timed["pitfall"]], "yours", "the pitfall")
+    return c["measurable"] and c["pct"] < 0, c["verdict"]
+
+
+def check(name: str, solution_fn: Callable[[C.State], object], *, scale: Optional[str] = None,
+          rounds: int = 6, steps: int = 20) -> Grade:
+    """Grade `solution_fn(state)` for kata `name` (see the module's doc for the three checks)."""
+    case = kata(name).case
+    cuda = torch.cuda.is_available()
+    state = C.make_state(scale_name=scale or ("gpu" if cuda else "smoke"))
+    grade = Grade(name)
+    want = case.fix(state)
+    try:
+        got = solution_fn(state)
+    except Exception as e:  # noqa: BLE001 -- the learner's step failing is a failed check, not a crash
+        grade.results["output"] = (False, f"raised {type(e).__name__}: {e}")
+        return grade
+    grade.results["output"] = same_output(got, want)
+    if not cuda:
+        grade.results["guard"] = grade.results["faster"] = (None, NEEDS_CUDA)
+        return grade
+    for _ in range(2):  # warm up outside the guard: first calls allocate
+        solution_fn(state)
+    torch.cuda.synchronize()
+    grade.results["guard"] = _guard_check(case, solution_fn, state)
+    grade.results["faster"] = _speed_check(case, solution_fn, state, rounds, steps)
+    return grade

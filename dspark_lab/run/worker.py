@@ -1,0 +1,106 @@
+"""A named target inspected in a worker process that a time limit can stop.
+
+`inspect_target("file.py:step")` and `diff_targets(a, b)` start a fresh interpreter (spawn: CUDA
+cannot be forked, and a target stuck in a loop or a C call can only be stopped by killing its
+process), load the target(s) there, measure them with run/inspect.py, and hand back the records.
+The time limit covers loading and measuring the targets (the measurement's own imports
+included), not the interpreter's start. Every failure comes back as one TargetError line naming
+the target; nothing is written here.
+
+This module imports only run/target.py: the worker loads the target before torch and the
+measurement are imported, so a target that does not import fails fast.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+from typing import Iterable
+
+from dspark_lab.run import target as _target
+
+DEFAULT_TIME_LIMIT_S = 300.0
+WORKER_START_S = 120.0  # the interpreter's start, not counted in the time limit
+
+
+class WorkerTargetError(_target.TargetError):
+    """A TargetError whose line was made in the worker (it already names the target)."""
+
+    def __init__(self, line: str):
+        Exception.__init__(self, line)
+        self.target, self.reason = "", line
+
+
+def _load(text: str):
+    t = _target.parse(text)
+    return t, _target.load_step(t), t.source_root()
+
+
+def _measure(kind: str, loaded: list, opts: dict) -> tuple:
+    from dspark_lab.run import inspect as inspect_run  # torch: only once the targets have loaded
+
+    if kind == "inspect":
+        (t, fn, root), = loaded
+        return (inspect_run.inspect_step(fn, target=t.text, label=t.label, source_root=root, **opts),)
+    (ta, fa, ra), (tb, fb, rb) = loaded
+    labels = (ta.label, tb.label) if ta.label != tb.label else ("before", "after")
+    return inspect_run.inspect_pair(fa, fb, targets=(ta.text, tb.text), labels=labels, source_roots=(ra, rb), **opts)
+
+
+def _worker(conn, job: tuple) -> None:
+    """In the worker: load the target(s), measure, send ("ok", records) or ("error", line)."""
+    conn.send(("ready",))
+    kind, texts, opts = job
+    try:
+        conn.send(("ok", _measure(kind, [_load(x) for x in texts], opts)))
+    except _target.TargetError as e:
+        conn.send(("error", str(e)))
+    except Exception as e:  # noqa: BLE001 -- measuring the target failed: say so in one line
+        conn.send(("error", f"target {' / '.join(texts)!r}: measuring it failed: {type(e).__name__}: {e}"))
+    finally:
+        conn.close()
+
+
+def run_job(job: tuple, time_limit_s: float) -> tuple:
+    """Run one job in a worker; its records, or WorkerTargetError / TargetError (one line)."""
+    if not time_limit_s > 0:
+        raise ValueError(f"time_limit_s must be > 0 seconds; got {time_limit_s!r}")
+    ctx = mp.get_context("spawn")
+    ours, theirs = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_worker, args=(theirs, job), daemon=True)
+    proc.start()
+    theirs.close()
+    names = " / ".join(job[1])
+    try:
+        if not ours.poll(WORKER_START_S):
+            raise _target.TargetError(names, f"the worker process did not start within {WORKER_START_S:g} s")
+        ours.recv()
+        if not ours.poll(time_limit_s):
+            raise _target.TargetError(names, f"ran past the time limit of {time_limit_s:g} s (stopped)")
+        status, payload = ours.recv()
+    except EOFError:
+        proc.join(10)
+        raise _target.TargetError(names, f"the worker process died (exit code {proc.exitcode})") from None
+    finally:
+        if proc.is_alive():
+            proc.kill()
+        proc.join(10)
+    if status != "ok":
+        raise WorkerTargetError(payload)
+    return payload
+
+
+def inspect_target(text: str, *, steps: int = 20, trials: int = 5, warmup: int = 3, allow: Iterable[str] = (),
+                   time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> dict:
+    """The inspect record of a target, measured in a worker; TargetError (one line) when the target
+    is bad or runs past `time_limit_s`."""
+    _target.parse(text)  # a malformed name fails here, before any process starts
+    opts = dict(steps=steps, trials=trials, warmup=warmup, allow=tuple(allow))
+    return run_job(("inspect", (text,), opts), time_limit_s)[0]
+
+
+def diff_targets(before: str, after: str, *, steps: int = 20, trials: int = 5, warmup: int = 3,
+                 allow: Iterable[str] = (), time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> tuple[dict, dict]:
+    """Both targets' records from one worker, their trials interleaved (paired per round)."""
+    _target.parse(before), _target.parse(after)
+    opts = dict(steps=steps, trials=trials, warmup=warmup, allow=tuple(allow))
+    a, b = run_job(("diff", (before, after), opts), time_limit_s)
+    return a, b

@@ -1,0 +1,213 @@
+"""`dspark-lab inspect TARGET`: target parsing, every bad input (one line naming the target, exit 2,
+nothing written), the time limit, and the guard's verdict. CPU tests; the targets written here import
+no torch, so the worker process that loads them starts fast."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from dspark_lab.cli import main as cli
+from dspark_lab.cli.inspect import guard_status
+from dspark_lab.run import target as T
+from dspark_lab.run import worker
+
+from helpers import inspect_record
+
+STEPS = textwrap.dedent("""
+    CALLS = []
+
+    def step():
+        CALLS.append(1)
+        return len(CALLS)
+
+    def make():
+        return step
+
+    def make_number():
+        return 3
+
+    def needs(a, b=1):
+        return a
+
+    def boom():
+        raise ValueError("nope")
+
+    def forever():
+        while True:
+            pass
+
+    class Runner:
+        @staticmethod
+        def go():
+            return 0
+
+    NOT_CALLABLE = 5
+""")
+
+
+@pytest.fixture
+def steps_file(tmp_path):
+    p = tmp_path / "my_steps.py"
+    p.write_text(STEPS)
+    return p
+
+
+@pytest.mark.parametrize("text, module, attr, is_file, factory", [
+    ("pkg.mod:step", "pkg.mod", "step", False, False),
+    ("pkg.mod:make()", "pkg.mod", "make", False, True),
+    ("path/to/file.py:step", "path/to/file.py", "step", True, False),
+    ("file.py:Runner.go", "file.py", "Runner.go", True, False),
+    ("C:/x/file.py:step", "C:/x/file.py", "step", True, False),
+])
+def test_a_target_is_parsed_into_its_module_and_callable(text, module, attr, is_file, factory):
+    t = T.parse(text)
+    assert (t.module, t.attr, t.is_file, t.factory) == (module, attr, is_file, factory)
+    assert t.label == attr.rsplit(".", 1)[-1]
+
+
+@pytest.mark.parametrize("text, words", [
+    ("pkg.mod", "no ':CALLABLE' given"), (":step", "must read"), ("pkg.mod:", "must read"),
+    ("pkg.mod:not-a-name", "not a Python name"), ("pkg mod:step", "neither a dotted module name"), ("", "must read"),
+])
+def test_a_malformed_target_is_refused_naming_it(text, words):
+    with pytest.raises(T.TargetError) as e:
+        T.parse(text)
+    assert words in str(e.value) and repr(text.strip()) in str(e.value)
+
+
+def test_a_step_a_factory_and_a_marked_factory_all_give_the_step(steps_file):
+    for name in ("step", "make", "make()", "Runner.go"):
+        step = T.load_step(T.parse(f"{steps_file}:{name}"))
+        assert callable(step) and T.required_parameters(step) == []
+
+
+@pytest.mark.parametrize("name, words", [
+    ("missing", "does not import: "),
+    ("NOT_CALLABLE", "'NOT_CALLABLE' is not callable (its type is int)"),
+    ("needs", "'needs' needs arguments (a)"),
+    ("boom", "'boom' raised ValueError: nope"),
+    ("make_number()", "the factory make_number() returned a non-callable (int)"),
+])
+def test_each_bad_target_gets_one_line_naming_it(steps_file, name, words):
+    text = f"{steps_file}:{name}"
+    with pytest.raises(T.TargetError) as e:
+        T.load_step(T.parse(text))
+    msg = str(e.value)
+    assert words in msg and msg.startswith(f"target {text!r}: ") and "\n" not in msg
+
+
+def test_a_file_that_does_not_import_says_why(tmp_path):
+    bad = tmp_path / "broken.py"
+    bad.write_text("def step(:\n")
+    for text, words in ((f"{bad}:step", "does not import: SyntaxError"),
+                        (f"{tmp_path / 'absent.py'}:step", "does not import: no file"),
+                        ("dspark_lab.no_such_module:step", "does not import: ModuleNotFoundError")):
+        with pytest.raises(T.TargetError, match=words):
+            T.load_step(T.parse(text))
+
+
+def test_source_lines_are_read_only_under_the_targets_folder(steps_file):
+    assert T.parse(f"{steps_file}:step").source_root() == steps_file.parent.resolve()
+
+
+def test_a_bad_target_exits_2_with_one_line_and_writes_nothing(steps_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = cli.main(["inspect", f"{steps_file}:needs", "--out", str(out), "--steps", "1", "--trials", "1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and not out.exists()
+    assert err.count("\n") == 0 and f"{steps_file}:needs" in err and "needs arguments" in err
+
+
+def test_a_target_past_the_time_limit_is_stopped_exit_2_nothing_written(steps_file, tmp_path, capsys):
+    out = tmp_path / "out"
+    rc = cli.main(["inspect", f"{steps_file}:forever", "--out", str(out), "--time-limit", "1"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and not out.exists()
+    assert "ran past the time limit of 1 s (stopped)" in err and "forever" in err
+
+
+def test_the_time_limit_must_be_positive():
+    with pytest.raises(ValueError, match="time_limit_s must be > 0"):
+        worker.run_job(("inspect", ("x.py:step",), {}), 0)
+
+
+def test_diff_of_a_target_and_a_record_is_refused(tmp_path, capsys):
+    rc = cli.main(["diff", "a.py:step", str(tmp_path / "b.json"), "--out", str(tmp_path / "o")])
+    assert rc == 2 and "both be targets or both records" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+def test_the_guard_verdict_fails_on_a_line_not_allowed_and_says_when_nothing_was_checked():
+    rec = inspect_record("s")
+    rec["guard"] = {"checked": ["sync debug mode"], "allow": ["read_back"], "violations": ["a/b.py:3 f"], "allowed": []}
+    assert guard_status(rec, strict=False) == (1, "guard: 1 host sync line(s) not allowed: a/b.py:3 f")
+    rec["guard"]["violations"] = []
+    assert guard_status(rec, strict=False)[0] == 0
+    rec["guard"] = {"checked": [], "allow": [], "violations": [], "allowed": [], "note": "no CUDA"}
+    assert guard_status(rec, strict=False) == (0, "guard: no CUDA")
+    assert guard_status(rec, strict=True)[0] == 1
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["scalar_item", "boolean_mask", "pageable_copy"])
+def test_on_cuda_inspect_names_the_documented_sync_lines_with_their_cost(name):
+    from pathlib import Path
+
+    from dspark_lab.gallery import cases as C
+    from dspark_lab.gallery import registry
+    from dspark_lab.results.sync_sites import parse_site
+    from dspark_lab.run.inspect import inspect_step
+
+    case = registry.get(name)
+    state = C.make_state(scale_name="gpu")
+    rec = inspect_step(lambda: case.step(state), steps=10, trials=2, source_root=Path(C.__file__).parent)
+    documented = [parse_site(s) for s in case.sites()]
+    measured = [parse_site(s["site"]) for s in rec["sites"]]
+    # Each documented line is one site: by its line where sync debug mode sees it, else by its function.
+    assert len(measured) == len(documented)
+    assert {m.where for m in measured} == {d.where for d in documented}
+    for s in rec["sites"]:
+        assert s["per_step"] == 1 and s["host_blocked_ms"] > 0 and s["code"]
+    assert rec["parts"]["gpu_idle_sync_caused_ms"] > 0
+    assert len(rec["guard"]["violations"]) == len(documented)
+
+
+def test_a_source_line_is_quoted_only_from_a_python_file_under_the_targets_folder(tmp_path):
+    from dspark_lab.results.sync_sites import parse_site
+    from dspark_lab.run.inspect import source_line
+
+    root = tmp_path / "proj" / "pkg"
+    root.mkdir(parents=True)
+    (root / "mod.py").write_text("a = 1\nx.item()  # the sync\n")
+    (tmp_path / "proj" / "secret.py").write_text("a = 1\nTOKEN = 'do not read'\n")
+    assert source_line(parse_site("pkg/mod.py:2 step"), root) == "x.item()  # the sync"
+    assert source_line(parse_site("proj/secret.py:2 step"), root) is None  # outside the folder: not read
+    assert source_line(parse_site("pkg/../../proj/secret.py:2 f"), root) is None
+    assert source_line(parse_site("pkg/mod.py:9 step"), root) is None  # no such line
+    assert source_line(parse_site("pkg/mod.py:2 step"), None) is None
+
+
+def test_sites_and_their_costs_from_a_recorded_h200_trace_with_stacks():
+    """The trace of the kit's device_direct step (tests/fixtures, H200, Python stacks): one sync a step
+    in strategies.device_direct; the lagged readback (by design) is no site."""
+    from pathlib import Path
+
+    from dspark_lab.measure import breakdown, syncs, trace
+    from dspark_lab.run.inspect import _sites
+
+    ev = trace.events(Path(__file__).parent / "fixtures" / "traces" / "sglang_profile_ep1_device_direct_stacks.rank0.json.gz")
+    calls = syncs.sync_calls(ev)
+    (only,) = _sites({}, calls, ev, None, ())
+    assert (only["site"], only["per_step"], only["exact"]) == ("dspark_lab/strategies.py:20 device_direct", 1.0, False)
+    parts = breakdown.summary(ev, calls=calls)  # the same steps (the first left out) as the site's costs
+    assert only["host_blocked_ms"] == pytest.approx(parts["host_blocked_ms"])
+    # A site is charged each of its syncs' whole idle (which runs on into the next step's window), per
+    # step after the first; the step total clips the same gaps to each step's window instead.
+    caused = breakdown.sync_caused_gaps(ev, calls)
+    mine = caused[caused.sync_step >= 1]
+    assert only["gpu_idle_ms"] == pytest.approx((mine.end - mine.start).sum() / 1e3 / (len(syncs.step_windows(ev)) - 1))
+    assert 0 < only["gpu_idle_ms"] <= parts["gpu_idle_sync_caused_ms"] * 1.1
+    # Sync debug mode's exact line of the same function replaces the function-level name, costs and all.
+    (exact,) = _sites({"dspark_lab/strategies.py:25 device_direct": 1.0}, calls, ev, None, ["device_direct"])
+    assert exact["exact"] and exact["allowed"] and exact["gpu_idle_ms"] == only["gpu_idle_ms"]
