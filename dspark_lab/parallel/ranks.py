@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -20,6 +20,10 @@ class RankContext:
     group: Any  # a torch.distributed ProcessGroup, or None for one process
     backend: str  # "nccl" | "gloo" | "none"
     device: str  # "cuda" (this rank's GPU is the current device) or "cpu"
+    # Set by the worker process (parallel.workers) for each request: its number, and how to send
+    # the parent a partial result before the answer (a streamed live measurement).
+    request: int = 0
+    emit: Optional[Callable[[Any], None]] = None
 
     @classmethod
     def single(cls, device: Optional[str] = None) -> "RankContext":
@@ -39,6 +43,17 @@ class RankContext:
         out: list = [None] * self.world_size
         dist.all_gather_object(out, obj, group=self.group)
         return out
+
+    def cancel_requested(self) -> bool:
+        """The parent asked to cancel this request (WorkerGroup.cancel writes its number to a file)."""
+        path = os.environ.get("DSPARK_CANCEL_FILE")
+        if not path:
+            return False
+        try:
+            with open(path) as f:
+                return f.read().strip() == str(self.request)
+        except OSError:
+            return False
 
     def describe(self) -> dict:
         return {"rank": self.rank, "world_size": self.world_size, "backend": self.backend, "device": self.device,
