@@ -155,3 +155,23 @@ def test_closing_the_panel_leaves_no_thread():
     assert left == []
     p._worker.submit({"ep_size": 1, "batch_size": 2, "gamma": 2})  # a closed panel measures nothing more
     assert not p._worker.busy
+
+
+def test_the_warm_up_builds_the_default_steps_and_the_first_request_uses_them():
+    """The cheap start with the real runner: the default setting's steps are built (and stepped once,
+    which captures graphs on CUDA) by the warm-up, handed to its first measurement, and not reused."""
+    b = live.LiveBackend(BASE, fingerprint=FP, warm=True)
+    assert b.wait_warm(60) and b.warm_error is None, b.warm_error
+    assert "steps_and_graphs_s" in b.warm_parts
+    built = b._steps[1]
+    assert list(built) == list(strategies.names()) and b._steps[0] == b.config(b.defaults())
+    given = []
+
+    def spy(cfg, names, *, on_progress=None, on_trial=None, steps=None):
+        given.append(steps)
+        return FakeMeasurer()(cfg, names, on_progress=on_progress, on_trial=on_trial)
+
+    b._measure = spy
+    b.get(b.defaults())
+    b.get(b.defaults())
+    assert given[0] is built and given[1] is None and b._steps is None

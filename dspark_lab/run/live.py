@@ -137,6 +137,9 @@ class LiveBackend:
 
     @property
     def fingerprint(self) -> dict:
+        t = self._fp_thread
+        if self._fingerprint is None and t is not None and t is not threading.current_thread():
+            t.join()  # the warm-up is reading it already: once is enough
         if self._fingerprint is None:
             self._fingerprint = machine_fingerprint()
         return self._fingerprint
