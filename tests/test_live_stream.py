@@ -175,3 +175,27 @@ def test_the_warm_up_builds_the_default_steps_and_the_first_request_uses_them():
     b.get(b.defaults())
     b.get(b.defaults())
     assert given[0] is built and given[1] is None and b._steps is None
+
+
+@pytest.mark.cuda
+def test_cuda_a_streamed_measurement_cancels_mid_way_and_the_next_one_completes():
+    """The real runner on the GPU: cancelled after its first figure, it stops there (no complete
+    update); the next setting streams in order and completes with its profiled columns."""
+    b = live.LiveBackend(LabConfig(steps=4, warmup=1, trials=2), warm=True)
+    settings = {**b.defaults(), "ep_size": 1, "batch_size": 8, "gamma": 4}
+    cancel, got = threading.Event(), []
+
+    def first_then_cancel(u):
+        got.append(u)
+        cancel.set()
+
+    with pytest.raises(live.Cancelled):
+        b.stream(settings, on_update=first_then_cancel, cancel=cancel)
+    assert [u.trials for u in got] == [1]
+    got.clear()
+    final = b.stream({**settings, "batch_size": 16}, on_update=got.append)
+    n = len(strategies.names())
+    assert [u.trials for u in got] == [1, n, 2 * n, 2 * n] and got[-1] is final
+    by = final.data.rows.groupby("strategy")["syncs_per_step"].max()
+    assert by["device_direct"] >= 1 and by["non_blocking"] == 0, by
+    assert not final.data.timelines.empty and (final.data.rows.batch_size == 16).all()
