@@ -211,9 +211,10 @@ class LiveBackend:
             check()
             timings[name].append(timing)
             done = sum(len(v) for v in timings.values())
-            # Drawn on this thread, between trials (outside every timed span, so drawing never
-            # competes with a timed step for the GIL): the first trial (the first figure), then
-            # each whole round, so drawing stays a small share of the measurement.
+            # Drawn here, between trials: in one process on the measuring thread, outside every
+            # timed span, so drawing never competes with a timed step for the GIL (real ranks run
+            # in their own processes; this runs on the group's reader thread). The first trial
+            # (the first figure), then each whole round: drawing stays a small share of the time.
             if on_update is not None and (done == 1 or done % len(names) == 0):
                 rows = timing_rows(cfg, {n: ts for n, ts in timings.items() if ts})
                 if real_ep:  # rank 0's trials so far (the ranks run in lockstep)
