@@ -150,7 +150,7 @@ def fake_measure(fail=False, gate=None):
     rows, tl, _ = synthetic_runs(runs=(("x", "FAKE", "0"),), eps=(1, 2), batches=(1, 8, 32), gammas=(2, 4))
     calls = []
 
-    def measure(cfg, strategies=None, *, on_progress=None):
+    def measure(cfg, strategies=None, *, on_progress=None, on_trial=None):
         calls.append((cfg.ep_size, cfg.batch_size, cfg.gamma))
         if gate is not None:
             gate()
@@ -209,28 +209,6 @@ def test_live_failure_shows_message():
     p = panel.Panel(live.LiveBackend(measure=measure, fingerprint=FP), debounce_s=0.01)
     assert p._worker.wait(10)
     assert "CUDA out of memory" in p.error.value and "Traceback" not in p.error.value
-
-
-def test_latest_wins_runs_only_latest():
-    started = threading.Event()
-    release = threading.Event()
-    done = []
-
-    def work(req):
-        started.set()
-        if req == 0:
-            release.wait(5)
-        return req
-
-    w = panel.LatestWins(work, lambda req, res, err, stale=False: done.append((req, stale)), debounce_s=0.01)
-    w.submit(0)
-    started.wait(5)
-    for i in range(1, 50):
-        w.submit(i)
-    release.set()
-    assert w.wait(10)
-    assert w.started == [0, 49]
-    assert done == [(0, True), (49, False)]
 
 
 def test_live_backend_measures_on_this_machine():

@@ -161,6 +161,7 @@ def run_rounds(
     sync: Callable[[], None],
     diag: Optional[Mapping[str, object]] = None,
     progress: Optional[Callable[[str, float], None]] = None,
+    on_trial: Optional[Callable[[str, object], None]] = None,
     timer: Callable[[], float] = time.perf_counter,
     clock: Callable[[], float] = time.monotonic,
 ) -> LoopResult:
@@ -168,6 +169,8 @@ def run_rounds(
 
     `diag`: per name, a measure.diagnostics.TrialDiagnostics. `progress(message, share)` is called
     before each trial, `share` in [0, 1] the trials' part done (the stop rule's arithmetic).
+    `on_trial(name, timing)` is called after each trial with its TrialTiming, in the order run, so
+    a caller can show trials as they arrive (run.live); an exception it raises ends the loop there.
     `timer` times the steps, `clock` the time cap (both seconds; fakes in tests)."""
     names = list(steps_by_name)
     if not names:
@@ -182,6 +185,8 @@ def run_rounds(
                 progress(f"{stop.label(t)}: {n}", stop.share(started, len(names), clock() - start))
             timings[n].append(time_trial(steps_by_name[n], steps, warmup, sync, trial=t,
                                          diag=diag.get(n) if diag else None, timer=timer))
+            if on_trial is not None:
+                on_trial(n, timings[n][-1])
         t += 1
         reason = stop.reason(t, clock() - start, headline)
         if reason is not None:

@@ -219,9 +219,10 @@ def unfinished_rows(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequ
 
 def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequence[RankCase], *,
                   batch_sizes: Optional[Sequence[int]] = None, profile_steps: int = PROFILE_STEPS,
-                  debug_sites: bool = True, on_progress=None) -> Optional[RanksResult]:
+                  debug_sites: bool = True, on_progress=None, on_trial=None) -> Optional[RanksResult]:
     """Run on every rank (or once, with `RankContext.single()`). Returns the rows of all ranks on
-    rank 0 and None elsewhere. `batch_sizes` gives each rank its own real batch (they pad to the
+    rank 0 and None elsewhere. `on_trial(case, timing)` runs after each timed trial, on every rank
+    at the same trial boundary (measure.loop.run_rounds). `batch_sizes` gives each rank its own real batch (they pad to the
     largest one's capture bucket); by default every rank runs `cfg.batch_size`."""
     check_mode(dispatch)
     world, rank = ctx.world_size, ctx.rank
@@ -237,7 +238,8 @@ def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequen
 
     sync()
     timed = loop.run_rounds({n: s.step for n, s in steps.items()}, loop.FixedRounds(cfg.trials), steps=cfg.steps,
-                            warmup=cfg.warmup, sync=sync, progress=lambda msg, share: progress(msg, 0.9 * share))
+                            warmup=cfg.warmup, sync=sync, progress=lambda msg, share: progress(msg, 0.9 * share),
+                            on_trial=on_trial)
     sync()
     progress("profiling", 0.9)
     whole = profile_strategies(steps, profile_steps)

@@ -14,7 +14,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.distributed as dist
@@ -30,6 +30,10 @@ class RankContext:
     local_rank: int = 0  # rank on its node (torchrun's LOCAL_RANK); picks the GPU
     node_rank: int = 0  # its node's rank (torchrun's GROUP_RANK); 0 on one host
     node: str = field(default_factory=socket.gethostname)  # its host's name
+    # Set by the worker process (parallel.workers) for each request: its number, and how to send
+    # the parent a partial result before the answer (a streamed live measurement).
+    request: int = 0
+    emit: Optional[Callable[[Any], None]] = None
 
     @classmethod
     def single(cls, device: Optional[str] = None) -> "RankContext":
@@ -49,6 +53,17 @@ class RankContext:
         out: list = [None] * self.world_size
         dist.all_gather_object(out, obj, group=self.group)
         return out
+
+    def cancel_requested(self) -> bool:
+        """The parent asked to cancel this request (WorkerGroup.cancel writes its number to a file)."""
+        path = os.environ.get("DSPARK_CANCEL_FILE")
+        if not path:
+            return False
+        try:
+            with open(path) as f:
+                return f.read().strip() == str(self.request)
+        except OSError:
+            return False
 
     def describe(self) -> dict:
         return {"rank": self.rank, "world_size": self.world_size, "backend": self.backend, "device": self.device,

@@ -12,7 +12,7 @@ from dspark_lab.measure.probe import fingerprint as fp
 from dspark_lab.model.dispatch import DISPATCH_MODES, check_mode
 from dspark_lab.parallel import checks
 from dspark_lab.parallel.measure import RankCase, RanksResult, delay_rank0, measure_ranks, only_rank0, uniform
-from dspark_lab.parallel.workers import WorkerGroup, device_count, resolve_backend
+from dspark_lab.parallel.workers import WorkerError, WorkerGroup, device_count, resolve_backend
 
 
 def standard_cases(world: int, strategies: Optional[Sequence[str]] = None, *, rank0_only: Sequence[str] = ("device_direct",),
@@ -113,6 +113,33 @@ def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODE
 EP_LIVE_STEPS, EP_LIVE_WARMUP, EP_LIVE_TRIALS, EP_LIVE_PROFILE_STEPS = 8, 2, 3, 4
 
 
+class RanksCancelled(RuntimeError):
+    """The ranks stopped a live measurement at a trial boundary, as WorkerGroup.cancel asked."""
+
+
+def live_cases(strategies: Sequence[str], world: int) -> list[RankCase]:
+    """Every strategy on all ranks (the panel's figures), then device_direct on rank 0 alone with
+    non_blocking elsewhere: the case that shows who waits for whom (its ranks differ)."""
+    cases = [uniform(s, world) for s in strategies]
+    if {"device_direct", "non_blocking"} <= set(strategies):
+        cases.append(only_rank0("device_direct", "non_blocking", world))
+    return cases
+
+
+def live_ranks(ctx, *, cfg: LabConfig, dispatch: str, cases: Sequence[RankCase], profile_steps: int):
+    """Run on every rank: measure_ranks, rank 0 sending each trial to the parent as it ends, and
+    every rank stopping at the same trial boundary when the parent cancels (the ranks agree by an
+    all-gather, so no rank is left waiting in a collective)."""
+    def on_trial(case: str, timing) -> None:
+        if any(ctx.all_gather_object(ctx.cancel_requested())):
+            raise RanksCancelled(f"request {ctx.request} cancelled")
+        if ctx.rank == 0 and ctx.emit is not None:
+            ctx.emit((case, timing))
+
+    return measure_ranks(ctx, cfg=cfg, dispatch=dispatch, cases=cases, profile_steps=profile_steps,
+                         debug_sites=False, on_trial=on_trial)
+
+
 class EPLive:
     """Real ranks for the live panel: one persistent WorkerGroup, restarted when the EP size changes."""
 
@@ -127,14 +154,48 @@ class EPLive:
         """EP sizes that run for real here: 2 .. the GPUs present (gloo: any size, for tests)."""
         return ep_size > 1 and (self.backend == "gloo" or ep_size <= device_count())
 
-    def measure(self, cfg: LabConfig, strategies: Sequence[str], *, profile_steps: Optional[int] = None) -> RanksResult:
+    def measure(self, cfg: LabConfig, strategies: Sequence[str], *, profile_steps: Optional[int] = None,
+                dispatch: Optional[str] = None, on_trial: Optional[Callable] = None,
+                cancel: Optional[threading.Event] = None) -> RanksResult:
+        """All strategies on every rank (live_cases) with `dispatch` (default: this EPLive's).
+        `on_trial(strategy, timing)` gets rank 0's trials of the uniform cases as they end; an
+        exception it raises, or `cancel` being set, cancels the ranks at their next trial boundary,
+        and the exception (else RanksCancelled) is raised here once they have stopped."""
+        dispatch = check_mode(dispatch or self.dispatch)
         with self._lock:
             if self.group is None or self.group.world_size != cfg.ep_size or not self.group.alive():
                 self.close()
                 self.group = WorkerGroup(cfg.ep_size, self.backend).start()
-            cases = [uniform(s, cfg.ep_size) for s in strategies]
-            return self.group.call(measure_ranks, cfg=cfg, dispatch=self.dispatch, cases=cases,
-                                   profile_steps=profile_steps or self.profile_steps, debug_sites=False)[0]
+            group = self.group
+            cases = live_cases(strategies, cfg.ep_size)
+            uniform_names = {c.name: c.strategies[0] for c in cases if len(set(c.strategies)) == 1}
+            stop: list = []
+
+            def on_partial(item) -> None:  # on the group's reader thread: never raises
+                case, timing = item
+                if stop:
+                    return
+                try:
+                    if cancel is not None and cancel.is_set():
+                        raise RanksCancelled("cancelled by a newer setting")
+                    if on_trial is not None and case in uniform_names:
+                        on_trial(uniform_names[case], timing)
+                except BaseException as e:  # noqa: BLE001 - handed to the caller below
+                    stop.append(e)
+                    group.cancel()
+
+            try:
+                res = group.call(live_ranks, cfg=cfg, dispatch=dispatch, cases=cases,
+                                 profile_steps=profile_steps or self.profile_steps, on_partial=on_partial)[0]
+            except WorkerError as e:
+                if stop:
+                    raise stop[0] from None
+                if "RanksCancelled" in str(e):
+                    raise RanksCancelled(str(e).splitlines()[-1]) from None
+                raise
+            if stop:  # cancelled after the last trial (the profiled pass ran on)
+                raise stop[0]
+            return res
 
     def close(self) -> None:
         if self.group is not None:

@@ -5,7 +5,9 @@ dspark_lab.parallel.workers`), joined by torch.distributed (NCCL on GPUs, gloo o
 sends every rank the same request `(function, kwargs)` through the rank's stdin (its request
 queue), and each rank answers on a private pipe; `call` waits for all ranks, `submit` coalesces
 (the latest setting wins: a request still waiting when a newer one arrives is dropped, so all
-ranks always run the same sequence of collectives).
+ranks always run the same sequence of collectives). A request may stream: rank 0 sends
+`ctx.emit(obj)` partials ahead of its answer (`call(..., on_partial=)`), and `cancel()` asks the
+running request to stop (the ranks agree on it at their next check; parallel.run.live_ranks).
 
 No worker outlives its parent: each worker asks the kernel for SIGKILL when its parent dies
 (prctl PR_SET_PDEATHSIG), a watchdog thread polls the parent pid (covers the race before prctl
@@ -25,6 +27,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -114,6 +117,8 @@ class WorkerGroup:
         self._dispatcher: Optional[threading.Thread] = None
         self.spawner: Optional[threading.Thread] = None  # the workers' parent thread (PR_SET_PDEATHSIG)
         self.pgid: Optional[int] = None
+        self._requests = 0  # requests sent; the workers count the same (their ctx.request)
+        self._cancel_file: Optional[str] = None
 
     # -- life cycle ---------------------------------------------------------------------------
     def start(self) -> "WorkerGroup":
@@ -126,8 +131,12 @@ class WorkerGroup:
         env = apply_nccl_safe_env(dict(os.environ))
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        fd, self._cancel_file = tempfile.mkstemp(prefix="dspark-cancel-")
+        os.close(fd)
+        self._requests = 0
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(self.world_size),
-                   DSPARK_BACKEND=self.backend, DSPARK_PARENT_PID=str(os.getpid()))
+                   DSPARK_BACKEND=self.backend, DSPARK_PARENT_PID=str(os.getpid()),
+                   DSPARK_CANCEL_FILE=self._cancel_file)
         log = open(self.log_path, "ab") if self.log_path else None
 
         def spawn() -> None:
@@ -209,6 +218,12 @@ class WorkerGroup:
                     pass
         self.procs = []
         self._closing.set()
+        if self._cancel_file:
+            try:
+                os.unlink(self._cancel_file)
+            except OSError:
+                pass
+            self._cancel_file = None
         if self.spawner is not None and self.spawner is not threading.current_thread():
             self.spawner.join(timeout_s)  # it only waits for _closing: a closed group has no spawner left
         try:
@@ -223,7 +238,7 @@ class WorkerGroup:
         self.close()
 
     # -- requests -----------------------------------------------------------------------------
-    def _collect(self, timeout_s: Optional[float]) -> list:
+    def _collect(self, timeout_s: Optional[float], on_partial: Optional[Callable[[Any], None]] = None) -> list:
         out: list = [None] * len(self.procs)
         errors = []
         box: dict = {}
@@ -232,6 +247,10 @@ class WorkerGroup:
             for r, p in enumerate(self.procs):
                 try:
                     out[r] = _recv(p.stdout)
+                    while out[r][0] == "partial":  # streamed ahead of the answer, in order
+                        if on_partial is not None:
+                            on_partial(out[r][1])
+                        out[r] = _recv(p.stdout)
                 except BaseException as e:  # noqa: BLE001
                     box.setdefault("err", (r, e))
                     return
@@ -275,16 +294,20 @@ class WorkerGroup:
                                   "and cannot answer; the group is closed")
             seen_stopped = stopped
 
-    def call(self, fn: Callable, timeout_s: Optional[float] = None, **kwargs) -> list:
+    def call(self, fn: Callable, timeout_s: Optional[float] = None, on_partial: Optional[Callable[[Any], None]] = None,
+             **kwargs) -> list:
         """Run `fn(ctx, **kwargs)` on every rank (ctx: ranks.RankContext); returns each rank's result.
-        Waits at most `timeout_s` (default DEFAULT_CALL_TIMEOUT_S); a dead or stopped rank: WorkerError."""
+        Waits at most `timeout_s` (default DEFAULT_CALL_TIMEOUT_S); a dead or stopped rank: WorkerError.
+        `on_partial(obj)` gets what the ranks `ctx.emit` before answering (on a reader thread; an
+        exception it raises is reported as that rank not answering, so it should not raise)."""
         if not self.alive():
             raise WorkerError("the worker group is not running (start() it, or it has exited)")
         with self._lock:
+            self._requests += 1
             for p in self.procs:
                 _send(p.stdin, ("call", f"{fn.__module__}:{fn.__qualname__}", kwargs))
             try:
-                return self._collect(timeout_s)
+                return self._collect(timeout_s, on_partial)
             except WorkerError as e:
                 if "stopped answering" in str(e) or "is stopped" in str(e):
                     self.close()
@@ -293,6 +316,15 @@ class WorkerGroup:
                 # Timeout or interrupt: a late answer would be read as the next one's, so the group is done.
                 self.close()
                 raise
+
+    def cancel(self) -> None:
+        """Ask the request now running to stop: the ranks read its number at their next check
+        (ranks.RankContext.cancel_requested) and end it there, all at the same point."""
+        if self._cancel_file:
+            tmp = self._cancel_file + ".new"
+            with open(tmp, "w") as f:
+                f.write(str(self._requests))
+            os.replace(tmp, self._cancel_file)  # read whole or not at all
 
     def submit(self, fn: Callable, **kwargs) -> concurrent.futures.Future:
         """Queue a request; a queued one not yet sent is superseded (its future is cancelled)."""
@@ -380,6 +412,7 @@ def worker_main() -> None:
     except BaseException:  # noqa: BLE001
         _send(reply, ("error", traceback.format_exc()))
         return
+    ctx.emit = lambda obj: _send(reply, ("partial", obj))
     while True:
         try:
             kind, fn, kwargs = _recv(requests)
@@ -387,6 +420,7 @@ def worker_main() -> None:
             break
         if kind == "exit":
             break
+        ctx.request += 1  # as the parent counts them (WorkerGroup.cancel names one)
         try:
             _send(reply, ("ok", _resolve(fn)(ctx, **kwargs)))
         except BaseException:  # noqa: BLE001 - reported to the parent, the rank stays up

@@ -1,39 +1,74 @@
 """The live backend of the panel, without plotly or ipywidgets (so it runs on a bare GPU box):
-`LiveBackend().get(settings)` measures all strategies at one setting with run.point.measure_point;
+`LiveBackend().stream(settings, on_update, cancel)` measures all strategies at one setting and
+hands over what it has as it goes; `get(settings)` is the same without the partial updates;
 `open_backend()` picks it on a CUDA machine, else the recorded runs (results.backend).
 
-A backend starts a warm-up on a daemon thread when it is created: it measures the default
-setting, which initialises CUDA, cuBLAS, the calibrations (read from the on-disk cache when
-present, see calibration.py), the profiler and the graph captures, and keeps that measurement for
-the panel's first update (the default setting) — so by the time the notebook shows the panel, the
-first update is either done or under way. `get()` waits for the warm-up to finish.
+A setting's measurement streams (issue 24): the timed trials first (run.point.measure_point,
+measure.loop.run_rounds), each one passed on as it ends, so the first strategies' bars are drawn
+while the rest are measured, with how many trials so far and the headline's CI; then the profiled
+pass (counts, breakdown, timeline) and the complete update. `cancel` (a threading.Event) set by a
+newer setting ends it at the next trial boundary (`Cancelled`).
+
+A cheap start: a backend starts a warm-up on a daemon thread when it is made, doing only what the
+first figure needs: the fingerprint (on its own thread: it reads the driver), the CUDA context and
+cuBLAS, the calibrations (read from the on-disk cache, measured and stored there when it is cold;
+model/calibration.py) and the default setting's steps, built and graph-captured. Its first
+request measures with those steps; nothing is measured ahead.
 """
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import pandas as pd
 import torch
 
 from dspark_lab import strategies
 from dspark_lab.config import CAPTURE_BUCKETS, MODEL_PRESETS, WORKLOAD_PRESETS, LabConfig, choose_mode
+from dspark_lab.measure import loop
 from dspark_lab.measure.probe import fingerprint as machine_fingerprint
+from dspark_lab.model.dispatch import DISPATCH_MODES, check_mode
 from dspark_lab.parallel import workers
-from dspark_lab.parallel.run import EPLive
+from dspark_lab.parallel.run import EPLive, RanksCancelled
 from dspark_lab.results import frames
-from dspark_lab.results.backend import PointData, RecordedBackend, load_recorded
+from dspark_lab.results.backend import PointData, load_recorded
 from dspark_lab.results.runs import gpu_name, point_label
-from dspark_lab.run.point import measure_point
+from dspark_lab.run.point import build_steps, measure_point, timing_rows
 
 
 # Live measurement size: 3 interleaved trials of 8 steps per strategy and 4 profiled steps, so an
 # update of all five strategies fits in about 3 s on an H200 (sglang_profile steps are 6-9 ms;
 # 12 steps and 5 profiled steps took 2.9-3.7 s there).
 LIVE_STEPS, LIVE_WARMUP, LIVE_TRIALS, LIVE_PROFILE_STEPS = 8, 2, 3, 4
+DEFAULT_DISPATCH = "allreduce"  # SGLang's MoE without an all-to-all backend (measurements.md)
+
+
+class Cancelled(Exception):
+    """A newer setting replaced this measurement; it stopped at a trial boundary."""
+
+
+@dataclass
+class LiveUpdate:
+    """One step of a streamed measurement: `data` so far (timing rows only until `final`)."""
+
+    data: PointData
+    final: bool
+    trials: int  # timed trials so far, all strategies
+    planned: int  # timed trials the setting runs
+    half_width_pct: Optional[float]  # the headline's CI half-width over the rounds so far
+    ranks: Optional[pd.DataFrame] = None  # real EP, final: every rank's rows (the per-rank view)
+
+    def line(self) -> str:
+        """The progress line: trials so far and the current CI."""
+        ci = f"headline CI ±{self.half_width_pct:.1f}%" if self.half_width_pct is not None else "headline CI after 2 rounds"
+        if self.final:
+            return f"complete: {self.trials} trials, {ci}"
+        stage = "profiling next" if self.trials >= self.planned else "timing"
+        return f"{self.trials}/{self.planned} trials so far, {ci} ({stage})"
 
 
 class LiveBackend:
@@ -42,42 +77,53 @@ class LiveBackend:
     mode = "live"
 
     def __init__(self, base: Optional[LabConfig] = None, measure: Optional[Callable] = None,
-                 fingerprint: Optional[dict] = None, warm: Optional[bool] = None):
-        """`warm` (default: when `measure` is the real runner) starts the background warm-up."""
-        # Sized for a live update of all strategies within ~3 s on an H200 (see LIVE_* below).
+                 fingerprint: Optional[dict] = None, warm: Optional[bool] = None, ep_live: Optional[EPLive] = None,
+                 names: Optional[Sequence[str]] = None):
+        """`measure(cfg, strategies, *, on_progress, on_trial)` stands in for measure_point (tests);
+        `warm` (default: when `measure` is the real runner) starts the background warm-up;
+        `ep_live` the real-rank group (made on first use); `names` the strategies measured (all)."""
+        self.names = [strategies.get(n).name for n in names] if names else list(strategies.names())
         self.base = base or LabConfig(steps=LIVE_STEPS, warmup=LIVE_WARMUP, trials=LIVE_TRIALS)
-        real = measure is None
-        if measure is None:
-            measure = partial(measure_point, profile_steps=LIVE_PROFILE_STEPS, keep_traces=False)
-        self._measure = measure
+        self._real = measure is None
+        self._measure = measure or partial(measure_point, profile_steps=LIVE_PROFILE_STEPS, keep_traces=False)
         self._fingerprint = fingerprint
+        self._ep_live = ep_live
         self.run_id = "live-" + datetime.now().strftime("%Y%m%d-%H%M%S")
         self.warm_s: Optional[float] = None  # how long the warm-up took
         self.warm_parts: dict = {}  # its parts, seconds (for the live benchmark)
         self.warm_error: Optional[BaseException] = None  # a failed warm-up is kept here, get() goes on
-        self._prefetched: Optional[tuple[LabConfig, PointData]] = None  # the warm-up's measurement
+        self._steps: Optional[tuple[LabConfig, dict]] = None  # the default setting's steps, built by the warm-up
         self._warm: Optional[threading.Thread] = None
-        if real if warm is None else warm:
+        self._fp_thread: Optional[threading.Thread] = None
+        if self._real if warm is None else warm:
             self._warm = threading.Thread(target=self.warm_up, name="dspark-warm-up", daemon=True)
             self._warm.start()
 
+    # -- the cheap start -------------------------------------------------------------------------
     def warm_up(self) -> None:
-        """Measure the default setting (all one-time start-up costs fall here) and keep it."""
+        """What the first figure needs, nothing more: CUDA, calibrations, the default steps' graphs."""
         t0 = time.perf_counter()
         try:
-            self.fingerprint  # noqa: B018 - reads the driver once, off the user's path
-            settings = self.defaults()
-            cfg = self.config(settings)
-            self.warm_parts["fingerprint_s"] = time.perf_counter() - t0
+            if self._fingerprint is None:  # reads the driver: off the first figure's path
+                self._fp_thread = threading.Thread(target=lambda: self.fingerprint, name="dspark-fingerprint",
+                                                   daemon=True)
+                self._fp_thread.start()
+            cfg = self.config(self.defaults())
             if cfg.resolved_device() == "cuda":  # CUDA context and cuBLAS, timed apart
                 t1 = time.perf_counter()
                 torch.cuda.init()
                 x = torch.ones(64, 64, device="cuda")
                 (x @ x).sum().item()
                 self.warm_parts["cuda_init_s"] = time.perf_counter() - t1
-            t1 = time.perf_counter()
-            self._prefetched = (cfg, self._point(cfg, settings, None))
-            self.warm_parts["first_measurement_s"] = time.perf_counter() - t1
+            if self._real and not self.runs_real_ep(cfg.ep_size):
+                # Building the steps reads (or fills) the calibration cache; one step each captures its graphs.
+                t1 = time.perf_counter()
+                steps = build_steps(cfg, self.names)
+                for s in steps.values():
+                    s.step()
+                next(iter(steps.values())).drain()
+                self._steps = (cfg, steps)
+                self.warm_parts["steps_and_graphs_s"] = time.perf_counter() - t1
         except Exception as e:  # noqa: BLE001 - the user's own request will measure and report
             self.warm_error = e
         self.warm_s = time.perf_counter() - t0
@@ -91,77 +137,154 @@ class LiveBackend:
 
     @property
     def fingerprint(self) -> dict:
+        t = self._fp_thread
+        if self._fingerprint is None and t is not None and t is not threading.current_thread():
+            t.join()  # the warm-up is reading it already: once is enough
         if self._fingerprint is None:
             self._fingerprint = machine_fingerprint()
         return self._fingerprint
 
+    # -- the backend interface -------------------------------------------------------------------
     def options(self) -> dict:
         experts = MODEL_PRESETS[self.base.model].experts
         return {
             "ep_size": [d for d in range(1, experts + 1) if experts % d == 0],
             "batch_size": [b for b in CAPTURE_BUCKETS if b in (1, 2, 4, 8, 16, 32, 64, 128, 256)],
             "gamma": [1, 2, 3, 4, 6, 8, 12, 16],
-            "strategy": list(strategies.names()),
+            "strategy": list(self.names),
             "workload": list(WORKLOAD_PRESETS),
+            "dispatch": list(DISPATCH_MODES),  # real ranks only (runs_real_ep)
         }
 
     def defaults(self) -> dict:
         return {"ep_size": max(self.options()["ep_size"]), "batch_size": self.base.batch_size,
-                "gamma": self.base.gamma, "strategy": frames.default_strategy(strategies.names()),
-                "workload": self.base.workload}
+                "gamma": self.base.gamma, "strategy": frames.default_strategy(self.names),
+                "workload": self.base.workload, "dispatch": DEFAULT_DISPATCH}
 
     def describe(self) -> str:
         fp = self.fingerprint
         return (f"LIVE on {gpu_name(fp.get('gpu'))} · driver {fp.get('driver')} · torch {fp.get('torch')}: each setting is "
-                f"measured now with all strategies ({self.base.trials} trials × {self.base.steps} steps).")
+                f"measured now with all strategies ({self.base.trials} trials × {self.base.steps} steps), "
+                "drawn as its trials arrive.")
 
     def config(self, settings: dict) -> LabConfig:
         return self.base.with_(**{k: settings[k] for k in ("ep_size", "batch_size", "gamma", "workload") if k in settings})
 
     def get(self, settings: dict, on_progress: Optional[Callable] = None) -> PointData:
-        if on_progress is not None and not self.wait_warm(0):
-            on_progress("warming up (CUDA, calibrations, first graphs)", 0.0)
-        self.wait_warm()
-        cfg = self.config(settings)
-        pre, self._prefetched = self._prefetched, None  # used once: later requests measure anew
-        if pre is not None and pre[0] == cfg:
-            return PointData(pre[1].rows, pre[1].timelines, pre[1].note, dict(settings))
-        return self._point(cfg, settings, on_progress)
+        return self.stream(settings, on_progress=on_progress).data
 
     # EP sizes that fit the GPUs present run on real ranks (parallel.EPLive: a persistent worker
     # group, one process per GPU); larger ones stay one process with the predicate flipped.
     real_ep = True
-    _ep_live = None
 
     def runs_real_ep(self, ep_size: int) -> bool:
         return self.real_ep and 1 < ep_size <= workers.device_count()
 
-    def _measure_real_ep(self, cfg: LabConfig):
+    def stream(self, settings: dict, on_update: Optional[Callable[[LiveUpdate], None]] = None,
+               on_progress: Optional[Callable] = None, cancel: Optional[threading.Event] = None) -> LiveUpdate:
+        """Measure `settings`; `on_update(LiveUpdate)` after the first trial and after each round
+        (timing rows so far), then once complete. Returns the complete update.
+        Raises Cancelled when `cancel` is set (checked at every trial and progress report)."""
+        cancel = cancel or threading.Event()
+
+        def check() -> None:
+            if cancel.is_set():
+                raise Cancelled(f"cancelled: {settings}")
+
+        def progress(msg, frac=None, *args):
+            check()
+            if on_progress is not None:
+                on_progress(msg, frac, *args)
+
+        if not self.wait_warm(0):
+            progress("warming up (CUDA, calibrations, first graphs)", 0.0)
+            self.wait_warm()
+        check()
+        cfg = self.config(settings)
+        names = self.names
+        planned = cfg.trials * len(names)
+        real_ep = self.runs_real_ep(cfg.ep_size)
+        dispatch = check_mode(settings.get("dispatch") or DEFAULT_DISPATCH) if real_ep else ""
+        timings: dict = {n: [] for n in names}
+
+        def on_trial(name, timing) -> None:
+            check()
+            timings[name].append(timing)
+            done = sum(len(v) for v in timings.values())
+            # Drawn here, between trials: in one process on the measuring thread, outside every
+            # timed span, so drawing never competes with a timed step for the GIL (real ranks run
+            # in their own processes; this runs on the group's reader thread). The first trial
+            # (the first figure), then each whole round: drawing stays a small share of the time.
+            if on_update is not None and (done == 1 or done % len(names) == 0):
+                rows = timing_rows(cfg, {n: ts for n, ts in timings.items() if ts})
+                if real_ep:  # rank 0's trials so far (the ranks run in lockstep)
+                    for r in rows:
+                        r.update(ep_mode="real", world_size=cfg.ep_size, dispatch=dispatch)
+                hw = loop.headline_half_width(timings) if done % len(names) == 0 else None
+                on_update(LiveUpdate(self._data(rows, None, settings, "measuring now"), False, done, planned, hw))
+            check()
+
+        if real_ep:
+            try:
+                res = self._ep().measure(cfg, names, dispatch=dispatch, on_trial=on_trial, cancel=cancel)
+            except RanksCancelled as e:
+                raise Cancelled(str(e)) from None
+            ranks = pd.DataFrame(res.rows)
+            # Rank 0's rows and timelines of the cases where every rank runs one strategy stand
+            # for the point (the ranks run in lockstep; every row also carries step_ms_max_rank);
+            # timelines are keyed by strategy as the figures expect. All ranks: the per-rank view.
+            same = {f"{n}," * (cfg.ep_size - 1) + n: n for n in names}
+            rows = [r for r in res.rows if r["rank"] == 0 and r["rank_case"] in same]
+            tls = [dict(t, strategy=same[t["rank_case"]]) for t in res.timelines
+                   if t["rank"] == 0 and t["rank_case"] in same]
+        else:
+            pre, self._steps = self._steps, None  # the warm-up's steps serve one measurement
+            kw = {"steps": pre[1]} if pre is not None and pre[0] == cfg else {}
+            res = self._measure(cfg, names, on_progress=progress, on_trial=on_trial, **kw)
+            rows, tls, ranks = res.rows, getattr(res, "timelines", None), None
+        check()
+        data = self._data(rows, tls, settings, "measured now")
+        ok = data.rows[data.rows["status"] == "ok"] if "status" in data.rows.columns else data.rows
+        hw = loop.headline_half_width(timings) if any(timings.values()) else _half_width_of(ok)
+        update = LiveUpdate(data, True, int(len(ok)), planned, hw, self._with_fingerprint(ranks))
+        if on_update is not None:
+            on_update(update)
+        return update
+
+    def close(self) -> None:
+        """End the real-rank workers, if any (the panel's close)."""
+        if self._ep_live is not None:
+            self._ep_live.close()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _ep(self) -> EPLive:
         if self._ep_live is None:
             self._ep_live = EPLive()
-        res = self._ep_live.measure(cfg, list(strategies.names()))
-        # Rank 0's rows and timelines stand for the point (the ranks run in lockstep; every row
-        # also carries step_ms_max_rank); timelines are keyed by strategy as the figures expect.
-        rows = [r for r in res.rows if r["rank"] == 0]
-        tls = [dict(t, strategy=t["rank_case"].split(",")[0]) for t in res.timelines if t["rank"] == 0]
-        return type(res)(rows, tls, res.samples, res.info)
+        return self._ep_live
 
-    def _point(self, cfg: LabConfig, settings: dict, on_progress: Optional[Callable]) -> PointData:
-        if self.runs_real_ep(cfg.ep_size):
-            result = self._measure_real_ep(cfg)
-        else:
-            result = self._measure(cfg, list(strategies.names()), on_progress=on_progress)
-        rows = pd.DataFrame(result.rows)
-        now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    def _with_fingerprint(self, rows: Optional[pd.DataFrame]) -> Optional[pd.DataFrame]:
+        if rows is None:
+            return None
         fp = self.fingerprint
         for k in ("gpu", "driver", "cuda", "torch"):
             rows[k] = fp.get(k, "unknown")
-        rows["run_id"], rows["recorded_at"] = self.run_id, now
-        tl = frames.flatten_timelines(getattr(result, "timelines", None) or [])
-        failed = rows[rows["status"] != "ok"] if "status" in rows.columns else rows.iloc[0:0]
-        if len(failed) and failed["strategy"].nunique() == rows["strategy"].nunique():
+        rows["run_id"], rows["recorded_at"] = self.run_id, datetime.now(timezone.utc).isoformat(timespec="seconds")
+        return rows
+
+    def _data(self, rows: list, timelines, settings: dict, what: str) -> PointData:
+        frame = self._with_fingerprint(pd.DataFrame(rows))
+        failed = frame[frame["status"] != "ok"] if "status" in frame.columns else frame.iloc[0:0]
+        if len(failed) and failed["strategy"].nunique() == frame["strategy"].nunique():
             raise RuntimeError(str(failed["error"].iloc[0]))
-        return PointData(rows, tl, f"measured now: {point_label(rows.iloc[0])}", dict(settings))
+        tl = frames.flatten_timelines(timelines or [])
+        return PointData(frame, tl, f"{what}: {point_label(frame.iloc[0])}", dict(settings))
+
+
+def _half_width_of(rows: pd.DataFrame) -> Optional[float]:
+    """The rows' own CI half-width column (a measurer that gave no trials as they ran)."""
+    col = rows.get("ci_half_width_pct") if len(rows) else None
+    vals = col.dropna() if col is not None else ()
+    return float(vals.iloc[0]) if len(vals) else None
 
 
 def open_backend():

@@ -58,6 +58,27 @@ def _trial_row(cfg: LabConfig, name: str, t: TrialTiming, **measured) -> dict:
         trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50, step_ms_p90=t.p90)
 
 
+def timing_rows(cfg: LabConfig, timings: dict) -> list[dict]:
+    """Rows of the timed trials so far ({strategy: [TrialTiming]}), before the profiled pass: step
+    times, diagnostics and the noise verdict, profiled columns None (a live update in progress)."""
+    return _with_noise_verdict([_trial_row(cfg, n, t) for n, ts in timings.items() for t in ts])
+
+
+def _with_noise_verdict(rows: list[dict]) -> list[dict]:
+    """The noise verdict at record time (results.noise re-computes the same from the rows)."""
+    if rows:
+        marked = noise.mark_disturbed(pd.DataFrame(rows))
+        for r, d, why in zip(rows, marked["disturbed"], marked["disturbed_reason"]):
+            r.update(disturbed=bool(d), disturbed_reason=why)
+    return rows
+
+
+def build_steps(cfg: LabConfig, names: Sequence[str]) -> dict[str, LabStep]:
+    """One LabStep per strategy; the first one's weights and target verify are shared by the rest."""
+    first = LabStep(cfg, names[0])
+    return {names[0]: first, **{n: LabStep(cfg, n, share_with=first) for n in names[1:]}}
+
+
 def stop_rule(cfg: LabConfig, target_ci_pct: Optional[float], time_cap_s: Optional[float]):
     """cfg.trials fixed rounds, or rounds to a CI target within a time cap (cfg.trials at least)."""
     if (target_ci_pct is None) != (time_cap_s is None):
@@ -94,6 +115,8 @@ def measure_point(
     target_ci_pct: Optional[float] = None,
     time_cap_s: Optional[float] = None,
     clock: Optional[Callable[[], float]] = None,
+    on_trial: Optional[Callable[[str, TrialTiming], None]] = None,
+    steps: Optional[dict] = None,
 ) -> PointResult:
     """Measure every strategy at one config point.
 
@@ -105,20 +128,24 @@ def measure_point(
     Every trial carries measure.diagnostics fields (`diagnose=False` leaves them None) and the
     noise verdict of results.noise (`disturbed`, `disturbed_reason`). With `target_ci_pct` and
     `time_cap_s`, rounds go on past `cfg.trials` until the headline ratio's CI half-width is at
-    most `target_ci_pct` % or `time_cap_s` seconds (`clock`) have passed; rows say which (`stop_reason`)."""
+    most `target_ci_pct` % or `time_cap_s` seconds (`clock`) have passed; rows say which (`stop_reason`).
+    `on_trial(strategy, timing)` sees each timed trial as it ends (measure.loop.run_rounds); `steps`
+    (build_steps(cfg, names), e.g. built and graph-captured ahead by run.live) are used instead of new ones."""
     stop = stop_rule(cfg, target_ci_pct, time_cap_s)
     names = list(strategies or strategy_registry.BUILTIN)
     for n in names:
         strategy_registry.get(n)
     progress = on_progress or (lambda msg, frac: None)
-    first = LabStep(cfg, names[0])
-    steps = {names[0]: first, **{n: LabStep(cfg, n, share_with=first) for n in names[1:]}}
+    if steps is not None and list(steps) != names:
+        raise ValueError(f"steps must hold one LabStep per strategy, in order {names}; got {list(steps)}")
+    steps = steps or build_steps(cfg, names)
+    first = steps[names[0]]
     # The bar: the trials' share, then one step per strategy profiled.
     total, trial_part = cfg.trials * len(names) + len(names), cfg.trials * len(names)
     nvml = diagnostics.nvml_for(first.device.index or 0) if diagnose and first.device.type == "cuda" else None
     diag = {n: diagnostics.TrialDiagnostics(s, nvml=nvml) for n, s in steps.items()} if diagnose else None
     timed = loop.run_rounds({n: s.step for n, s in steps.items()}, stop, steps=cfg.steps, warmup=cfg.warmup,
-                            sync=first.drain, diag=diag, clock=clock or time.monotonic,
+                            sync=first.drain, diag=diag, clock=clock or time.monotonic, on_trial=on_trial,
                             progress=lambda msg, share: progress(msg, share * trial_part / total))
     first.drain()
     outs = [s.last_output for s in steps.values()]
@@ -137,8 +164,4 @@ def measure_point(
         measured = {k: v for k, v in stats.items() if k in rowbuild.schema.ROW_COLUMNS}
         rows += [_trial_row(cfg, n, t, **measured, stop_reason=timed.stop_reason,
                             ci_half_width_pct=timed.half_width_pct) for t in timed.timings[n]]
-    # The noise verdict at record time (results.noise re-computes the same from the rows).
-    marked = noise.mark_disturbed(pd.DataFrame(rows))
-    for r, d, why in zip(rows, marked["disturbed"], marked["disturbed_reason"]):
-        r.update(disturbed=bool(d), disturbed_reason=why)
-    return PointResult(rows, timelines, traces, identical)
+    return PointResult(_with_noise_verdict(rows), timelines, traces, identical)

@@ -5,16 +5,15 @@ Two backends, one interface (`options()`, `describe()`, `get(settings, on_progre
   RecordedBackend(runs)             the nearest recorded point (per run); says which GPU and date.
   LiveBackend()                     run.point.measure_point on this machine's CUDA device, all strategies.
 `make_panel()` picks live when CUDA is available, else recorded, and says which in the panel.
-Live measurements run on a worker thread, latest request wins: dragging a slider never queues a
-backlog (sliders also report only on release). A failed measurement shows its message in the panel.
+Live measurements stream on a worker thread (views/live_panel.py): the comparison is drawn as the
+trials arrive, a newer setting cancels the running one (sliders also report only on release), and
+`close()` leaves no thread or rank process. A failed measurement shows its message in the panel.
 """
 from __future__ import annotations
 
 import html
-import threading
 import time
-import traceback
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import plotly.graph_objects as go
 
@@ -22,7 +21,7 @@ from dspark_lab.results.backend import ALL_RUNS, PointData, load_recorded
 from dspark_lab.results.point_view import point_view
 from dspark_lab.results.runs import REFERENCE
 from dspark_lab.results.strategy_info import BASELINE, BUILTIN_INFO
-from dspark_lab.views import figures
+from dspark_lab.views import figures, live_panel
 
 CONTROLS = ("ep_size", "batch_size", "gamma", "strategy", "workload")
 FIGURE_HEIGHTS = {"comparison": 420, "syncs": 380, "breakdown": 480, "timeline": 420}  # px, top to bottom
@@ -31,59 +30,6 @@ FIGURE_HEIGHTS = {"comparison": 420, "syncs": 380, "breakdown": 480, "timeline":
 def _short_error(e: BaseException) -> str:
     msg = str(e).strip() or repr(e)
     return f"{type(e).__name__}: {msg.splitlines()[0] if len(msg) < 2000 else msg[:2000]}"
-
-
-# -- coalescing worker ----------------------------------------------------------------------------
-
-class LatestWins:
-    """Runs `work(request)` on one worker thread; a request submitted while another waits replaces
-    it, so only the latest is ever run next (no backlog). `done(request, result, error)` is called
-    after each run, with `stale=True` when a newer request is already waiting."""
-
-    def __init__(self, work: Callable, done: Callable, debounce_s: float = 0.3):
-        self._work, self._done, self.debounce_s = work, done, debounce_s
-        self._lock = threading.Lock()
-        self._pending: Any = None
-        self._has_pending = False
-        self._thread: Optional[threading.Thread] = None
-        self.started: list = []  # requests actually run, in order (for tests and the status line)
-
-    def submit(self, request: Any) -> None:
-        with self._lock:
-            self._pending, self._has_pending = request, True
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._loop, name="dspark-live", daemon=True)
-                self._thread.start()
-
-    @property
-    def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def wait(self, timeout: float = 60.0) -> bool:
-        t = self._thread
-        if t is not None:
-            t.join(timeout)
-        return not self.busy
-
-    def _loop(self) -> None:
-        while True:
-            time.sleep(self.debounce_s)  # let a dragged slider settle
-            with self._lock:
-                if not self._has_pending:
-                    self._thread = None
-                    return
-                req, self._pending, self._has_pending = self._pending, None, False
-            self.started.append(req)
-            try:
-                result, error = self._work(req), None
-            except Exception as e:  # noqa: BLE001 - shown in the panel
-                result, error = None, e
-            with self._lock:
-                stale = self._has_pending
-            try:
-                self._done(req, result, error, stale=stale)
-            except Exception:  # noqa: BLE001
-                traceback.print_exc()
 
 
 # -- the panel ------------------------------------------------------------------------------------
@@ -143,7 +89,10 @@ class Panel:
         self.redraws = 0
         self.last_redraw_s: Optional[float] = None
         opts = backend.options()
-        self.controls = _controls(W, opts, backend.defaults())
+        dflt = backend.defaults()
+        self.controls = _controls(W, opts, dflt)
+        # Live: the dispatch control and per-rank figures of real EP ranks (views/live_panel.py).
+        self.live = live_panel.LiveParts(W, self, opts, dflt, _apply) if self.mode == "live" else None
         # Many recorded runs: a filter narrows the (bounded) run dropdown; Enter applies it.
         self.run_filter = self.run_note = None
         if "run" in opts and hasattr(backend, "filter_runs"):
@@ -163,14 +112,14 @@ class Panel:
             fw.add_class("dspark-figure")  # found by the browser test before plotly has drawn into it
             fw.add_class(f"dspark-figure-{k}")
         self.widget = self._layout(W)
-        self._worker = LatestWins(self._measure, self._measured, debounce_s) if self.mode == "live" else None
+        self._worker = live_panel.LiveController(self, debounce_s) if self.mode == "live" else None
         for w in self.controls.values():
             w.observe(self._on_change, names="value")
         self.refresh()
 
     def _layout(self, W):
         c = self.controls
-        side = [c["strategy"], c["workload"]] + ([c["run"]] if "run" in c else [])
+        side = [c["strategy"], c["workload"]] + ([c["run"]] if "run" in c else []) + ([c["dispatch"]] if "dispatch" in c else [])
         if self.run_filter is not None:
             side += [self.run_filter, self.run_note]
         return W.VBox([
@@ -181,6 +130,7 @@ class Panel:
             W.HBox([self.progress, self.status]),
             self.error,
             *(self.figs[k] for k in FIGURE_HEIGHTS),
+            *([self.live.box] if self.live is not None else []),
         ])
 
     # -- state ---------------------------------------------------------------------------------
@@ -257,6 +207,7 @@ class Panel:
     def refresh(self) -> None:
         s = self.settings()
         if self._worker is not None:
+            self.live.on_settings(s)
             self.status.value = f"<span class='dspark-status'>measuring {html.escape(self._label(s))} …</span>"
             self.progress.value = 0
             self._worker.submit(s)
@@ -269,28 +220,6 @@ class Panel:
     @staticmethod
     def _label(s: dict) -> str:
         return f"EP {s.get('ep_size')} · batch {s.get('batch_size')} · gamma {s.get('gamma')} · {s.get('workload')}"
-
-    # -- live ----------------------------------------------------------------------------------
-    def _measure(self, settings: dict) -> PointData:
-        def on_progress(msg, frac=None, *args):
-            if frac is not None:
-                self.progress.value = float(min(max(frac, 0.0), 1.0))
-            self.status.value = (f"<span class='dspark-status'>measuring {html.escape(self._label(settings))}: "
-                                 f"{html.escape(str(msg))}</span>")
-
-        return self.backend.get(settings, on_progress=on_progress)
-
-    def _measured(self, settings, data, error, stale=False) -> None:
-        if stale:
-            return  # a newer request is waiting; it will draw
-        if error is not None:
-            self.show_error(error)
-            return
-        self.progress.value = 1.0
-        try:
-            self.show(data)
-        except Exception as e:  # noqa: BLE001 - shown in the panel, not as a traceback
-            self.show_error(e, "Cannot draw this measurement")
 
     # -- drawing ----------------------------------------------------------------------------------
     def show_error(self, e: BaseException, title: Optional[str] = None) -> None:
@@ -308,12 +237,7 @@ class Panel:
                             "Measurement failed" if self.mode == "live" else "The recorded measurement failed")
             return
         chosen = self.controls["strategy"].value
-        comp = figures.strategy_comparison(view)
-        for tr in comp.data:
-            if tr.type != "bar":  # disturbed-trial markers keep their own look
-                continue
-            tr.marker.line = dict(width=[3 if x == chosen else 0 for x in tr.x], color="black")
-        new = {"comparison": comp, "syncs": figures.sync_counts(view), "breakdown": figures.step_breakdown(view),
+        new = {"comparison": self._comparison(view), "syncs": figures.sync_counts(view), "breakdown": figures.step_breakdown(view),
                "timeline": figures.timeline(view, strategies_shown=list(dict.fromkeys([BASELINE, chosen])))}
         for k, fig in new.items():
             _apply(self.figs[k], fig)
@@ -323,6 +247,32 @@ class Panel:
                              f"{html.escape(data.note)} — {html.escape(view.fingerprint)}</span>")
         self.redraws += 1
         self.last_redraw_s = time.perf_counter() - t0
+
+    def _comparison(self, view) -> go.Figure:
+        """The strategy comparison, the chosen strategy's bar outlined."""
+        chosen = self.controls["strategy"].value
+        comp = figures.strategy_comparison(view)
+        for tr in comp.data:
+            if tr.type != "bar":  # disturbed-trial markers keep their own look
+                continue
+            tr.marker.line = dict(width=[3 if x == chosen else 0 for x in tr.x], color="black")
+        return comp
+
+    def show_partial(self, data: PointData) -> None:
+        """A live setting's timed trials so far: the comparison only; the profiled figures follow."""
+        view = point_view(data.rows, data.timelines, what="the panel")
+        if not view.ok.empty:
+            _apply(self.figs["comparison"], self._comparison(view))
+            self.redraws += 1
+
+    def close(self) -> None:
+        """Stop live measuring (no thread or rank process left) and close the widgets."""
+        if self._worker is not None:
+            self._worker.close()
+        close = getattr(self.backend, "close", None)
+        if close is not None:
+            close()
+        self.widget.close()
 
     def _repr_mimebundle_(self, **kwargs):
         return self.widget._repr_mimebundle_(**kwargs)
