@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# One device-machine call: the GPU scripts named (issue numbers, or "cuda" for pytest -m cuda, or
+# "nb01" for notebook 01 live), each bounded, their logs and files under $OUT, all of $OUT also as
+# one tarball ($OUT/round.tgz: the device tool brings back only shallow paths). Tails printed last.
+#   OUT=/tmp/o bash scripts/device_round.sh 21 20 25
+set -uo pipefail
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+OUT=${OUT:?set OUT}
+mkdir -p "$OUT"
+declare -A LIMIT=([20]=130 [21]=230 [23]=110 [24]=120 [25]=70 [cuda]=240 [nb01]=180)
+summary=()
+for stage in "$@"; do
+  t0=$SECONDS
+  log="$OUT/log-$stage.txt"
+  case $stage in
+    cuda) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m cuda -p no:cacheprovider tests >"$log" 2>&1 ;;
+    nb01) DSPARK_NOTEBOOKS=01_onboarding.ipynb timeout "${LIMIT[nb01]}" python3 scripts/gpu_session.py notebooks >"$log" 2>&1 ;;
+    *) timeout "${LIMIT[$stage]}" python3 "scripts/gpu_issue$stage.py" >"$log" 2>&1 ;;
+  esac
+  rc=$?
+  summary+=("$stage rc=$rc $((SECONDS - t0)) s")
+done
+(cd "$OUT" && tar czf round.tgz --exclude=round.tgz . 2>/dev/null)
+for stage in "$@"; do echo "===== $stage"; tail -n 25 "$OUT/log-$stage.txt" | cut -c1-220; done
+printf '%s\n' "${summary[@]}"
