@@ -7,14 +7,17 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 OUT=${OUT:?set OUT}
 mkdir -p "$OUT"
-declare -A LIMIT=([20]=130 [21]=230 [23]=110 [24]=120 [25]=70 [cuda]=240 [nb01]=180)
+declare -A LIMIT=([20]=130 [21]=230 [23]=110 [24]=120 [25]=70 [cuda]=240 [nb01]=180 [traces]=60 [gallery]=150 [reference]=200)
 summary=()
 for stage in "$@"; do
   t0=$SECONDS
   log="$OUT/log-$stage.txt"
   case $stage in
-    cuda) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m cuda -p no:cacheprovider tests >"$log" 2>&1 ;;
+    cuda) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m cuda -p no:cacheprovider ${CUDA_TESTS:-tests} >"$log" 2>&1 ;;
     nb01) DSPARK_NOTEBOOKS=01_onboarding.ipynb timeout "${LIMIT[nb01]}" python3 scripts/gpu_session.py notebooks >"$log" 2>&1 ;;
+    traces) timeout "${LIMIT[traces]}" python3 scripts/gpu_known_idle_traces.py >"$log" 2>&1 ;;
+    reference) OUT="$OUT/noise" timeout "${LIMIT[reference]}" python3 scripts/gpu_noise.py reference >"$log" 2>&1 ;;
+    gallery) timeout "${LIMIT[gallery]}" python3 scripts/gpu_gallery.py >"$log" 2>&1 ;;
     *) timeout "${LIMIT[$stage]}" python3 "scripts/gpu_issue$stage.py" >"$log" 2>&1 ;;
   esac
   rc=$?

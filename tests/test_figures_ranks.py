@@ -30,7 +30,8 @@ def test_breakdown_has_a_bar_pair_per_rank_and_collectives_as_a_gpu_part():
     coll = [t for t in fig.data if t.name == FR.COLLECTIVE_NAME]
     assert len(coll) == 1 and coll[0].offsetgroup == "gpu"
     assert list(coll[0].y) == pytest.approx([0.1, 1.1] * 3)
-    assert list(coll[0].x[1][:2]) == ["r0 non_blocking", "r1 non_blocking"]
+    assert list(coll[0].x[1][:2]) == ["r0", "r1"]  # the case label names each rank's strategy
+    assert list(coll[0].x[0][:2]) == ["all non_blocking"] * 2
     assert "EP 2 (real ranks)" in fig.layout.title.subtitle.text
 
 

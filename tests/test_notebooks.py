@@ -36,6 +36,40 @@ def test_notebooks_are_stripped():
                 assert not c.outputs and c.execution_count is None, f"{path.name}: outputs not stripped"
 
 
+STRIP = ["-m", "nbstripout", "--keep-id", "--extra-keys", "metadata.language_info"]  # scripts/ensure_env.sh's filter
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_a_notebook_saved_with_its_outputs_reads_as_committed_through_the_git_filter(path, executed_notebooks, tmp_path):
+    """What JupyterLab's autosave writes after Run All (outputs, counts, the kernel's language_info),
+    cleaned by the filter that .gitattributes names, is the committed file byte for byte: git status
+    stays clean when a tracked notebook is used."""
+    import subprocess
+    import sys
+
+    nb, _ = executed_notebooks[path.name]
+    assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "the executed notebook has outputs"
+    saved = tmp_path / path.name
+    nbformat.write(nb, saved)
+    clean = subprocess.run([sys.executable, *STRIP, "-t", str(saved)], capture_output=True, text=True, check=True).stdout
+    assert clean == path.read_text(), f"{path.name}: the filter's output differs from the committed notebook"
+    assert "notebooks/*.ipynb filter=nbstripout" in (path.parents[1] / ".gitattributes").read_text()
+
+
+def test_the_environment_set_up_defines_the_notebook_filter_in_this_clone():
+    import shlex
+    import subprocess
+
+    root = NOTEBOOKS[0].parents[1]
+    if subprocess.run(["git", "-C", str(root), "rev-parse"], capture_output=True).returncode != 0:
+        pytest.skip("not a git checkout")
+    got = subprocess.run(["git", "-C", str(root), "config", "--get", "filter.nbstripout.clean"],
+                         capture_output=True, text=True)
+    assert got.returncode == 0, "no nbstripout filter in this clone: run scripts/ensure_env.sh (test.sh does)"
+    cmd = shlex.split(got.stdout)
+    assert cmd[1:] == STRIP and subprocess.run([cmd[0], "-c", "import nbstripout"]).returncode == 0
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs_headless(path, executed_notebooks, recorded_env):
     nb, seconds = executed_notebooks[path.name]

@@ -61,6 +61,13 @@ def headline_state(timings: Mapping[str, list]) -> Optional[dict]:
         return None
 
 
+def headline_half_width(timings: Mapping[str, list]) -> Optional[float]:
+    """The headline ratio's CI half-width (%) over the quiet rounds so far; None when there is no
+    headline or too few quiet rounds for a CI (the live panel's "current CI")."""
+    state = headline_state(timings)
+    return None if state is None else state.get("half_width_pct")
+
+
 class _Headline:
     """The headline of the rounds so far, computed at most once per round (the rule and the result
     share it)."""

@@ -34,7 +34,7 @@ from dspark_lab.measure.probe import fingerprint as machine_fingerprint
 from dspark_lab.model.dispatch import DISPATCH_MODES, check_mode
 from dspark_lab.parallel import workers
 from dspark_lab.parallel.run import EPLive, RanksCancelled
-from dspark_lab.results import frames
+from dspark_lab.results import frames, noise
 from dspark_lab.results.backend import PointData, load_recorded
 from dspark_lab.results.runs import gpu_name, point_label
 from dspark_lab.run.point import build_steps, measure_point, timing_rows
@@ -64,7 +64,8 @@ class LiveUpdate:
 
     def line(self) -> str:
         """The progress line: trials so far and the current CI."""
-        ci = f"headline CI ±{self.half_width_pct:.1f}%" if self.half_width_pct is not None else "headline CI after 2 rounds"
+        ci = (f"headline CI ±{self.half_width_pct:.1f}%" if self.half_width_pct is not None else
+              f"no CI yet (needs {noise.MIN_QUIET_ROUNDS} quiet rounds)")
         if self.final:
             return f"complete: {self.trials} trials, {ci}"
         stage = "profiling next" if self.trials >= self.planned else "timing"
@@ -105,9 +106,9 @@ class LiveBackend:
         t0 = time.perf_counter()
         try:
             if self._fingerprint is None:  # reads the driver: off the first figure's path
-                self._fp_thread = threading.Thread(target=lambda: self.fingerprint, name="dspark-fingerprint",
-                                                   daemon=True)
-                self._fp_thread.start()
+                t = threading.Thread(target=lambda: self.fingerprint, name="dspark-fingerprint", daemon=True)
+                t.start()
+                self._fp_thread = t  # only once started: another thread may join it at once
             cfg = self.config(self.defaults())
             if cfg.resolved_device() == "cuda":  # CUDA context and cuBLAS, timed apart
                 t1 = time.perf_counter()
