@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # One device-machine call: the GPU scripts named (issue numbers, or "cuda" for pytest -m cuda, or
 # "nb01" for notebook 01 live), each bounded, their logs and files under $OUT, all of $OUT also as
-# one tarball ($OUT/round.tgz: the device tool brings back only shallow paths). Tails printed last.
+# one tarball ($OUT/round.tgz): the stages write under a work folder beside $OUT, and only the tarball
+# and the logs land in $OUT (the device tool brings back few, shallow files). Tails printed last.
 #   OUT=/tmp/o bash scripts/device_round.sh 21 20 25
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
-OUT=${OUT:?set OUT}
-mkdir -p "$OUT"
+FINAL=${OUT:?set OUT}
+OUT=$(mktemp -d /tmp/dspark-round.XXXX)
+mkdir -p "$FINAL"
 declare -A LIMIT=([20]=130 [21]=230 [23]=110 [24]=120 [25]=70 [cuda]=240 [nb01]=180 [traces]=60 [gallery]=150 [reference]=200)
 summary=()
 for stage in "$@"; do
@@ -23,6 +25,7 @@ for stage in "$@"; do
   rc=$?
   summary+=("$stage rc=$rc $((SECONDS - t0)) s")
 done
-(cd "$OUT" && tar czf round.tgz --exclude=round.tgz . 2>/dev/null)
+(cd "$OUT" && tar czf "$FINAL/round.tgz" . 2>/dev/null)
+cp "$OUT"/log-*.txt "$FINAL"/ 2>/dev/null
 for stage in "$@"; do echo "===== $stage"; tail -n 25 "$OUT/log-$stage.txt" | cut -c1-220; done
 printf '%s\n' "${summary[@]}"

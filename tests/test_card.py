@@ -213,3 +213,30 @@ def test_a_copy_that_waits_only_at_some_sizes_is_not_called_a_threshold():
             c["host_us"] = [8.0]
     words = C.threshold_in_words(C.wait_threshold(C.frame(card)))
     assert words.endswith("from 4 MB (not at every larger size: waits at 4 MB, 64 MB)")
+
+
+def test_a_cost_some_repeats_do_not_pay_or_that_does_not_grow_with_the_size_is_not_the_copy():
+    from dspark_lab.results import card as C
+
+    # An idle GPU's calls are bimodal (7 or 60 µs) and its event-timed 64-byte copy reads 60 µs.
+    assert C.verdict(55.0, 0.0, 60.0, smallest_host_us=7.0, fastest_us=7.0) == C.AT_ONCE
+    assert C.verdict(55.0, 0.0, 60.0, smallest_host_us=50.0, fastest_us=52.0) == C.AT_ONCE  # no growth
+    assert C.verdict(10600.0, 0.0, 10500.0, smallest_host_us=14.0, fastest_us=10400.0) == C.FOR_COPY
+
+
+def test_on_the_recorded_h200_card_blocking_for_the_copy_only_grows_with_the_size():
+    """With the queue empty, once a call blocks for its copy at some size it does at every larger one
+    (two H200 cards taken minutes apart disagreed on 68 small empty-queue cells before this rule)."""
+    from pathlib import Path
+
+    from dspark_lab.results import card as C
+
+    path = Path(__file__).resolve().parents[1] / "data" / "machines" / "h200-card-20261201.json"
+    f = C.frame(C.load(path))
+    for (_, _), g in f[f["queue"] == "empty"].groupby(["direction", "source"]):
+        v = list(g.sort_values("size_bytes")["verdict"])
+        if C.FOR_COPY in v:
+            first = v.index(C.FOR_COPY)
+            assert all(x == C.FOR_COPY for x in v[first:]), v
+    small = f[(f["queue"] == "empty") & (f["size_bytes"] <= 1024)]
+    assert (small["verdict"] == C.AT_ONCE).all()

@@ -161,7 +161,7 @@ def _speed_check(case: Case, solution_fn: Callable, state: C.State, rounds: int,
 
 
 def check(name: str, solution_fn: Callable[[C.State], object], *, scale: Optional[str] = None,
-          rounds: int = 6, steps: int = 20) -> Grade:
+          rounds: int = 10, steps: int = 20) -> Grade:
     """Grade `solution_fn(state)` for kata `name` (see the module's doc for the three checks)."""
     case = kata(name).case
     cuda = torch.cuda.is_available()

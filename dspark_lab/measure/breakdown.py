@@ -34,7 +34,8 @@ HOST_AHEAD_US = 20.0
 SYNC_COST_RULE = ("GPU idle caused by a sync: each gap where the GPU waits for the host, from the sync that "
                   "drained its queue until the host is ahead again; syncs that follow each other while the host "
                   "never gets ahead form a chain, whose gaps are charged up to the summed time the host was "
-                  "blocked in its syncs (each gap to the sync that drained the queue before it)")
+                  "blocked in its syncs (each gap to the sync that drained the queue before it); a sync's own "
+                  "copy, launched just before it waits (.item()), does not put the host ahead")
 
 
 def _host_sets(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> dict[str, list]:
@@ -122,6 +123,15 @@ def _causes_of_launches(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame
         k = int(np.searchsorted(launch_ts, t, side="left"))
         return float(pending[k - 1]) if k else float("-inf")
 
+    # A copy launched right before the blocking call that waits for it (`.item()`: cudaMemcpyAsync,
+    # then cudaStreamSynchronize) is that sync's own: queued behind the GPU's work, it does not put
+    # the host ahead, so it does not end a chain.
+    block_starts = np.sort(blocking.ts.to_numpy())
+
+    def own_copy_of_next_sync(r) -> bool:
+        k = int(np.searchsorted(block_starts, r.end, side="left"))
+        return k < len(block_starts) and block_starts[k] - r.end <= HOST_AHEAD_US
+
     timeline_ = [(r.ts, 0, "launch", r) for r in lau.itertuples()] + \
                 [(r.end, 1, "sync", r) for r in blocking.itertuples()]
     cause: Optional[int] = None
@@ -130,7 +140,7 @@ def _causes_of_launches(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame
     chain_of: dict = {}  # draining sync -> the first sync of its chain
     for t, _, kind, r in sorted(timeline_, key=lambda x: (x[0], x[1])):
         if kind == "launch":
-            if r.waited:
+            if r.waited and not own_copy_of_next_sync(r):
                 cause = None
             cause_of_launch[r.correlation] = cause
         else:

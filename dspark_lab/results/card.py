@@ -50,8 +50,14 @@ COPY_FLOOR_US = 50.0  # below this a copy's own time is lost in the call's overh
 VERDICT_RULE = (f"verdict of a cell, from the median host time of the call over its repeats: '{WAITS}' when "
                 f"GPU work was queued (Q ms) and the host time exceeds the same call's with the queue empty by "
                 f"more than Q/2 (a call slow by itself is not a wait); else '{FOR_COPY}' when the copy "
-                f"runs at least {COPY_FLOOR_US:.0f} µs on the GPU (CUDA events) and the host time is at least "
-                f"half of that; else '{AT_ONCE}'.")
+                f"runs at least {COPY_FLOOR_US:.0f} µs on the GPU (CUDA events) and the call's fastest repeat "
+                f"is at least half of that and exceeds the same call's fastest at its smallest size by at least "
+                f"{COPY_FLOOR_US / 2:.0f} µs (it grows with the copy, every time); else '{AT_ONCE}'.")
+# Why the last condition: two H200 cards taken minutes apart (2026-12-01) disagreed on 68 of 258 cells,
+# all with the queue empty and small sizes: one process saw 50-90 µs calls and >= 50 µs event-timed
+# 4-byte copies (an idle GPU at low clocks), the other 15-25 µs. A cost that does not grow with the
+# size, or that some repeats do not pay (the idle GPU's calls are bimodal: 7 or 50 µs for a fill_),
+# is not the copy.
 
 # How each of the kit's strategies makes the scalar, as a cell of the card (4 bytes). The source
 # of the forms: PR #34782 (device_direct, non_blocking), PR #34759 (on_demand), sglang 0.5.23
@@ -73,15 +79,21 @@ def size_label(n: int) -> str:
     return f"{n} B"
 
 
-def verdict(host_us: float, queued_ms: float, copy_gpu_us: float, empty_host_us: float = 0.0) -> str:
-    """One cell's verdict by VERDICT_RULE; `empty_host_us` is the same call's median host time with
-    the queue empty (0 where the card has no such cell)."""
+def verdict(host_us: float, queued_ms: float, copy_gpu_us: float, empty_host_us: float = 0.0,
+            smallest_host_us: float = 0.0, fastest_us: Optional[float] = None) -> str:
+    """One cell's verdict by VERDICT_RULE: `host_us` the median host time, `fastest_us` the fastest
+    repeat (default: the median); `empty_host_us` the same call's median with the queue empty (0
+    where the card has no such cell); `smallest_host_us` the same call's fastest at the smallest
+    size measured, same queue (0: unknown)."""
     if any(not isinstance(v, (int, float)) or math.isnan(v) for v in (host_us, queued_ms)):
         raise ValueError(f"host_us and queued_ms must be numbers; got {host_us!r}, {queued_ms!r}")
     base = 0.0 if not isinstance(empty_host_us, (int, float)) or math.isnan(empty_host_us) else empty_host_us
     if queued_ms > 0 and host_us - base > queued_ms * 1e3 / 2:
         return WAITS
-    if not math.isnan(copy_gpu_us) and copy_gpu_us >= COPY_FLOOR_US and host_us >= copy_gpu_us / 2:
+    small = 0.0 if not isinstance(smallest_host_us, (int, float)) or math.isnan(smallest_host_us) else smallest_host_us
+    fast = host_us if fastest_us is None or math.isnan(fastest_us) else fastest_us
+    if (not math.isnan(copy_gpu_us) and copy_gpu_us >= COPY_FLOOR_US and fast >= copy_gpu_us / 2
+            and fast - small >= COPY_FLOOR_US / 2):
         return FOR_COPY
     return AT_ONCE
 
@@ -154,17 +166,23 @@ def frame(card: dict) -> pd.DataFrame:
     rows = []
     empty = {(c["direction"], c["source"], c["size_bytes"]): _median([float(x) for x in c.get("host_us") or []])
              for c in card["cells"] if float(c["queued_ms"]) == 0}
+    smallest: dict = {}  # (direction, source, queued_ms) -> (size, median host time) of the smallest size
+    for c in card["cells"]:
+        key, size = (c["direction"], c["source"], float(c["queued_ms"])), c["size_bytes"]
+        if c.get("host_us") and (key not in smallest or size < smallest[key][0]):
+            smallest[key] = (size, min(float(x) for x in c["host_us"]))
     for c in card["cells"]:
         xs = [float(x) for x in c.get("host_us") or []]
         med = _median(xs)
         gpu = float(c.get("copy_gpu_us", float("nan")))
         q = float(c["queued_ms"])
         base = empty.get((c["direction"], c["source"], c["size_bytes"]), 0.0)
+        small = smallest.get((c["direction"], c["source"], q), (0, 0.0))[1]
         rows.append(dict(
             direction=c["direction"], source=c["source"], how=SOURCES[c["source"]][1], size_bytes=c["size_bytes"],
             size=size_label(c["size_bytes"]), queued_ms=q, queue=queue_name(q), host_us=med,
             host_us_min=min(xs) if xs else float("nan"), host_us_max=max(xs) if xs else float("nan"), reps=len(xs),
-            copy_gpu_us=gpu, verdict=None if c.get("error") or not xs else verdict(med, q, gpu, base),
+            copy_gpu_us=gpu, verdict=None if c.get("error") or not xs else verdict(med, q, gpu, base, small, min(xs)),
             debug_syncs=c.get("debug_syncs"), trace_syncs=c.get("trace_syncs"),
             gpu_copies=", ".join(c.get("gpu_copies") or []), error=c.get("error") or ""))
     return pd.DataFrame(rows, columns=list(FRAME_COLUMNS))

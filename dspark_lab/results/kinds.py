@@ -109,7 +109,8 @@ def part_name(header: dict, kind: str, run_rows: Optional[pd.DataFrame] = None) 
     if not d and run_rows is not None and "dispatch" in run_rows.columns:
         d = sorted(v for v in run_rows["dispatch"].dropna().astype(str).unique() if v)
     d = [d] if isinstance(d, str) else list(d or [])
-    return ", ".join(str(x) for x in d)
+    via = " (torchrun)" if header.get("launcher") == "torchrun" else ""
+    return ", ".join(str(x) for x in d) + via
 
 
 def recordings(headers: Sequence[dict], kinds: dict) -> dict:
