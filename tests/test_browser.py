@@ -31,8 +31,10 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 PANEL_NOTEBOOKS = ("01_onboarding.ipynb", "03_design_review.ipynb")
-ALL_NOTEBOOKS = ("01_onboarding.ipynb", "02_tuning_new_gpu.ipynb", "03_design_review.ipynb", "04_sync_gallery.ipynb")
-PANEL_FIGURES = 4  # comparison, syncs, breakdown, timeline
+ALL_NOTEBOOKS = ("01_onboarding.ipynb", "02_tuning_new_gpu.ipynb", "03_design_review.ipynb", "04_sync_gallery.ipynb",
+                 "05_your_own_code.ipynb")
+FIGURE_ORDER = ("comparison", "syncs", "breakdown", "timeline")  # views.panel.FIGURE_HEIGHTS, top to bottom
+PANEL_FIGURES = len(FIGURE_ORDER)
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +54,11 @@ def lab(tmp_path_factory):
     docmanager = tmp / "settings" / "@jupyterlab" / "docmanager-extension"
     docmanager.mkdir(parents=True)
     (docmanager / "plugin.jupyterlab-settings").write_text(json.dumps({"autosave": False}))
+    # Every cell rendered (JupyterLab 4's default windowing leaves widget outputs of off-screen cells
+    # unmade, so a figure of a long notebook's panel could stay absent however the page scrolls).
+    tracker = tmp / "settings" / "@jupyterlab" / "notebook-extension"
+    tracker.mkdir(parents=True)
+    (tracker / "tracker.jupyterlab-settings").write_text(json.dumps({"windowingMode": "none"}))
     (tmp / "jcfg" / "labconfig").mkdir(parents=True)  # no "get Jupyter news?" prompt over the page
     (tmp / "jcfg" / "labconfig" / "page_config.json").write_text(
         json.dumps({"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
@@ -345,10 +352,17 @@ JS_PANEL_DRAWN = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return 
   const ok = box => {{ const gd = {JS_PLOT_OF}(cell, box); return !!gd && drawn(gd); }};
   const undrawn = boxes.find(b => !ok(b));
   if (!undrawn && boxes.length >= {PANEL_FIGURES}) {{ cell.scrollIntoView({{block: 'start'}}); return true; }}
-  // An undrawn box to the middle; while boxes are still missing, the last one's top to the top, so the
-  // room below it (where the others go) is on screen.
-  const todo = undrawn || boxes[boxes.length - 1] || cell, r = todo.getBoundingClientRect();
-  if (undrawn) {{ if (r.top < 0 || r.bottom > window.innerHeight || r.height === 0) todo.scrollIntoView({{block: 'center'}}); }}
+  // An undrawn box to the middle. While boxes are still missing (a widget not yet made is not in
+  // the page), bring on screen where the first missing one goes: above the first box present when
+  // it comes before it (the panel's order is comparison, syncs, breakdown, timeline), else below the last.
+  if (undrawn) {{ const r = undrawn.getBoundingClientRect();
+    if (r.top < 0 || r.bottom > window.innerHeight || r.height === 0) undrawn.scrollIntoView({{block: 'center'}});
+    return false; }}
+  const order = {list(FIGURE_ORDER)!r}, have = boxes.map(b => (b.className.match(/dspark-figure-(\\w+)/) || [])[1]);
+  const missing = order.find(n => !have.includes(n)), after = order.slice(order.indexOf(missing) + 1);
+  const next = boxes.find((b, i) => after.includes(have[i]));
+  const todo = next || boxes[boxes.length - 1] || cell, r = todo.getBoundingClientRect();
+  if (next) {{ if (r.top < window.innerHeight / 2) todo.scrollIntoView({{block: 'end'}}); }}
   else if (r.top < 0 || r.top > window.innerHeight / 2) todo.scrollIntoView({{block: 'start'}});
   return false; }}"""
 

@@ -484,3 +484,13 @@ def test_sweep_name_is_recorded_and_labels_the_run(tmp_path, capsys, fake_runner
     assert json.loads(path.read_text().splitlines()[0])["name"] == "my box"
     runs = Runs.load(path)
     assert list(runs.labels().values()) == ["my box"] and set(runs.rows.run_label) == {"my box"}
+
+
+@pytest.mark.parametrize("grid, kind", [(["--ep", "1", "--batch", "1", "--gamma", "2"], "single_point"),
+                                        (["--ep", "1", "--batch", "1,8", "--gamma", "2"], "sweep")])
+def test_a_new_run_says_its_kind_in_its_header(tmp_path, capsys, fake_runner, grid, kind):
+    fake_runner()
+    path = tmp_path / "run.jsonl"
+    code, _, err = run_main(["sweep", *grid, *TINY_ARGS, "--out", str(path)], capsys)
+    assert code == 0, err
+    assert json.loads(path.read_text().splitlines()[0])["run_kind"] == kind

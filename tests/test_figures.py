@@ -260,7 +260,9 @@ def test_committed_sync_sites_show_the_line_that_makes_the_tensor():
 
     runs = Runs.load(RUNS_DIR)
     sites = set(runs.ok["sync_site"].dropna())
-    assert {s for s in sites if "strategies.py" in s} == {"dspark_lab/strategies.py:25 device_direct"}
+    # Runs recorded before and after the import move of issue 18 name line 25 and line 26.
+    assert {s for s in sites if "strategies.py" in s} == {"dspark_lab/strategies.py:25 device_direct",
+                                                          "dspark_lab/strategies.py:26 device_direct"}
     table = report.sync_sites(runs.reference())
     code = set(table.loc[table.strategy == "device_direct", "code"])
     want = "return torch.tensor(num_tokens, dtype=torch.int32, device=device)"

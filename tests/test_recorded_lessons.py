@@ -235,3 +235,12 @@ def test_the_step_model_is_checked_against_the_recorded_sync_cost_run(runs):
     sp = t[t.workload == "sglang_profile"].iloc[0]
     # device_direct within 10% of the measured step on the preset it was calibrated for
     assert abs(sp["model device_direct ms"] / sp["measured device_direct ms"] - 1) < 0.10
+
+
+def test_the_readme_table_of_recorded_runs_by_kind_is_the_data_s(runs):
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert kinds.kind_table_markdown(runs) in readme, "README's kinds table is stale: regenerate it"
+    for shot in re.findall(r"\((docs/screenshots/[^)]+\.png)\)", readme):
+        assert (Path(__file__).resolve().parents[1] / shot).stat().st_size > 10_000, shot

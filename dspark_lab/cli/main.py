@@ -23,7 +23,7 @@ from dspark_lab.cli.inspect import add_inspect_parser
 from dspark_lab.cli.options import OPTION_OF, SPEC_KEYWORDS, HelpFormatter, add_sweep_config_options, float_in
 from dspark_lab.cli.summary import summary_table
 from dspark_lab.measure import probe
-from dspark_lab.results import paths, store
+from dspark_lab.results import kinds, paths, store
 from dspark_lab.results.output import OutputError, check_output
 from dspark_lab.results.runs import Runs
 from dspark_lab.run import baseline as run_baseline, point
@@ -122,7 +122,7 @@ def _add_report_parser(sub) -> None:
 def _add_main_parser(sub) -> None:
     p = sub.add_parser(
         "main", formatter_class=HelpFormatter,
-        help="the README's main job: sweep on CUDA (else show recorded runs), then report",
+        help="without JupyterLab: sweep on CUDA (else show the recorded runs), then report (the main job, `bash lab.sh`, opens the notebooks)",
         description="On a CUDA machine: record the fingerprint and probe, run the sweep (--preset) into "
                     "data/runs/, then build the report from every recorded run. Without CUDA: say so, build "
                     "the report from the runs recorded in the data dir and print the headline (with the rule "
@@ -258,6 +258,7 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
     extra.update(run_baseline.header_fields(fp))  # what this run is judged against when loaded alone
     if args.name:
         extra["name"] = args.name
+    extra["run_kind"] = kinds.derive_kind({"sweep": spec.to_dict(), **extra})  # said in the header, not guessed later
     writer = _create_run(parser, args.out, fingerprint=fp, sweep=spec.to_dict(), **extra)
     if writer is None:
         return EXIT_CANNOT_WRITE
@@ -348,7 +349,7 @@ def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=
         print(f"CUDA device: {fp.get('gpu')} (driver {fp.get('driver')}, torch {fp.get('torch')}); "
               f"running the {args.preset} sweep", file=sys.stderr)
         writer = _create_run(parser, paths.runs_dir(data), fingerprint=fp, sweep=spec.to_dict(), probe=run_probe(),
-                             **run_baseline.header_fields(fp))
+                             run_kind=kinds.derive_kind({"sweep": spec.to_dict()}), **run_baseline.header_fields(fp))
         if writer is None:
             return EXIT_CANNOT_WRITE
         status = _run(spec, writer, progress=args.progress, measure=measure)

@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import re
+import sys
 import tempfile
 import warnings
 from pathlib import Path
@@ -18,6 +19,8 @@ from typing import Callable, Iterator, Optional, Union
 import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile
+
+from dspark_lab.measure.native_noise import native_stderr_filtered
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # record_function ranges on the host. A range that launched GPU work is mirrored on the GPU
@@ -59,9 +62,15 @@ def profiled(*, with_stack: bool = False, profile_memory: bool = True,
     with warnings.catch_warnings():
         # torch warns that each profiler cycle clears the last one's events: we run one cycle.
         warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
-        with profile(**kwargs) as prof:
+        prof = profile(**kwargs)
+        with native_stderr_filtered():  # the profiler's own start-up messages (measure/native_noise.py)
+            prof.__enter__()
+        try:
             yield out
             (sync or _default_sync)()
+        finally:
+            with native_stderr_filtered():
+                prof.__exit__(*sys.exc_info())
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:

@@ -58,7 +58,7 @@ def create_writer(out, cfg: LabConfig, world: int, dispatches: Sequence[str], ca
         sweep={"base": cfg.to_dict(), "world_size": world, "dispatch": list(dispatches),
                "cases": [c.name for c in cases], "batch_sizes": batch_sizes},
         world_size=world, backend=backend, nccl_version=rank0.get("nccl_version"), dispatch=list(dispatches),
-        ep_mode="real", torch_ranks=rank0.get("torch"), launcher=launcher, **extra)
+        ep_mode="real", run_kind="ep_real", torch_ranks=rank0.get("torch"), launcher=launcher, **extra)
 
 
 def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODES, cases: Optional[Sequence[RankCase]] = None,

@@ -127,7 +127,7 @@ class RecordedBackend:
         listed = min(n, self.max_options)
         note = f"{n} of {n_all} run(s) selected" + (f" (filter: {self.filter_text})" if self.filter_text else "")
         if n > listed:
-            note += f"; the {listed} listed first: the latest of each machine, then the newest (narrow the filter for others)"
+            note += f"; the {listed} listed first: the latest default sweep, then the other grid runs, then the rest by kind, newest first (narrow the filter for others)"
         return note + f"; side by side: the first {min(n, self.side_by_side)}"
 
     def _view(self, ids: list[str]):

@@ -137,3 +137,38 @@ def recordings(headers: Sequence[dict], kinds: dict) -> dict:
         out[rid] = out[prev[2]] if same else rid
         prev = (gpu, when, rid)
     return out
+
+
+# What each kind is for: the views that pick it (README "Recorded runs, by kind").
+USED_BY = {
+    "default_sweep": "the recorded panel opens on the latest; notebook 02's stand-in; the sweeps in notebook 03 and the report",
+    "quick_sweep": "what notebook 02 records live (`sweep.QUICK_SWEEP`)",
+    "sweep": "a custom grid (`dspark-lab sweep`); drawn as sweeps",
+    "reference": "the headline (the most recent per machine); the featured point in notebook 03 and the report",
+    "sync_cost": "notebook 01's three cost numbers and its timeline model across gpu_bound / host_bound",
+    "preset_check": "the sglang_profile preset checked at EP 1 and 8",
+    "ep_real": "notebook 01's real-rank section (a2a_fixed first; every dispatch mode of one recording)",
+    "ep_predicted": "notebook 01's predicted EP 4 and 8 table (a model's numbers)",
+    "ep_one_gpu": "the one-process input of the EP prediction",
+    "gallery": "notebook 04",
+    "live": "a live panel's measurements, when saved",
+    "inspect": "`dspark-lab inspect` records (notebook 05)",
+    "single_point": "one point; a table row",
+}
+
+
+def kind_table(runs) -> "pd.DataFrame":
+    """One row per kind recorded (a results.Runs): how many runs, the latest's label, what uses it."""
+    rows = []
+    for key, name in KINDS.items():
+        ids = runs.runs_of_kind(key)
+        if ids:
+            rows.append({"kind": name, "runs": len(ids), "latest": runs.label_of(ids[0]), "used by": USED_BY[key]})
+    return pd.DataFrame(rows, columns=["kind", "runs", "latest", "used by"])
+
+
+def kind_table_markdown(runs) -> str:
+    t = kind_table(runs)
+    lines = ["| kind | runs | latest | used by |", "|---|---|---|---|"]
+    lines += [f"| {r.kind} | {r.runs} | {r.latest} | {r._4} |" for r in t.itertuples()]
+    return "\n".join(lines)

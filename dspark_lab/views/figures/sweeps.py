@@ -47,7 +47,7 @@ def sweep(rows: pd.DataFrame, workload: Optional[str] = None, model: Optional[st
                                                  "(no line to show; see the run table)")
     add_note(fig, note)
     shown = rows[run_key(rows).isin(set(runs))] if left_out else rows
-    return titled(fig, "Sweep: median step time over batch size × gamma", fingerprint_label(shown), ", ".join(extra))
+    return titled(fig, "Sweep: median step time over batch size, one line per strategy", fingerprint_label(shown), ", ".join(extra))
 
 
 def _one_workload_and_model(df: pd.DataFrame, workload: Optional[str], model: Optional[str]):
