@@ -143,12 +143,18 @@ def errors(cells) -> list[str]:
 EP_SECTION = "## One rank's sync costs every rank"
 
 
-def ep_section(nb) -> list:
-    """Notebook 01's EP section's code cells (from its heading to the next heading of its level)."""
-    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(EP_SECTION))
+def section(nb, heading: str) -> list:
+    """A notebook section's code cells: from the markdown cell starting with `heading` to the next
+    level-2 heading."""
+    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(heading))
     end = next((i for i in range(start + 1, len(nb.cells))
                 if nb.cells[i].cell_type == "markdown" and nb.cells[i].source.startswith("## ")), len(nb.cells))
     return [c for c in nb.cells[start:end] if c.cell_type == "code"]
+
+
+def ep_section(nb) -> list:
+    """Notebook 01's EP section's code cells."""
+    return section(nb, EP_SECTION)
 
 
 def figure_titles(cells) -> list[str]:

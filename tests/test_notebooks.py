@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dspark_lab.results import Runs
-from helpers import COMMITTED_DATA as DATA, NOTEBOOKS, assert_ep_section_drawn, ep_section, errors, printed
+from helpers import COMMITTED_DATA as DATA, NOTEBOOKS, assert_ep_section_drawn, ep_section, errors, printed, section
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
@@ -128,21 +128,13 @@ def test_the_whole_notebook_draws_the_section_for_the_newest_committed_real_ep_r
     assert "dispatch modes a2a_fixed, allreduce, a2a_dynamic" in text
 
 
-def _section(nb, heading: str) -> list:
-    """The code cells from a markdown heading to the next heading of level 2."""
-    start = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown" and c.source.startswith(heading))
-    end = next((i for i in range(start + 1, len(nb.cells))
-                if nb.cells[i].cell_type == "markdown" and nb.cells[i].source.startswith("## ")), len(nb.cells))
-    return [c for c in nb.cells[start:end] if c.cell_type == "code"]
-
-
 def _plotly(cells) -> list[dict]:
     return [o["data"]["application/vnd.plotly.v1+json"] for c in cells for o in c.get("outputs", [])
             if "application/vnd.plotly.v1+json" in o.get("data", {})]
 
 
 def test_notebook01_ep1_section_draws_an_ep1_point_of_a_grid_run(executed_notebooks):
-    cells = _section(executed_notebooks["01_onboarding.ipynb"][0], "## At EP 1 nothing reads the scalar")
+    cells = section(executed_notebooks["01_onboarding.ipynb"][0], "## At EP 1 nothing reads the scalar")
     text = printed(cells)
     runs = Runs.load(DATA)
     sweep = runs.runs_of_kind("default_sweep")[0]  # the newest default sweep holds EP 1
@@ -168,14 +160,14 @@ def test_notebook03_features_the_headline_run_and_draws_every_compared_run(execu
     nb = executed_notebooks["03_design_review.ipynb"][0]
     runs = Runs.load(DATA)
     head = runs.headline().entries[0]
-    cells = _section(nb, "## The featured point")
+    cells = section(nb, "## The featured point")
     comp = _plotly(cells)[0]
     names = [tr["name"] for tr in comp["data"] if tr["type"] == "bar"]
     chosen = runs.default_selection()
     assert names[0] == head["label"] or head["label"] in names  # the headline run is drawn
     assert sorted(names) == sorted(runs.label_of(r) for r in chosen)  # every compared run is drawn
     assert head["point"] in comp["layout"]["title"]["subtitle"]["text"]
-    sweep = _plotly(_section(nb, "## Sweeps"))[0]
+    sweep = _plotly(section(nb, "## Sweeps"))[0]
     assert all(runs.kind_of(r) in ("default_sweep", "sweep", "quick_sweep") for r in runs.grid_runs())
     assert len({tr["name"] for tr in sweep["data"]}) <= 5  # one line per strategy
 

@@ -6,6 +6,7 @@ older file's kind is derived from its recorded shape: the header's grid, its EP 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import prod
 from typing import Optional, Sequence
 
@@ -30,7 +31,7 @@ KINDS = {
 # Kinds whose runs hold a grid the panel's sliders can move over (the richest first).
 GRID_KINDS = ("default_sweep", "sweep", "quick_sweep")
 EP_KINDS = ("ep_real", "ep_predicted", "ep_one_gpu")
-# The grids of the CLI's sweep presets (run.sweep.PRESETS; tests/test_kinds checks they agree), to
+# The grids of the CLI's sweep presets (run.sweep.PRESETS; tests/test_recorded_lessons.py checks they agree), to
 # name the kind of files recorded before headers carried `run_kind`.
 PRESET_GRIDS = {
     "default_sweep": ((1, 8), (1, 8, 32, 128), (2, 4, 8)),
@@ -88,13 +89,28 @@ def derive_kind(header: dict, run_rows: Optional[pd.DataFrame] = None) -> str:
     return "sweep" if n_points >= 2 else "single_point"
 
 
-def run_kinds(headers: Sequence[dict], rows: pd.DataFrame) -> dict:
-    """run_id -> kind key, for every run with a header or rows."""
+@dataclass(frozen=True)
+class RunKinds:
+    """Per run: its kind key, what its file holds of an EP recording (`part`), and its recording."""
+
+    kind: dict
+    part: dict
+    recording: dict
+
+    def names(self) -> dict:
+        """run_id -> the kind as views say it."""
+        return {r: KINDS[k] for r, k in self.kind.items()}
+
+
+def describe_runs(headers: Sequence[dict], rows: pd.DataFrame) -> RunKinds:
+    """Every run's kind, part and recording, from the headers and one pass over the rows."""
     by_run = dict(tuple(rows.groupby(rows["run_id"].astype(str), sort=False))) if len(rows) else {}
-    out = {str(h.get("run_id")): derive_kind(h, by_run.get(str(h.get("run_id")))) for h in headers}
+    kind = {str(h.get("run_id")): derive_kind(h, by_run.get(str(h.get("run_id")))) for h in headers}
     for rid, g in by_run.items():
-        out.setdefault(rid, derive_kind({}, g))
-    return out
+        kind.setdefault(rid, derive_kind({}, g))
+    part = {str(h.get("run_id")): part_name(h, kind[str(h.get("run_id"))], by_run.get(str(h.get("run_id"))))
+            for h in headers}
+    return RunKinds(kind, part, recordings(headers, kind))
 
 
 def part_name(header: dict, kind: str, run_rows: Optional[pd.DataFrame] = None) -> str:

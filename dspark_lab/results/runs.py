@@ -43,22 +43,19 @@ class Runs:
 
     def __init__(self, rows: pd.DataFrame, timelines=None,
                  headers: Optional[Sequence[dict]] = None, warnings: Iterable[str] = (), *,
-                 labels: Optional[dict] = None):
+                 labels: Optional[dict] = None, run_kinds: Optional[kinds.RunKinds] = None):
         """`timelines`: a DataFrame of segments, or a load.TimelineSource that reads them when asked.
-        `labels`: run labels to keep (a selection keeps the labels of the runs it was chosen from).
+        `labels`, `run_kinds`: run labels and kinds to keep (a selection keeps those of the runs it
+        was chosen from: a run's kind does not change with the rows chosen of it).
         Rows the loader (or a Runs) judged keep their verdict; others are judged here, once."""
         self.headers = list(headers or [])
         rows = noise.judged(rows.reset_index(drop=True))
         if "run_id" not in rows.columns:
             rows = rows.assign(run_id="")
-        self._kinds = kinds.run_kinds(self.headers, rows)
-        by_run = dict(tuple(rows.groupby(rows["run_id"].astype(str), sort=False))) if len(rows) else {}
-        self._parts = {str(h.get("run_id")): kinds.part_name(h, self._kinds.get(str(h.get("run_id")), ""),
-                                                              by_run.get(str(h.get("run_id"))))
-                       for h in self.headers}
-        self._recordings = kinds.recordings(self.headers, self._kinds)
+        self._run_kinds = run_kinds if run_kinds is not None else kinds.describe_runs(self.headers, rows)
+        self._kind_names = self._run_kinds.names()
         self._labels = dict(labels) if labels is not None else run_labels(
-            self.headers, rows, {r: kinds.KINDS[k] for r, k in self._kinds.items()}, self._parts)
+            self.headers, rows, self._kind_names, self._run_kinds.part)
         self.rows = rows.assign(run_label=rows["run_id"].astype(str).map(self._labels))
         self._source = timelines if isinstance(timelines, TimelineSource) else None
         self._timelines = None if self._source is not None else (
@@ -117,7 +114,7 @@ class Runs:
 
     def kind_of(self, run_id: str) -> str:
         """The run's kind key (results.kinds.KINDS): "default_sweep", "reference", "ep_real", ..."""
-        return self._kinds.get(str(run_id), "single_point")
+        return self._run_kinds.kind.get(str(run_id), "single_point")
 
     def kind_name(self, run_id: str) -> str:
         """The run's kind as views say it ("default sweep")."""
@@ -125,11 +122,11 @@ class Runs:
 
     def part_of(self, run_id: str) -> str:
         """What an EP recording's file holds ("a2a_fixed", "prediction"); "" for other runs."""
-        return self._parts.get(str(run_id), "")
+        return self._run_kinds.part.get(str(run_id), "")
 
     def recording_of(self, run_id: str) -> str:
         """The EP recording this run is a part of (its first file's run id); the run itself otherwise."""
-        return self._recordings.get(str(run_id), str(run_id))
+        return self._run_kinds.recording.get(str(run_id), str(run_id))
 
     def runs_of_kind(self, *kind: str, newest_first: bool = True) -> list[str]:
         """Runs of these kinds (results.kinds.KINDS keys), the most recently started first."""
@@ -139,10 +136,17 @@ class Runs:
         return self.newest_started(ids) if newest_first else ids
 
     def grid_size(self, run_id: str) -> int:
-        """How many one-process points (EP x batch x gamma x workload) the run holds."""
+        """How many one-process points (EP x batch x gamma x workload) the run holds (successful rows)."""
+        return int(self._memoized("grid_sizes", self._grid_sizes).get(str(run_id), 0))
+
+    def _grid_sizes(self) -> dict:
+        """run_id -> grid_size, for every run at once (views ask it of every run listed)."""
         ok = one_process(self.ok)
-        ok = ok[ok["run_id"].astype(str) == str(run_id)]
-        return int(ok.drop_duplicates(["ep_size", "batch_size", "gamma", "workload"]).shape[0]) if len(ok) else 0
+        if ok.empty:
+            return {}
+        pts = ok.assign(run_id=ok["run_id"].astype(str)).drop_duplicates(
+            ["run_id", "ep_size", "batch_size", "gamma", "workload"])
+        return pts.groupby("run_id").size().to_dict()
 
     def richest_grid_run(self, run_ids: Optional[Iterable[str]] = None) -> Optional[str]:
         """The run a view that moves over EP, batch and gamma should open on: of the newest
@@ -190,13 +194,13 @@ class Runs:
     def table(self) -> pd.DataFrame:
         """One row per run: label, machine, when, points (failed too), model / workload, sweep."""
         return catalog.run_table(self.rows, self.headers, self._labels, self.run_ids(), self.run_disturbance(),
-                                 {r: kinds.KINDS[k] for r, k in self._kinds.items()})
+                                 self._kind_names)
 
     def run_info(self) -> pd.DataFrame:
         """One row per run (oldest first): run_id, label, name, file (its stem), gpu, driver, cuda, torch, created."""
         return self._memoized("run_info", lambda: catalog.run_info(
             self.rows, self.headers, self._labels, self.run_ids(),
-            {r: kinds.KINDS[k] for r, k in self._kinds.items()}, self._parts)).copy()
+            self._kind_names, self._run_kinds.part)).copy()
 
     def ranked_run_ids(self) -> list[str]:
         """Runs in the order views offer them: the latest run of each machine (GPU, driver, CUDA,
@@ -254,14 +258,14 @@ class Runs:
         `run_ids` (default: all of this one's), with their headers; timelines still read lazily."""
         if run_ids is None:
             return Runs(rows, self._source if self._source is not None else self._timelines, self.headers,
-                        self.warnings, labels=self._labels)
+                        self.warnings, labels=self._labels, run_kinds=self._run_kinds)
         ids = [str(r) for r in run_ids]
         wanted = set(ids)
         headers = [h for h in self.headers if str(h.get("run_id")) in wanted]
         tl = self._source.subset(ids) if self._source is not None else (
             self._timelines[self._timelines["run_id"].astype(str).isin(ids)]
             if "run_id" in self._timelines.columns else self._timelines)
-        return Runs(rows, tl, headers, self.warnings, labels=self._labels)
+        return Runs(rows, tl, headers, self.warnings, labels=self._labels, run_kinds=self._run_kinds)
 
     def machines(self) -> pd.DataFrame:
         """One row per machine (GPU, driver, CUDA, torch): how many runs, first and last, the latest run."""
