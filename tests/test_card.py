@@ -224,19 +224,70 @@ def test_a_cost_some_repeats_do_not_pay_or_that_does_not_grow_with_the_size_is_n
     assert C.verdict(10600.0, 0.0, 10500.0, smallest_host_us=14.0, fastest_us=10400.0) == C.FOR_COPY
 
 
-def test_on_the_recorded_h200_card_blocking_for_the_copy_only_grows_with_the_size():
-    """With the queue empty, once a call blocks for its copy at some size it does at every larger one
-    (two H200 cards taken minutes apart disagreed on 68 small empty-queue cells before this rule)."""
+H200_CARDS = ("h200-card-20261201.json", "h200-card-20261201-1406.json")  # recorded 40 minutes apart
+
+
+def _recorded_card(name: str) -> dict:
     from pathlib import Path
 
-    from dspark_lab.results import card as C
+    return C.load(Path(__file__).resolve().parents[1] / "data" / "machines" / name)
 
-    path = Path(__file__).resolve().parents[1] / "data" / "machines" / "h200-card-20261201.json"
-    f = C.frame(C.load(path))
-    for (_, _), g in f[f["queue"] == "empty"].groupby(["direction", "source"]):
-        v = list(g.sort_values("size_bytes")["verdict"])
-        if C.FOR_COPY in v:
-            first = v.index(C.FOR_COPY)
-            assert all(x == C.FOR_COPY for x in v[first:]), v
+
+@pytest.mark.parametrize("name", H200_CARDS)
+def test_on_the_recorded_h200_cards_small_empty_queue_calls_return_at_once(name):
+    """With the queue empty, calls of 1 KB and less return at once (two H200 cards taken minutes
+    apart disagreed on 68 small empty-queue cells before the rule asked the copy to grow with the
+    size and every repeat to pay it); where a call blocks for its copy, firmly, so do the larger sizes."""
+    f = C.frame(_recorded_card(name))
     small = f[(f["queue"] == "empty") & (f["size_bytes"] <= 1024)]
     assert (small["verdict"] == C.AT_ONCE).all()
+    for (_, _), g in f[f["queue"] == "empty"].groupby(["direction", "source"]):
+        g = g.sort_values("size_bytes")
+        firm = g[(g["verdict"] == C.FOR_COPY) & (g["edge"] == "")]
+        if len(firm):
+            assert (g[g["size_bytes"] > firm["size_bytes"].iloc[0]]["verdict"] == C.FOR_COPY).all(), g
+
+
+def test_the_two_recorded_h200_cards_differ_firmly_on_no_cell():
+    """The same H200 measured twice, 40 minutes apart: every cell whose verdicts differ has one of
+    them at the rule's edge (EDGE_RULE), and the comparison says so for each."""
+    a, b = (_recorded_card(n) for n in reversed(H200_CARDS))
+    m = C.compare(a, b)
+    diff = m[m["differs"]]
+    assert 0 < len(diff) <= 10 and not m["differs_firmly"].any()
+    lines = C.compare_lines(a, b)
+    assert f"{len(diff)} with a different verdict: 0 firmly, {len(diff)} where a verdict is at the rule's edge" in lines[2]
+    assert sum("— at the edge: " in line for line in lines) == len(diff)
+
+
+@pytest.mark.parametrize("reps, queued_ms, copy_us, empty_us, smallest_us, why", [
+    ([67.0, 180.0, 209.0, 250.0, 292.0], 0.0, 219.0, 0.0, 7.0, "a repeat alone would be"),  # repeats straddle half the copy
+    ([21_600.0, 22_000.0, 22_100.0], 10.0, 12_000.0, 16_300.0, 8.0, "over the empty queue, the bound is 5 ms"),
+    ([38.0, 38.0, 39.0], 0.0, 46.0, 0.0, 14.0, "the floor is 50 µs"),  # a copy at the floor
+    ([59.0, 59.5, 60.0], 0.0, 100.0, 0.0, 36.0, "the bound is 25 µs"),  # growth just under its bound
+])
+def test_a_verdict_at_the_rules_edge_says_why(reps, queued_ms, copy_us, empty_us, smallest_us, why):
+    assert why in C.edge(reps, queued_ms, copy_us, empty_us, smallest_us)
+
+
+@pytest.mark.parametrize("reps, queued_ms, copy_us, empty_us", [
+    ([9_900.0, 10_000.0, 10_100.0], 10.0, 1.0, 0.0),  # waits: 10 ms over an empty queue, far from 5
+    ([8.0, 9.0, 12.0], 10.0, 3.0, 7.0),  # at once, nothing near a threshold
+    ([8.0, 8.1, 8.2], 0.0, 54.0, 0.0),  # at once: the copy is near the floor, but the call is far from half of it
+    ([1_000.0, 1_010.0, 1_030.0], 0.0, 1_200.0, 0.0),  # blocks for a 1.2 ms copy, every repeat
+])
+def test_a_verdict_far_from_every_threshold_is_firm(reps, queued_ms, copy_us, empty_us):
+    assert C.edge(reps, queued_ms, copy_us, empty_us, 5.0) == ""
+
+
+def test_cards_that_differ_only_at_the_edge_do_not_differ_firmly():
+    a, b = synthetic_card(), synthetic_card(gpu="SYNTH-GPU-B")
+    cell = next(c for c in b["cells"] if c["source"] == "pinned_copy" and c["size_bytes"] == 1 << 20 and c["queued_ms"] == 0)
+    cell["copy_gpu_us"], cell["host_us"] = C.COPY_FLOOR_US * 0.9, [40.0, 41.0, 42.0]  # now at once, at the floor's edge
+    m = C.compare(a, b)
+    row = m[m["differs"]]
+    assert len(row) == 1 and not row["differs_firmly"].iloc[0] and "the floor is 50 µs" in row["edge_b"].iloc[0]
+    fig = card_figures.card_pair(a, b, queue="empty")
+    texts = [str(t) for tr in fig.data for r in tr.text for t in r]
+    assert sum(t.startswith(card_figures.EDGE_DIFFERS_MARK) for t in texts) == 2
+    assert "0 cell(s) with a different verdict" in fig.layout.title.text

@@ -58,7 +58,7 @@ def test_trials_stream_from_rank0_in_order(two_gpus, ep_live):
     got = []
     final = b.stream({**SETTING, "dispatch": "a2a_fixed"}, on_update=got.append)
     n = len(NAMES)
-    assert [u.trials for u in got] == [1, n, 2 * n, 2 * n] and [u.final for u in got] == [False] * 3 + [True]
+    assert [u.trials for u in got] == [1, n, 2 * n] and [u.final for u in got] == [False] * 2 + [True]
     for u in got[:-1]:
         assert set(u.data.rows.ep_mode) == {"real"} and set(u.data.rows.dispatch) == {"a2a_fixed"}
         assert len(u.data.rows) == u.trials

@@ -64,9 +64,10 @@ def test_partial_results_arrive_in_order_then_the_complete_one():
     final = b.stream({"ep_size": 1, "batch_size": 8, "gamma": 2}, on_update=got.append)
     assert got[-1] is final and final.final and [u.final for u in got[:-1]] == [False] * (len(got) - 1)
     partial = got[:-1]
-    # The first trial (the first figure), then each round: 1, n, 2n, 3n trials.
+    # The first trial (the first figure), then each round but the last (the complete update
+    # follows it at once): 1, n, 2n trials; the complete one has all 3n.
     n = len(names)
-    assert [u.trials for u in partial] == [1, n, 2 * n, 3 * n]
+    assert [u.trials for u in partial] == [1, n, 2 * n] and final.trials == 3 * n
     for u in partial:  # the rows are exactly the trials run so far, in the order run
         r = u.data.rows
         assert len(r) == u.trials and u.planned == 3 * n
@@ -74,8 +75,8 @@ def test_partial_results_arrive_in_order_then_the_complete_one():
         assert (r.batch_size == 8).all() and (r.gpu == "FAKE-GPU").all() and u.data.timelines.empty
     assert partial[0].data.rows.step_ms.tolist() == [8.0]
     # The CI: none below results.noise.MIN_QUIET_ROUNDS quiet rounds (issue 21), so none in 3 rounds.
-    assert [u.half_width_pct is None for u in partial] == [True, True, True, True]
-    assert "15/15 trials so far" in partial[-1].line() and "complete: 15 trials" in final.line()
+    assert [u.half_width_pct is None for u in partial] == [True, True, True]
+    assert "10/15 trials so far" in partial[-1].line() and "complete: 15 trials" in final.line()
     assert len(final.data.rows) == 3 * n and "measured now" in final.data.note
 
 
@@ -157,24 +158,42 @@ def test_closing_the_panel_leaves_no_thread():
     assert not p._worker.busy
 
 
-def test_the_warm_up_builds_the_default_steps_and_the_first_request_uses_them():
-    """The cheap start with the real runner: the default setting's steps are built (and stepped once,
-    which captures graphs on CUDA) by the warm-up, handed to its first measurement, and not reused."""
+def test_the_warm_up_builds_one_step_and_the_first_request_looks_first_then_builds_the_rest():
+    """The cheap start with the real runner: the warm-up builds (and steps once, which captures
+    graphs on CUDA) only the default strategy's step at the default setting. The first request
+    there draws a first look (one timed trial of that strategy, before the others exist), then
+    measures every strategy with that step kept among them; the step is not reused after."""
     b = live.LiveBackend(BASE, fingerprint=FP, warm=True)
     assert b.wait_warm(60) and b.warm_error is None, b.warm_error
-    assert "steps_and_graphs_s" in b.warm_parts
+    assert "first_step_and_graphs_s" in b.warm_parts
+    name = b.defaults()["strategy"]
     built = b._steps[1]
-    assert list(built) == list(strategies.names()) and b._steps[0] == b.config(b.defaults())
-    given = []
+    assert list(built) == [name] and b._steps[0] == b.config(b.defaults())
+    given, updates = [], []
 
     def spy(cfg, names, *, on_progress=None, on_trial=None, steps=None):
         given.append(steps)
         return FakeMeasurer()(cfg, names, on_progress=on_progress, on_trial=on_trial)
 
     b._measure = spy
+    b.stream(b.defaults(), on_update=updates.append)
+    first = updates[0]
+    assert first.first_look and not first.final and first.trials == 0
+    assert list(first.data.rows["strategy"]) == [name] and first.data.rows["step_ms"].iloc[0] > 0
+    assert "first look: 1 trial of " + name in first.line()
+    steps = given[0]
+    assert list(steps) == list(strategies.names()) and steps[name] is built[name]
+    assert all(s.runner.model is built[name].runner.model for s in steps.values())  # one set of weights
+    # Until its rounds give it a trial, the first look's bar stays in the partial updates.
+    second = updates[1]
+    assert not second.first_look and set(second.data.rows["strategy"]) == {strategies.names()[0], name}
+    assert not any(u.first_look for u in updates[1:]) and updates[-1].final
     b.get(b.defaults())
-    b.get(b.defaults())
-    assert given[0] is built and given[1] is None and b._steps is None
+    assert given[1] is None and b._steps is None
+    worker = b._analysis  # the real runner's analysis process (measure.analysis_worker) ends with the backend
+    assert worker is not None and worker.alive
+    b.close()
+    assert not worker.alive and worker._proc.returncode is not None
 
 
 @pytest.mark.cuda
@@ -195,7 +214,7 @@ def test_cuda_a_streamed_measurement_cancels_mid_way_and_the_next_one_completes(
     got.clear()
     final = b.stream({**settings, "batch_size": 16}, on_update=got.append)
     n = len(strategies.names())
-    assert [u.trials for u in got] == [1, n, 2 * n, 2 * n] and got[-1] is final
+    assert [u.trials for u in got] == [1, n, 2 * n] and got[-1] is final
     by = final.data.rows.groupby("strategy")["syncs_per_step"].max()
     assert by["device_direct"] >= 1 and by["non_blocking"] == 0, by
     assert not final.data.timelines.empty and (final.data.rows.batch_size == 16).all()

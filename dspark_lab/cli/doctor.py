@@ -65,8 +65,9 @@ def card_text(card: dict) -> str:
     f = card_results.frame(card)
     depth = max(card.get("queued_ms") or [0])
     parts = [f"platform card: {card_results.label(card)}",
-             "cells: w waits for the queued work, c blocks for the copy itself, · returns at once; "
-             "then the median host time of the call, µs", card_results.VERDICT_RULE]
+             "cells: w waits for the queued work, c blocks for the copy itself, · returns at once (~ after it: "
+             "the verdict is at the rule's edge); then the median host time of the call, µs",
+             card_results.VERDICT_RULE, card_results.EDGE_RULE]
     for queue, title in (("queued", f"{depth:g} ms of GPU work queued"), ("empty", "GPU queue empty")):
         parts += ["", title, card_results.table(card, queue).to_string()]
     if card.get("trace_error"):

@@ -38,7 +38,7 @@ SYNC_COST_RULE = ("GPU idle caused by a sync: each gap where the GPU waits for t
                   "copy, launched just before it waits (.item()), does not put the host ahead")
 
 
-def _host_sets(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> dict[str, list]:
+def host_sets(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> dict[str, list]:
     host = host_events(ev)
     calls = sync_calls(ev) if calls is None else calls
     api = host[host.cat.isin(HOST_API_CATS)]
@@ -203,13 +203,15 @@ def resolve_host(sets: dict[str, list], lo: float, hi: float) -> dict[str, list]
     return out
 
 
-def per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> pd.DataFrame:
-    """One row per step: wall_ms, the host parts, the GPU parts (all in ms)."""
+def per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None, *, caused: Optional[pd.DataFrame] = None,
+             sets: Optional[dict] = None) -> pd.DataFrame:
+    """One row per step: wall_ms, the host parts, the GPU parts (all in ms). `caused` and `sets`
+    (sync_caused_gaps, host_sets of the same trace) are computed here unless given."""
     calls = sync_calls(ev) if calls is None else calls
-    sets = _host_sets(ev, calls)
+    sets = host_sets(ev, calls) if sets is None else sets
     gpu = gpu_intervals(ev)
     step_sync_ends = sorted(e for _, e in sets["blocked"])
-    caused = sync_caused_gaps(ev, calls)
+    caused = sync_caused_gaps(ev, calls) if caused is None else caused
     caused_spans = list(zip(caused.start, caused.end))
     rows = []
     for i, (lo, hi) in enumerate(step_windows(ev)):
@@ -226,10 +228,10 @@ def per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> pd.DataF
     return pd.DataFrame(rows)
 
 
-def summary(ev: pd.DataFrame, skip_first: int = 1, calls: Optional[pd.DataFrame] = None) -> dict:
+def summary(ev: pd.DataFrame, skip_first: int = 1, calls: Optional[pd.DataFrame] = None, **shared) -> dict:
     """Mean over steps of each part, so the parts still add up to the mean step (medians would
-    not). The first step is skipped: it pays the profiler's start."""
-    df = per_step(ev, calls)
+    not). The first step is skipped: it pays the profiler's start. `shared`: per_step's."""
+    df = per_step(ev, calls, **shared)
     if len(df) > skip_first:
         df = df.iloc[skip_first:]
     mean = df.mean(numeric_only=True)
@@ -238,10 +240,12 @@ def summary(ev: pd.DataFrame, skip_first: int = 1, calls: Optional[pd.DataFrame]
     return out
 
 
-def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Optional[pd.DataFrame] = None) -> list[list]:
+def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Optional[pd.DataFrame] = None, *,
+             caused: Optional[pd.DataFrame] = None, sets: Optional[dict] = None) -> list[list]:
     """Segments [lane, part, start_ms, end_ms, label] for a few steps, times relative to the first
     shown step's start: host parts by precedence, GPU busy spans, each step sync's span, and the
-    GPU idle each sync caused ("idle_sync_caused", labelled with the sync and its site)."""
+    GPU idle each sync caused ("idle_sync_caused", labelled with the sync and its site).
+    `caused` and `sets` as in per_step."""
     wins = step_windows(ev)
     if not wins:
         return []
@@ -249,7 +253,7 @@ def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Opt
     shown = wins[first_step:first_step + n_steps]
     lo, hi = shown[0][0], shown[-1][1]
     calls = sync_calls(ev) if calls is None else calls
-    sets = _host_sets(ev, calls)
+    sets = host_sets(ev, calls) if sets is None else sets
     segs: list[list] = []
     for part, spans in resolve_host(sets, lo, hi).items():
         segs += [["host", part, (s - lo) / 1e3, (e - lo) / 1e3, part] for s, e in spans if e - s > 0.5]
@@ -261,7 +265,7 @@ def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Opt
     for s, e in iv.union((max(a, lo), min(b, hi)) for a, b in zip(g.ts, g.end + GPU_MERGE_GAP_US)):
         n = int(((g.ts >= s) & (g.ts < e)).sum())
         segs.append(["gpu", "busy", (s - lo) / 1e3, (e - GPU_MERGE_GAP_US - lo) / 1e3, f"{n} GPU ops"])
-    caused = sync_caused_gaps(ev, calls)
+    caused = sync_caused_gaps(ev, calls) if caused is None else caused
     for r in caused[(caused.end > lo) & (caused.start < hi)].itertuples():
         segs.append(["gpu", "idle_sync_caused", (max(r.start, lo) - lo) / 1e3, (min(r.end, hi) - lo) / 1e3,
                      f"GPU idle caused by {r.sync_name} at {r.sync_site}"])

@@ -64,6 +64,8 @@ def headline_state(timings: Mapping[str, list]) -> Optional[dict]:
 def headline_half_width(timings: Mapping[str, list]) -> Optional[float]:
     """The headline ratio's CI half-width (%) over the quiet rounds so far; None when there is no
     headline or too few quiet rounds for a CI (the live panel's "current CI")."""
+    if min((len(v) for v in timings.values()), default=0) < noise.MIN_QUIET_ROUNDS:
+        return None  # fewer rounds than a CI needs quiet ones: no need to judge them (a live update's cost)
     state = headline_state(timings)
     return None if state is None else state.get("half_width_pct")
 
@@ -171,6 +173,7 @@ def run_rounds(
     on_trial: Optional[Callable[[str, object], None]] = None,
     timer: Callable[[], float] = time.perf_counter,
     clock: Callable[[], float] = time.monotonic,
+    after_round: Optional[Callable[[int], None]] = None,
 ) -> LoopResult:
     """Interleaved rounds of `steps_by_name` until `stop` (FixedRounds or CITarget) ends them.
 
@@ -178,6 +181,8 @@ def run_rounds(
     before each trial, `share` in [0, 1] the trials' part done (the stop rule's arithmetic).
     `on_trial(name, timing)` is called after each trial with its TrialTiming, in the order run, so
     a caller can show trials as they arrive (run.live); an exception it raises ends the loop there.
+    `after_round(rounds_done)` runs after each whole round, before the stop rule looks (run.point
+    puts a live update's profiled pass there); its time does not count towards the time cap.
     `timer` times the steps, `clock` the time cap (both seconds; fakes in tests)."""
     names = list(steps_by_name)
     if not names:
@@ -195,6 +200,10 @@ def run_rounds(
             if on_trial is not None:
                 on_trial(n, timings[n][-1])
         t += 1
+        if after_round is not None:
+            t_hook = clock()
+            after_round(t)
+            start += clock() - t_hook  # the hook's time is not the trials'
         reason = stop.reason(t, clock() - start, headline)
         if reason is not None:
             return LoopResult(timings, reason, t, headline)

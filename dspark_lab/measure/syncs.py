@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import pandas as pd
-import torch
 
 from dspark_lab.measure.ranges import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE
 from dspark_lab.measure.trace import HOST_API_CATS, HOST_RANGE_CAT, python_frame
@@ -91,7 +90,9 @@ def sync_calls(ev: pd.DataFrame) -> pd.DataFrame:
         [bool(((readback.ts <= r.ts) & (readback.end >= r.end)).any()) for r in calls.itertuples()], index=calls.index, dtype=bool)
     calls["step"] = pd.Series(
         [next((i for i, (s, e) in enumerate(wins) if s <= r.ts < e), -1) for r in calls.itertuples()], index=calls.index, dtype=int)
-    calls["site"] = pd.Series([attribute(host, r) for _, r in calls.iterrows()], index=calls.index, dtype=object)
+    # attribute() looks only at frames, ops and ranges around each call: cut the thread to those once.
+    around = host[host.cat.isin(("python_function", "cpu_op", HOST_RANGE_CAT))]
+    calls["site"] = pd.Series([attribute(around, r) for _, r in calls.iterrows()], index=calls.index, dtype=object)
     return calls[calls.step >= 0].reset_index(drop=True)
 
 
@@ -161,6 +162,8 @@ def sync_debug_sites(on_sync: Optional[Callable[[str], None]] = None) -> Iterato
     """Count synchronizing CUDA operations by the "file:line function" of the innermost frame
     outside torch, using `torch.cuda.set_sync_debug_mode("warn")`. Yields a Counter filled as they
     fire; `on_sync(site)` is called for each, in firing order (the guard marks each in its trace)."""
+    import torch  # here, not at the top: reading a trace needs no torch (measure.analysis_worker)
+
     sites: Counter = Counter()
     if not torch.cuda.is_available():
         yield sites

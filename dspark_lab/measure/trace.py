@@ -12,13 +12,10 @@ import os
 import re
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
 
 import pandas as pd
-import torch
-from torch.profiler import ProfilerActivity, profile
 
 from dspark_lab.measure.native_noise import native_stderr_filtered
 
@@ -41,43 +38,56 @@ def _experimental_config():
 
 
 def _default_sync() -> None:
+    import torch  # torch is imported where a trace is made, not where one is read (the analysis worker)
+
     if torch.cuda.is_available():
         torch.cuda.synchronize()
 
 
 @contextlib.contextmanager
 def profiled(*, with_stack: bool = False, profile_memory: bool = True,
-             sync: Optional[Callable[[], None]] = None) -> Iterator[dict]:
+             sync: Optional[Callable[[], None]] = None, keep_file: bool = False) -> Iterator[dict]:
     """One profiler session around the block: CPU, plus CUDA and its sync events where there is a
     GPU; Python stacks on request. `sync` (default: the device's) runs inside the session at the
     block's end, so the GPU's records are complete. Yields a dict that holds the Chrome-trace JSON
-    under "trace" after exit (the one capture the lab's measurement and the guard share)."""
+    under "trace" after exit (the one capture the lab's measurement and the guard share), or with
+    `keep_file` the path of the exported JSON file under "path" (the caller removes it)."""
+    import torch
+    from torch.autograd import profiler as autograd_profiler
+
     cuda = torch.cuda.is_available()
-    kwargs = dict(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else []),
+    # torch.autograd.profiler.profile with Kineto is the session torch.profiler.profile wraps. Used
+    # directly because torch.profiler.profile's start probes hasattr(torch, "_inductor"), which
+    # imports the compiler stack on first use (2.5 s of imports on this CPU machine; the first live
+    # update waited for it, issue 24); its only use there is the inductor cudagraphs setting, which
+    # the lab never turns on (its graphs are torch.cuda.CUDAGraph, not torch.compile's).
+    kwargs = dict(use_kineto=True, use_cpu=True, use_device="cuda" if cuda else None,
                   record_shapes=False, profile_memory=profile_memory, with_stack=with_stack)
     cfg = _experimental_config() if cuda else None
     if cfg is not None:
         kwargs["experimental_config"] = cfg
     out: dict = {}
-    with warnings.catch_warnings():
-        # torch warns that each profiler cycle clears the last one's events: we run one cycle.
-        warnings.filterwarnings("ignore", message=".*Profiler clears events at the end of each cycle")
-        prof = profile(**kwargs)
-        with native_stderr_filtered():  # the profiler's own start-up messages (measure/native_noise.py)
-            prof.__enter__()
-        try:
-            yield out
-            (sync or _default_sync)()
-        finally:
-            with native_stderr_filtered():
-                prof.__exit__(*sys.exc_info())
-    fd, path = tempfile.mkstemp(suffix=".json")
+    prof = autograd_profiler.profile(**kwargs)
+    with native_stderr_filtered():  # the profiler's own start-up messages (measure/native_noise.py)
+        prof.__enter__()
+    try:
+        yield out
+        (sync or _default_sync)()
+    finally:
+        with native_stderr_filtered():
+            prof.__exit__(*sys.exc_info())
+    fd, path = tempfile.mkstemp(prefix="dspark-trace-", suffix=".json")
     os.close(fd)
+    kept = False
     try:
         prof.export_chrome_trace(path)
-        out["trace"] = read_exported(path)
+        if keep_file:
+            out["path"], kept = path, True
+        else:
+            out["trace"] = read_exported(path)
     finally:
-        os.unlink(path)
+        if not kept:
+            os.unlink(path)
 
 
 def read_exported(path: str) -> dict:
@@ -93,17 +103,18 @@ def read_exported(path: str) -> dict:
 
 
 def capture(step: Callable[[], None], steps: int, *, warmup: int = 2, with_stack: bool = False,
-            sync: Optional[Callable[[], None]] = None) -> dict:
+            sync: Optional[Callable[[], None]] = None, keep_file: bool = False):
     """Profile `steps` calls of `step` after `warmup` unprofiled ones (CPU + CUDA activities,
-    memory; Python stacks on request) and return the Chrome-trace JSON as a dict."""
+    memory; Python stacks on request) and return the Chrome-trace JSON as a dict (with
+    `keep_file`: the exported file's path, which the caller removes)."""
     sync = sync or _default_sync
     for _ in range(warmup):
         step()
     sync()
-    with profiled(with_stack=with_stack, sync=sync) as out:
+    with profiled(with_stack=with_stack, sync=sync, keep_file=keep_file) as out:
         for _ in range(steps):
             step()
-    return out["trace"]
+    return out["path"] if keep_file else out["trace"]
 
 
 def load_json(src: Union[str, Path, dict]) -> dict:

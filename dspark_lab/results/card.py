@@ -67,8 +67,21 @@ STRATEGY_CELLS = {"device_direct": ("h2d", "tensor_device"), "non_blocking": ("h
                   "persistent_fill": ("d2d", "fill")}
 SCALAR_BYTES = 4
 
+# A verdict at the rule's edge: a repeat alone would get another verdict, or a quantity the verdict
+# turns on lies within EDGE_MARGIN of its threshold. Two H200 cards taken 40 minutes apart
+# (2026-12-01, after the rule above) differed on 5 of 258 cells, each at the edge on one card: copies
+# of 46 vs 71 µs on the GPU at the 50 µs floor, repeats of one call from 67 to 292 µs against a
+# 219 µs copy, a 64 MB copy waiting 4.0 vs 5.7 ms longer with 10 ms queued against the 5 ms bound.
+EDGE_MARGIN = 0.25
+EDGE_RULE = (f"a verdict is at the rule's edge when one of the cell's repeats alone would get another verdict, or when "
+             f"a quantity it turns on lies within {EDGE_MARGIN:.0%} of its threshold (the wait over the empty queue "
+             f"against Q/2, the copy's GPU time against {COPY_FLOOR_US:.0f} µs, the fastest repeat against half the "
+             f"copy, its growth over the smallest size against {COPY_FLOOR_US / 2:.0f} µs); two cards differ firmly on "
+             "a cell only where neither verdict is at the edge.")
+
 FRAME_COLUMNS = ("direction", "source", "how", "size_bytes", "size", "queued_ms", "queue", "host_us", "host_us_min",
-                 "host_us_max", "reps", "copy_gpu_us", "verdict", "debug_syncs", "trace_syncs", "gpu_copies", "error")
+                 "host_us_max", "reps", "copy_gpu_us", "verdict", "edge", "debug_syncs", "trace_syncs", "gpu_copies",
+                 "error")
 
 
 def size_label(n: int) -> str:
@@ -96,6 +109,42 @@ def verdict(host_us: float, queued_ms: float, copy_gpu_us: float, empty_host_us:
             and fast - small >= COPY_FLOOR_US / 2):
         return FOR_COPY
     return AT_ONCE
+
+
+def _near(x: float, threshold: float) -> bool:
+    return threshold > 0 and abs(x - threshold) < EDGE_MARGIN * threshold
+
+
+def edge(host_us: Sequence[float], queued_ms: float, copy_gpu_us: float, empty_host_us: float = 0.0,
+         smallest_host_us: float = 0.0) -> str:
+    """Why the cell's verdict (VERDICT_RULE, from the repeats `host_us`) is at the rule's edge
+    (EDGE_RULE), or "" when it is firm. The other arguments as in `verdict`."""
+    xs = [float(x) for x in host_us]
+    if not xs:
+        return ""
+    med, fast = _median(xs), min(xs)
+    v = verdict(med, queued_ms, copy_gpu_us, empty_host_us, smallest_host_us, fast)
+    alone = sorted({verdict(x, queued_ms, copy_gpu_us, empty_host_us, smallest_host_us, x) for x in xs} - {v})
+    if alone:
+        return f"a repeat alone would be '{alone[0]}' ({min(xs):.0f}-{max(xs):.0f} µs over {len(xs)} repeats)"
+    base = empty_host_us if isinstance(empty_host_us, (int, float)) and not math.isnan(empty_host_us) else 0.0
+    small = smallest_host_us if isinstance(smallest_host_us, (int, float)) and not math.isnan(smallest_host_us) else 0.0
+    if queued_ms > 0 and _near(med - base, queued_ms * 1e3 / 2):
+        return f"waited {(med - base) / 1e3:.1f} ms over the empty queue, the bound is {queued_ms / 2:g} ms"
+    if v == WAITS or math.isnan(copy_gpu_us):
+        return ""
+    # The three conditions of FOR_COPY: (passes, near its threshold, why). A FOR_COPY verdict is at
+    # the edge when any of them is near; an AT_ONCE one when every condition it fails is near.
+    conds = [(copy_gpu_us >= COPY_FLOOR_US, _near(copy_gpu_us, COPY_FLOOR_US),
+              f"the copy ran {copy_gpu_us:.0f} µs on the GPU, the floor is {COPY_FLOOR_US:.0f} µs"),
+             (fast >= copy_gpu_us / 2, _near(fast, copy_gpu_us / 2),
+              f"the fastest repeat took {fast:.0f} µs, half the copy is {copy_gpu_us / 2:.0f} µs"),
+             (fast - small >= COPY_FLOOR_US / 2, _near(fast - small, COPY_FLOOR_US / 2),
+              f"the call grew {fast - small:.0f} µs over the smallest size, the bound is {COPY_FLOOR_US / 2:.0f} µs")]
+    if v == FOR_COPY:
+        return next((why for _, near, why in conds if near), "")
+    failing = [(near, why) for ok, near, why in conds if not ok]
+    return "; ".join(why for _, why in failing) if failing and all(near for near, _ in failing) else ""
 
 
 def queue_name(queued_ms: float) -> str:
@@ -183,6 +232,7 @@ def frame(card: dict) -> pd.DataFrame:
             size=size_label(c["size_bytes"]), queued_ms=q, queue=queue_name(q), host_us=med,
             host_us_min=min(xs) if xs else float("nan"), host_us_max=max(xs) if xs else float("nan"), reps=len(xs),
             copy_gpu_us=gpu, verdict=None if c.get("error") or not xs else verdict(med, q, gpu, base, small, min(xs)),
+            edge="" if c.get("error") or not xs else edge(xs, q, gpu, base, small),
             debug_syncs=c.get("debug_syncs"), trace_syncs=c.get("trace_syncs"),
             gpu_copies=", ".join(c.get("gpu_copies") or []), error=c.get("error") or ""))
     return pd.DataFrame(rows, columns=list(FRAME_COLUMNS))
@@ -247,15 +297,17 @@ def strategy_verdicts(card: dict) -> dict:
 
 def compare(a: dict, b: dict) -> pd.DataFrame:
     """Two cards cell by cell, keyed by direction, source, size and queue ("empty" / "queued":
-    their depths may differ): both verdicts and host times, and whether the verdicts differ."""
+    their depths may differ): both verdicts, host times and edges (EDGE_RULE), whether the verdicts
+    differ, and whether they differ firmly (neither at the edge)."""
     key = ["direction", "source", "size_bytes", "queue"]
     fa, fb = frame(a), frame(b)
-    cols = key + ["queued_ms", "host_us", "verdict"]
+    cols = key + ["queued_ms", "host_us", "verdict", "edge"]
     m = fa[cols + ["how", "size"]].merge(fb[cols], on=key, how="outer", suffixes=("_a", "_b"), indicator=True)
     m["how"] = m["source"].map(lambda s: SOURCES[s][1])
     m["size"] = m["size_bytes"].map(size_label)
     m["only_in"] = m["_merge"].map({"left_only": "a", "right_only": "b", "both": ""})
     m["differs"] = (m["_merge"] == "both") & (m["verdict_a"] != m["verdict_b"])
+    m["differs_firmly"] = m["differs"] & (m["edge_a"].fillna("") == "") & (m["edge_b"].fillna("") == "")
     return m.drop(columns="_merge").sort_values(key).reset_index(drop=True)
 
 
@@ -263,27 +315,34 @@ def compare_lines(a: dict, b: dict, max_listed: int = 40) -> list[str]:
     """The comparison in words: the two machines, how many cells differ, and each that does."""
     m = compare(a, b)
     both = m[m["only_in"] == ""]
-    diff = both[both["differs"]]
+    diff = both[both["differs"]].sort_values("differs_firmly", ascending=False, kind="stable")
+    firm = int(diff["differs_firmly"].sum())
     out = [f"a: {label(a)}", f"b: {label(b)}",
-           f"{len(both)} cells on both cards; {len(diff)} with a different verdict"
+           f"{len(both)} cells on both cards; {len(diff)} with a different verdict: {firm} firmly, "
+           f"{len(diff) - firm} where a verdict is at the rule's edge"
            + (f"; {int((m['only_in'] != '').sum())} on one card only" if (m["only_in"] != "").any() else "")]
     for r in diff.head(max_listed).itertuples():
+        why = "" if r.differs_firmly else " — at the edge: " + "; ".join(
+            f"{k} {e}" for k, e in (("a", r.edge_a), ("b", r.edge_b)) if isinstance(e, str) and e)
         out.append(f"  {r.direction} {r.how} {r.size} ({r.queue}): a {r.verdict_a} ({r.host_us_a:.0f} µs, "
-                   f"{r.queued_ms_a:g} ms queued) | b {r.verdict_b} ({r.host_us_b:.0f} µs, {r.queued_ms_b:g} ms queued)")
+                   f"{r.queued_ms_a:g} ms queued) | b {r.verdict_b} ({r.host_us_b:.0f} µs, {r.queued_ms_b:g} ms queued){why}")
     if len(diff) > max_listed:
         out.append(f"  … and {len(diff) - max_listed} more")
+    if len(diff) > firm:
+        out.append(f"  ({EDGE_RULE})")
     return out
 
 
 def table(card: dict, queue: str = "queued") -> pd.DataFrame:
     """Sources × sizes for one queue: "verdict-letter host-µs" per cell (w waits, c blocks for the
-    copy, · at once), for a terminal."""
+    copy, · at once; ~ after the letter: at the rule's edge, EDGE_RULE), for a terminal."""
     if queue not in ("empty", "queued"):
         raise ValueError(f"queue must be 'empty' or 'queued'; got {queue!r}")
     f = frame(card)
     f = f[f["queue"] == queue]
     mark = {WAITS: "w", FOR_COPY: "c", AT_ONCE: "·"}
-    f = f.assign(text=[("err" if v is None else f"{mark[v]} {h:.0f}") for v, h in zip(f["verdict"], f["host_us"])],
+    f = f.assign(text=[("err" if v is None else f"{mark[v]}{'~' if e else ''} {h:.0f}")
+                       for v, h, e in zip(f["verdict"], f["host_us"], f["edge"])],
                  row=f["direction"] + " " + f["source"])
     t = f.pivot_table(index="row", columns="size_bytes", values="text", aggfunc="first")
     order = [f"{d} {s}" for s, (d, _, _) in SOURCES.items() if f"{d} {s}" in t.index]

@@ -3,17 +3,21 @@
 hands over what it has as it goes; `get(settings)` is the same without the partial updates;
 `open_backend()` picks it on a CUDA machine, else the recorded runs (results.backend).
 
-A setting's measurement streams (issue 24): the timed trials first (run.point.measure_point,
+A setting's measurement streams (issue 24): the timed trials (run.point.measure_point,
 measure.loop.run_rounds), each one passed on as it ends, so the first strategies' bars are drawn
-while the rest are measured, with how many trials so far and the headline's CI; then the profiled
-pass (counts, breakdown, timeline) and the complete update. `cancel` (a threading.Event) set by a
-newer setting ends it at the next trial boundary (`Cancelled`).
+while the rest are measured, with how many trials so far and the headline's CI. The profiled pass
+(counts, breakdown, timeline) runs after the first round and is analysed in a worker process
+(measure.analysis_worker) while the other rounds are timed; then the complete update. `cancel`
+(a threading.Event) set by a newer setting ends it at the next trial boundary (`Cancelled`).
 
 A cheap start: a backend starts a warm-up on a daemon thread when it is made, doing only what the
 first figure needs: the fingerprint (on its own thread: it reads the driver), the CUDA context and
 cuBLAS, the calibrations (read from the on-disk cache, measured and stored there when it is cold;
-model/calibration.py) and the default setting's steps, built and graph-captured. Its first
-request measures with those steps; nothing is measured ahead.
+model/calibration.py) and the default strategy's step at the default setting, built and
+graph-captured. Nothing is measured ahead. The first request at that setting starts with a first
+look: one timed trial of that strategy, drawn at once (LiveUpdate.first_look); then the other
+strategies are built and the interleaved rounds measure them all, the first look's trial not among
+them (it ran before the others existed, so it has no round to be paired in).
 """
 from __future__ import annotations
 
@@ -29,8 +33,10 @@ import torch
 
 from dspark_lab import strategies
 from dspark_lab.config import CAPTURE_BUCKETS, MODEL_PRESETS, WORKLOAD_PRESETS, LabConfig, choose_mode
-from dspark_lab.measure import loop
+from dspark_lab.measure import diagnostics, loop
+from dspark_lab.measure.analysis_worker import AnalysisWorker
 from dspark_lab.measure.probe import fingerprint as machine_fingerprint
+from dspark_lab.measure.timing import time_trial
 from dspark_lab.model.dispatch import DISPATCH_MODES, check_mode
 from dspark_lab.parallel import workers
 from dspark_lab.parallel.run import EPLive, RanksCancelled
@@ -40,10 +46,16 @@ from dspark_lab.results.runs import gpu_name, point_label
 from dspark_lab.run.point import build_steps, measure_point, timing_rows
 
 
-# Live measurement size: 3 interleaved trials of 8 steps per strategy and 4 profiled steps, so an
-# update of all five strategies fits in about 3 s on an H200 (sglang_profile steps are 6-9 ms;
-# 12 steps and 5 profiled steps took 2.9-3.7 s there).
-LIVE_STEPS, LIVE_WARMUP, LIVE_TRIALS, LIVE_PROFILE_STEPS = 8, 2, 3, 4
+# Live measurement size: 3 interleaved trials (the fewest the noise rule judges) of 5 steps per
+# strategy after 1 warm-up step, and 3 profiled steps (the first left out of the breakdown), so a
+# complete update of all five strategies fits in about 2 s on an H200 (sglang_profile steps are
+# 6-9 ms). Later complete updates measured there (data/machines/h200-live-stream-20261201*.json,
+# median of five): 8 steps after 2 warm-up ones and 4 profiled, 2.8 s; with the profiled pass
+# analysed in a worker, 6 after 1 and 4 profiled, 2.4 s (-s6p4), 5 after 1 and 3 profiled, 2.0 s
+# (-s5p3); then with the panel's debounce at 0.05 s instead of 0.3 s and no partial drawn just
+# before the complete one, 1.74 s (the file without a suffix).
+LIVE_STEPS, LIVE_WARMUP, LIVE_TRIALS, LIVE_PROFILE_STEPS = 5, 1, 3, 3
+PROFILE_AFTER_ROUND = 1  # the profiled pass runs after this many rounds; its analysis overlaps the rest
 DEFAULT_DISPATCH = "allreduce"  # SGLang's MoE without an all-to-all backend (measurements.md)
 
 
@@ -61,11 +73,16 @@ class LiveUpdate:
     planned: int  # timed trials the setting runs
     half_width_pct: Optional[float]  # the headline's CI half-width over the rounds so far
     ranks: Optional[pd.DataFrame] = None  # real EP, final: every rank's rows (the per-rank view)
+    first_look: bool = False  # one trial of one strategy, before the others are built (not a round's)
+    analysed_in: Optional[str] = None  # final: where the profiled pass was analysed (run.point.PointResult)
 
     def line(self) -> str:
         """The progress line: trials so far and the current CI."""
         ci = (f"headline CI ±{self.half_width_pct:.1f}%" if self.half_width_pct is not None else
               f"no CI yet (needs {noise.MIN_QUIET_ROUNDS} quiet rounds)")
+        if self.first_look:
+            name = self.data.rows["strategy"].iloc[0] if len(self.data.rows) else "one strategy"
+            return f"first look: 1 trial of {name}; building the other strategies, then {self.planned} trials"
         if self.final:
             return f"complete: {self.trials} trials, {ci}"
         stage = "profiling next" if self.trials >= self.planned else "timing"
@@ -79,21 +96,28 @@ class LiveBackend:
 
     def __init__(self, base: Optional[LabConfig] = None, measure: Optional[Callable] = None,
                  fingerprint: Optional[dict] = None, warm: Optional[bool] = None, ep_live: Optional[EPLive] = None,
-                 names: Optional[Sequence[str]] = None):
+                 names: Optional[Sequence[str]] = None, profile_steps: int = LIVE_PROFILE_STEPS):
         """`measure(cfg, strategies, *, on_progress, on_trial)` stands in for measure_point (tests);
+        `profile_steps` per strategy in the profiled pass (the first is left out of the breakdown);
         `warm` (default: when `measure` is the real runner) starts the background warm-up;
         `ep_live` the real-rank group (made on first use); `names` the strategies measured (all)."""
         self.names = [strategies.get(n).name for n in names] if names else list(strategies.names())
         self.base = base or LabConfig(steps=LIVE_STEPS, warmup=LIVE_WARMUP, trials=LIVE_TRIALS)
         self._real = measure is None
-        self._measure = measure or partial(measure_point, profile_steps=LIVE_PROFILE_STEPS, keep_traces=False)
+        if not isinstance(profile_steps, int) or isinstance(profile_steps, bool) or profile_steps < 2:
+            raise ValueError(f"profile_steps must be an integer >= 2 (the first profiled step is left out); got {profile_steps!r}")
+        # The real runner profiles after the first round and has the trace analysed in a worker
+        # process while the other rounds are timed (measure.analysis_worker; run.point).
+        self._analysis: Optional[AnalysisWorker] = AnalysisWorker() if measure is None else None
+        self._measure = measure or partial(measure_point, profile_steps=profile_steps, keep_traces=False,
+                                           profile_after_round=PROFILE_AFTER_ROUND, analysis_worker=self._analysis)
         self._fingerprint = fingerprint
         self._ep_live = ep_live
         self.run_id = "live-" + datetime.now().strftime("%Y%m%d-%H%M%S")
         self.warm_s: Optional[float] = None  # how long the warm-up took
         self.warm_parts: dict = {}  # its parts, seconds (for the live benchmark)
         self.warm_error: Optional[BaseException] = None  # a failed warm-up is kept here, get() goes on
-        self._steps: Optional[tuple[LabConfig, dict]] = None  # the default setting's steps, built by the warm-up
+        self._steps: Optional[tuple[LabConfig, dict]] = None  # the default strategy's step at the default setting (warm-up)
         self._warm: Optional[threading.Thread] = None
         self._fp_thread: Optional[threading.Thread] = None
         if self._real if warm is None else warm:
@@ -102,7 +126,7 @@ class LiveBackend:
 
     # -- the cheap start -------------------------------------------------------------------------
     def warm_up(self) -> None:
-        """What the first figure needs, nothing more: CUDA, calibrations, the default steps' graphs."""
+        """What the first figure needs, nothing more: CUDA, calibrations, one strategy's step and graphs."""
         t0 = time.perf_counter()
         try:
             if self._fingerprint is None:  # reads the driver: off the first figure's path
@@ -117,14 +141,15 @@ class LiveBackend:
                 (x @ x).sum().item()
                 self.warm_parts["cuda_init_s"] = time.perf_counter() - t1
             if self._real and not self.runs_real_ep(cfg.ep_size):
-                # Building the steps reads (or fills) the calibration cache; one step each captures its graphs.
+                # Building the step reads (or fills) the calibration cache; its first step captures
+                # its graphs. The other strategies are built by the first request, after its first look.
                 t1 = time.perf_counter()
-                steps = build_steps(cfg, self.names)
-                for s in steps.values():
-                    s.step()
-                next(iter(steps.values())).drain()
+                name = frames.default_strategy(self.names)
+                steps = build_steps(cfg, [name])
+                steps[name].step()
+                steps[name].drain()
                 self._steps = (cfg, steps)
-                self.warm_parts["steps_and_graphs_s"] = time.perf_counter() - t1
+                self.warm_parts["first_step_and_graphs_s"] = time.perf_counter() - t1
         except Exception as e:  # noqa: BLE001 - the user's own request will measure and report
             self.warm_error = e
         self.warm_s = time.perf_counter() - t0
@@ -207,6 +232,7 @@ class LiveBackend:
         real_ep = self.runs_real_ep(cfg.ep_size)
         dispatch = check_mode(settings.get("dispatch") or DEFAULT_DISPATCH) if real_ep else ""
         timings: dict = {n: [] for n in names}
+        looked: dict = {}  # the first look's trial, shown until its strategy's rounds have one
 
         def on_trial(name, timing) -> None:
             check()
@@ -215,9 +241,10 @@ class LiveBackend:
             # Drawn here, between trials: in one process on the measuring thread, outside every
             # timed span, so drawing never competes with a timed step for the GIL (real ranks run
             # in their own processes; this runs on the group's reader thread). The first trial
-            # (the first figure), then each whole round: drawing stays a small share of the time.
-            if on_update is not None and (done == 1 or done % len(names) == 0):
-                rows = timing_rows(cfg, {n: ts for n, ts in timings.items() if ts})
+            # (the first figure), then each whole round but the last (the complete update follows
+            # it at once): drawing stays a small share of the time.
+            if on_update is not None and (done == 1 or (done % len(names) == 0 and done < planned)):
+                rows = timing_rows(cfg, {n: ts or looked[n] for n, ts in timings.items() if ts or n in looked})
                 if real_ep:  # rank 0's trials so far (the ranks run in lockstep)
                     for r in rows:
                         r.update(ep_mode="real", world_size=cfg.ep_size, dispatch=dispatch)
@@ -225,6 +252,7 @@ class LiveBackend:
                 on_update(LiveUpdate(self._data(rows, None, settings, "measuring now"), False, done, planned, hw))
             check()
 
+        analysed_in = None
         if real_ep:
             try:
                 res = self._ep().measure(cfg, names, dispatch=dispatch, on_trial=on_trial, cancel=cancel)
@@ -239,23 +267,44 @@ class LiveBackend:
             tls = [dict(t, strategy=same[t["rank_case"]]) for t in res.timelines
                    if t["rank"] == 0 and t["rank_case"] in same]
         else:
-            pre, self._steps = self._steps, None  # the warm-up's steps serve one measurement
-            kw = {"steps": pre[1]} if pre is not None and pre[0] == cfg else {}
+            pre, self._steps = self._steps, None  # the warm-up's step serves one measurement
+            kw = {}
+            if pre is not None and pre[0] == cfg:
+                if on_update is not None:
+                    looked.update(self._first_look(cfg, pre[1], settings, planned, on_update))
+                    check()
+                t1 = time.perf_counter()
+                kw["steps"] = build_steps(cfg, names, built=pre[1])
+                self.warm_parts.setdefault("other_steps_s", time.perf_counter() - t1)
             res = self._measure(cfg, names, on_progress=progress, on_trial=on_trial, **kw)
             rows, tls, ranks = res.rows, getattr(res, "timelines", None), None
+            analysed_in = getattr(res, "analysed_in", None)
         check()
         data = self._data(rows, tls, settings, "measured now")
         ok = data.rows[data.rows["status"] == "ok"] if "status" in data.rows.columns else data.rows
         hw = loop.headline_half_width(timings) if any(timings.values()) else _half_width_of(ok)
-        update = LiveUpdate(data, True, int(len(ok)), planned, hw, self._with_fingerprint(ranks))
+        update = LiveUpdate(data, True, int(len(ok)), planned, hw, self._with_fingerprint(ranks), analysed_in=analysed_in)
         if on_update is not None:
             on_update(update)
         return update
 
+    def _first_look(self, cfg: LabConfig, built: dict, settings: dict, planned: int, on_update: Callable) -> dict:
+        """One timed trial of the warm-up's strategy, drawn before the other strategies are built;
+        returns {strategy: [its TrialTiming]}."""
+        (name, s), = built.items()
+        nvml = diagnostics.nvml_for(s.device.index or 0) if s.device.type == "cuda" else None
+        timing = time_trial(s.step, cfg.steps, cfg.warmup, s.drain, trial=0,
+                            diag=diagnostics.TrialDiagnostics(s, nvml=nvml))
+        rows = timing_rows(cfg, {name: [timing]})
+        on_update(LiveUpdate(self._data(rows, None, settings, "first look"), False, 0, planned, None, first_look=True))
+        return {name: [timing]}
+
     def close(self) -> None:
-        """End the real-rank workers, if any (the panel's close)."""
+        """End the real-rank workers and the analysis worker, if any (the panel's close)."""
         if self._ep_live is not None:
             self._ep_live.close()
+        if self._analysis is not None:
+            self._analysis.close()
 
     # -- helpers ---------------------------------------------------------------------------------
     def _ep(self) -> EPLive:

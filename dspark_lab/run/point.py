@@ -1,8 +1,10 @@
 """Measure one config point (all strategies together, trials interleaved) into tidy rows."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -14,7 +16,8 @@ from dspark_lab import strategies as strategy_registry
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import diagnostics, loop, syncs, trace
 from dspark_lab.measure.timing import TrialTiming
-from dspark_lab.measure.profile import DEBUG_STEPS, PROFILE_STEPS, STRATEGY_RANGE, analyse, profile_strategies
+from dspark_lab.measure.analysis_worker import WorkerFailed
+from dspark_lab.measure.profile import DEBUG_STEPS, PROFILE_STEPS, STRATEGY_RANGE, analyse_strategies, profile_strategies
 from dspark_lab.predicate import enable_num_token_non_padded
 from dspark_lab.results import noise
 from dspark_lab.model.workload import LabStep
@@ -27,6 +30,7 @@ class PointResult:
     timelines: list[dict]
     traces: dict[str, dict] = field(default_factory=dict)
     outputs_identical: Optional[bool] = None  # draft tokens equal across strategies after the trials
+    analysed_in: str = "this process"  # or "a worker process" (measure.analysis_worker), or why not
 
 
 def point_id(cfg: LabConfig) -> str:
@@ -73,10 +77,17 @@ def _with_noise_verdict(rows: list[dict]) -> list[dict]:
     return rows
 
 
-def build_steps(cfg: LabConfig, names: Sequence[str]) -> dict[str, LabStep]:
-    """One LabStep per strategy; the first one's weights and target verify are shared by the rest."""
-    first = LabStep(cfg, names[0])
-    return {names[0]: first, **{n: LabStep(cfg, n, share_with=first) for n in names[1:]}}
+def build_steps(cfg: LabConfig, names: Sequence[str], built: Optional[dict] = None) -> dict[str, LabStep]:
+    """One LabStep per strategy, in the order of `names`; the first one made owns the weights and
+    the target verify, and the rest share them. `built` ({strategy: LabStep} of `cfg`, e.g. the one
+    run.live's warm-up made) are kept and the others share with the first of them."""
+    built = dict(built or {})
+    if set(built) - set(names):
+        raise ValueError(f"built steps {sorted(set(built) - set(names))} are not among the strategies {list(names)}")
+    owner = next(iter(built.values()), None)
+    if owner is None:
+        owner = built[names[0]] = LabStep(cfg, names[0])
+    return {n: built[n] if n in built else LabStep(cfg, n, share_with=owner) for n in names}
 
 
 def stop_rule(cfg: LabConfig, target_ci_pct: Optional[float], time_cap_s: Optional[float]):
@@ -88,19 +99,73 @@ def stop_rule(cfg: LabConfig, target_ci_pct: Optional[float], time_cap_s: Option
     return loop.CITarget(target_ci_pct, time_cap_s, min_trials=cfg.trials)
 
 
-def _profiled_stats(tr: dict, s: LabStep) -> tuple[dict, list]:
-    """One strategy's window of the profiled pass: counts, breakdown, timeline; on CUDA, sync debug
-    mode on every strategy, not only where the trace found a sync: its count is checked against the
-    trace's (a sync either one misses is flagged), and it gives the exact line."""
-    stats, tl = analyse(tr)
-    if s.device.type != "cuda":
-        return syncs.without_cuda(stats), tl
-    debug = syncs.debug_sites_per_step(s.step, steps=DEBUG_STEPS)
+def _debug_sites(s: LabStep) -> Optional[dict]:
+    """On CUDA, sync debug mode over a few steps: sites per step (None without CUDA)."""
+    return syncs.debug_sites_per_step(s.step, steps=DEBUG_STEPS) if s.device.type == "cuda" else None
+
+
+def _with_debug(stats: dict, debug: Optional[dict]) -> dict:
+    """One strategy's profiled counts with sync debug mode's, run on every strategy, not only where
+    the trace found a sync: its count is checked against the trace's (a sync either one misses is
+    flagged), and it gives the exact line."""
+    if debug is None:
+        return syncs.without_cuda(stats)
     stats.update(syncs.cross_check(stats, debug))
     named = {k: v for k, v in debug.items() if k != syncs.UNATTRIBUTED_SITE}
     if named:  # also where only debug mode saw it: the row is flagged, and the line helps
         stats["sync_site"] = max(named, key=named.get)
-    return stats, tl
+    return stats
+
+
+# The longest wait for a worker's analysis before this process analyses the trace itself.
+ANALYSIS_TIMEOUT_S = 30.0
+
+
+class _ProfiledPass:
+    """The profiled pass over every strategy (one profiler session), sync debug mode on each, and
+    its analysis: in this process, or sent to an analysis worker (measure.analysis_worker) whose
+    result `analysed()` collects, analysing here if the worker fails. Owns the trace file."""
+
+    def __init__(self, steps: dict, profile_steps: int, with_stack: bool, worker=None):
+        self.names = list(steps)
+        self.path: Optional[str] = None
+        self.whole: Optional[dict] = None
+        self.job = None
+        self.where = "this process"
+        if worker is not None and worker.alive:
+            self.path = profile_strategies(steps, profile_steps, with_stack=with_stack, keep_file=True)
+            try:
+                self.job = worker.submit(self.path, self.names)  # analysed there while this process goes on
+            except WorkerFailed:
+                self.job = None
+        else:
+            self.whole = profile_strategies(steps, profile_steps, with_stack=with_stack)
+        self.debug = {n: _debug_sites(s) for n, s in steps.items()}
+        for s in steps.values():
+            s.drain()
+
+    def analysed(self) -> dict:
+        """{strategy: (stats with sync debug mode's, timeline)}; `where` says where it was analysed."""
+        res = None
+        if self.job is not None:
+            try:
+                res = self.job.result(ANALYSIS_TIMEOUT_S)
+                self.where = "a worker process"
+            except WorkerFailed as e:
+                self.where = f"this process ({e})"  # analysed here instead
+        if res is None:
+            res = analyse_strategies(self.path if self.whole is None else self.whole, self.names)
+        return {n: (_with_debug(stats, self.debug[n]), tl) for n, (stats, tl) in res.items()}
+
+    def windows(self) -> dict:
+        whole = self.whole if self.whole is not None else trace.load_json(self.path)
+        return {n: trace.window(whole, STRATEGY_RANGE + n) for n in self.names}
+
+    def discard(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            self.path = None
 
 
 def measure_point(
@@ -117,6 +182,8 @@ def measure_point(
     clock: Optional[Callable[[], float]] = None,
     on_trial: Optional[Callable[[str, TrialTiming], None]] = None,
     steps: Optional[dict] = None,
+    profile_after_round: Optional[int] = None,
+    analysis_worker=None,
 ) -> PointResult:
     """Measure every strategy at one config point.
 
@@ -130,7 +197,12 @@ def measure_point(
     `time_cap_s`, rounds go on past `cfg.trials` until the headline ratio's CI half-width is at
     most `target_ci_pct` % or `time_cap_s` seconds (`clock`) have passed; rows say which (`stop_reason`).
     `on_trial(strategy, timing)` sees each timed trial as it ends (measure.loop.run_rounds); `steps`
-    (build_steps(cfg, names), e.g. built and graph-captured ahead by run.live) are used instead of new ones."""
+    (build_steps(cfg, names), e.g. built and graph-captured ahead by run.live) are used instead of new ones.
+
+    A live update (run.live) profiles after `profile_after_round` rounds instead of after all of
+    them, and sends the trace to `analysis_worker` (measure.analysis_worker.AnalysisWorker), so that
+    its analysis runs in another process while the remaining rounds are timed; without a worker
+    (or when it fails) the trace is analysed here."""
     stop = stop_rule(cfg, target_ci_pct, time_cap_s)
     names = list(strategies or strategy_registry.BUILTIN)
     for n in names:
@@ -138,30 +210,49 @@ def measure_point(
     progress = on_progress or (lambda msg, frac: None)
     if steps is not None and list(steps) != names:
         raise ValueError(f"steps must hold one LabStep per strategy, in order {names}; got {list(steps)}")
+    if profile_after_round is not None and (not isinstance(profile_after_round, int) or profile_after_round < 1):
+        raise ValueError(f"profile_after_round must be a whole number of rounds >= 1; got {profile_after_round!r}")
     steps = steps or build_steps(cfg, names)
     first = steps[names[0]]
     # The bar: the trials' share, then one step per strategy profiled.
     total, trial_part = cfg.trials * len(names) + len(names), cfg.trials * len(names)
     nvml = diagnostics.nvml_for(first.device.index or 0) if diagnose and first.device.type == "cuda" else None
     diag = {n: diagnostics.TrialDiagnostics(s, nvml=nvml) for n, s in steps.items()} if diagnose else None
-    timed = loop.run_rounds({n: s.step for n, s in steps.items()}, stop, steps=cfg.steps, warmup=cfg.warmup,
-                            sync=first.drain, diag=diag, clock=clock or time.monotonic, on_trial=on_trial,
-                            progress=lambda msg, share: progress(msg, share * trial_part / total))
-    first.drain()
-    outs = [s.last_output for s in steps.values()]
-    identical = all(torch.equal(outs[0], o) for o in outs[1:])
+    passes: list = []
+
+    def profile_now() -> None:
+        progress("profiling", trial_part / total)
+        passes.append(_ProfiledPass(steps, profile_steps, with_stack, analysis_worker))
+
+    def after_round(done: int) -> None:
+        if done == profile_after_round and not passes:
+            profile_now()
+
+    try:
+        timed = loop.run_rounds({n: s.step for n, s in steps.items()}, stop, steps=cfg.steps, warmup=cfg.warmup,
+                                sync=first.drain, diag=diag, clock=clock or time.monotonic, on_trial=on_trial,
+                                progress=lambda msg, share: progress(msg, share * trial_part / total),
+                                after_round=after_round if profile_after_round is not None else None)
+        first.drain()
+        outs = [s.last_output for s in steps.values()]
+        identical = all(torch.equal(outs[0], o) for o in outs[1:])
+        if not passes:
+            profile_now()
+        pp = passes[0]
+        analysed = pp.analysed()
+        where = pp.where
+        windows = pp.windows() if keep_traces else {}
+    finally:
+        for pp in passes:
+            pp.discard()
     rows, timelines, traces = [], [], {}
-    progress("profiling", trial_part / total)
-    whole = profile_strategies(steps, profile_steps, with_stack=with_stack)
-    for i, (n, s) in enumerate(steps.items()):
-        tr = trace.window(whole, STRATEGY_RANGE + n)
-        stats, tl = _profiled_stats(tr, s)
-        s.drain()
+    for i, n in enumerate(names):
+        stats, tl = analysed[n]
         progress(f"measured {n}", min((trial_part + i + 1) / total, 1.0))
         if keep_traces:
-            traces[n] = tr
+            traces[n] = windows[n]
         timelines.append({"kind": "timeline", "point_id": point_id(cfg), "strategy": n, "segments": tl})
         measured = {k: v for k, v in stats.items() if k in rowbuild.schema.ROW_COLUMNS}
         rows += [_trial_row(cfg, n, t, **measured, stop_reason=timed.stop_reason,
                             ci_half_width_pct=timed.half_width_pct) for t in timed.timings[n]]
-    return PointResult(_with_noise_verdict(rows), timelines, traces, identical)
+    return PointResult(_with_noise_verdict(rows), timelines, traces, identical, analysed_in=where)

@@ -31,7 +31,10 @@ class LiveController:
     on the panel. A setting submitted while one is measured cancels it (its later updates are not
     drawn) and runs next; settings submitted meanwhile replace each other (no backlog)."""
 
-    def __init__(self, panel, debounce_s: float = 0.1):
+    def __init__(self, panel, debounce_s: float = 0.05):
+        """`debounce_s`: how long a new setting waits for another before it is measured. Short: the
+        sliders report a value only when released (continuous_update=False), and a setting that
+        comes later still cancels the running one; at 0.3 s it was a seventh of a live update."""
         self.panel, self.debounce_s = panel, debounce_s
         self._lock = threading.Lock()
         self._pending: Any = None

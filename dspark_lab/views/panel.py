@@ -80,7 +80,7 @@ def _apply(widget, fig: go.Figure) -> None:
 
 
 class Panel:
-    def __init__(self, backend, *, debounce_s: float = 0.3):
+    def __init__(self, backend, *, debounce_s: float = 0.05):
         import ipywidgets as W  # optional: only the panel needs it (recorded figures and the report do not)
 
         self.backend = backend

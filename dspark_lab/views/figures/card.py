@@ -3,6 +3,8 @@ text the median host time of the call), and two machines' cards side by side wit
 verdicts differ marked. Takes card dicts (results.card format); every number comes from them."""
 from __future__ import annotations
 
+from typing import Optional
+
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -12,7 +14,9 @@ from dspark_lab.views.figures.layout import titled
 
 VERDICT_COLORS = {card_results.AT_ONCE: "#a1d99b", card_results.FOR_COPY: "#fdd49e", card_results.WAITS: "#ef6548"}
 FAILED_COLOR = "#d9d9d9"
-DIFFERS_MARK = "≠"
+DIFFERS_MARK = "≠"  # the verdicts of two cards differ, neither at the rule's edge
+EDGE_DIFFERS_MARK = "(≠)"  # they differ, and one of them is at the edge (results.card.EDGE_RULE)
+EDGE_MARK = "~"  # this cell's verdict is at the rule's edge
 
 
 def _time(us: float) -> str:
@@ -39,12 +43,21 @@ def _grid(f: pd.DataFrame, direction: str, value: str) -> pd.DataFrame:
     return t.reindex(index=order, columns=sorted(t.columns))
 
 
-def _heatmap(f: pd.DataFrame, direction: str, differs: set = frozenset(), show_scale: bool = False) -> go.Heatmap:
+def _mark(r, differs: dict) -> str:
+    key = (r.direction, r.source, r.size_bytes)
+    if key in differs:
+        return (DIFFERS_MARK if differs[key] else EDGE_DIFFERS_MARK) + " "
+    return EDGE_MARK if r.edge else ""
+
+
+def _heatmap(f: pd.DataFrame, direction: str, differs: Optional[dict] = None, show_scale: bool = False) -> go.Heatmap:
+    """`differs`: (direction, source, size) -> True where two cards differ firmly, False at the edge."""
+    differs = differs or {}
     code = {None: -1, **{v: i for i, v in enumerate(card_results.VERDICTS)}}
     f = f.assign(z=[code.get(v, -1) for v in f["verdict"]],
-                 text=[(DIFFERS_MARK + " " if (r.direction, r.source, r.size_bytes) in differs else "") + _time(r.host_us)
-                       for r in f.itertuples()],
-                 hover=[f"{r.how}, {r.size}, {r.queued_ms:g} ms queued<br>{r.verdict or 'failed: ' + r.error}<br>host "
+                 text=[_mark(r, differs) + _time(r.host_us) for r in f.itertuples()],
+                 hover=[f"{r.how}, {r.size}, {r.queued_ms:g} ms queued<br>{r.verdict or 'failed: ' + r.error}"
+                        + (f" (at the rule's edge: {r.edge})" if r.edge else "") + "<br>host "
                         f"{_time(r.host_us)} (min {_time(r.host_us_min)}, max {_time(r.host_us_max)}, {r.reps} reps); "
                         f"copy on the GPU {_time(r.copy_gpu_us)}<br>sync debug mode: {r.debug_syncs}; blocking CUDA "
                         f"calls in the trace: {r.trace_syncs}<br>{r.gpu_copies}" for r in f.itertuples()])
@@ -79,16 +92,18 @@ def card(card: dict, queue: str = "queued") -> go.Figure:
     what = f"{depth:g} ms of GPU work queued ahead" if queue == "queued" else "GPU queue empty"
     return titled(fig, f"What each copy does on this machine ({what})",
                   card_results.label(card), "colour: the verdict by results.card.VERDICT_RULE; text: median host "
-                  "time of the call; blank: not measured")
+                  f"time of the call; {EDGE_MARK}: the verdict is at the rule's edge (hover says why); blank: not measured")
 
 
 def card_pair(a: dict, b: dict, queue: str = "queued") -> go.Figure:
-    """Two machines' cards side by side (a left, b right), the cells whose verdicts differ marked ≠."""
+    """Two machines' cards side by side (a left, b right), the cells whose verdicts differ marked ≠
+    (firmly) or (≠) (one of the two verdicts at the rule's edge)."""
     if queue not in ("empty", "queued"):
         raise ValueError(f"queue must be 'empty' or 'queued'; got {queue!r}")
     m = card_results.compare(a, b)
     m = m[(m["queue"] == queue) & m["differs"]]
-    differs = {(r.direction, r.source, r.size_bytes) for r in m.itertuples()}
+    differs = {(r.direction, r.source, r.size_bytes): bool(r.differs_firmly) for r in m.itertuples()}
+    firm = sum(differs.values())
     fa, fb = (card_results.frame(c) for c in (a, b))
     fa, fb = fa[fa["queue"] == queue], fb[fb["queue"] == queue]
     directions = [d for d in card_results.DIRECTIONS if d in set(fa["direction"]) | set(fb["direction"])]
@@ -101,7 +116,8 @@ def card_pair(a: dict, b: dict, queue: str = "queued") -> go.Figure:
         fig.add_trace(_heatmap(fb, d, differs), row=i, col=2)
     fig.update_layout(height=120 + 34 * sum(heights), width=1500, margin=dict(l=380))
     fig.update_yaxes(autorange="reversed")
-    return titled(fig, f"Two machines' cards: {len(differs)} cell(s) with a different verdict ({DIFFERS_MARK})",
+    return titled(fig, f"Two machines' cards: {firm} cell(s) with a different verdict ({DIFFERS_MARK}), "
+                       f"{len(differs) - firm} more where one verdict is at the rule's edge ({EDGE_DIFFERS_MARK})",
                   f"a: {card_results.label(a)}; b: {card_results.label(b)}",
                   ("GPU work queued ahead" if queue == "queued" else "GPU queue empty")
                   + "; colour: the verdict; text: median host time; blank: not measured")
