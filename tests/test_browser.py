@@ -362,7 +362,9 @@ JS_PANEL_DRAWN = f"""() => {{ const cell = {JS_PANEL_CELL}(); if (!cell) return 
   const missing = order.find(n => !have.includes(n)), after = order.slice(order.indexOf(missing) + 1);
   const next = boxes.find((b, i) => after.includes(have[i]));
   const todo = next || boxes[boxes.length - 1] || cell, r = todo.getBoundingClientRect();
-  if (next) {{ if (r.top < window.innerHeight / 2) todo.scrollIntoView({{block: 'end'}}); }}
+  // The next box at the bottom of the screen, so the missing one above it is on screen; also when
+  // the next box is below the screen (CI once waited 90 s with it 7,000 px down, nothing scrolled).
+  if (next) {{ if (r.top < window.innerHeight / 2 || r.top > window.innerHeight) todo.scrollIntoView({{block: 'end'}}); }}
   else if (r.top < 0 || r.top > window.innerHeight / 2) todo.scrollIntoView({{block: 'start'}});
   return false; }}"""
 
