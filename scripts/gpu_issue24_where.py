@@ -71,7 +71,7 @@ def main() -> int:
             (autograd_profiler.profile, "export_chrome_trace", "trace export"),
             (trace, "load_json", "trace json read (here when no worker)"),
             (trace, "events", "trace -> events frame (here when no worker)"),
-            (profile, "analyse", "analyse (counts, breakdown, timeline; here when no worker)"),
+            (point, "analyse", "analyse (counts, breakdown, timeline; here when no worker)"),
             (syncs, "debug_sites_per_step", "sync debug mode steps"),
             (point, "build_steps", "build steps"),
             (workload.TargetVerify, "_layers_for", "target verify calibration"),

@@ -112,14 +112,12 @@ class AnalysisWorker:
         with self._lock:
             if not self.alive:
                 raise WorkerFailed("the analysis worker is not running")
-            if not self._ready:  # still importing: a job would wait behind that
-                try:
-                    while not self._ready and self._conn.poll(0):
-                        self._ready = self._conn.recv()[1] == READY
-                except (OSError, EOFError):
-                    raise WorkerFailed("the analysis worker's pipe closed") from None
-                if not self._ready:
-                    raise WorkerFailed("the analysis worker is still starting")
+            try:
+                ready = self._read_ready(0.0)
+            except (OSError, EOFError):
+                raise WorkerFailed("the analysis worker's pipe closed") from None
+            if not ready:  # still importing: a job would wait behind that
+                raise WorkerFailed("the analysis worker is still starting")
             job_id = next(self._ids)
             try:
                 self._conn.send((job_id, str(path), list(names)))
@@ -129,14 +127,18 @@ class AnalysisWorker:
 
     def wait_ready(self, timeout: float) -> bool:
         """Wait up to `timeout` s for the worker's imports; True when it takes jobs."""
-        deadline = time.monotonic() + timeout
         with self._lock:
             try:
-                while not self._ready and self.alive and self._conn.poll(max(deadline - time.monotonic(), 0.0)):
-                    self._ready = self._conn.recv()[1] == READY
+                return self._read_ready(timeout)
             except (OSError, EOFError):
                 return False
-            return self._ready
+
+    def _read_ready(self, timeout: float) -> bool:
+        """Take the worker's READY message if it comes within `timeout` s (under the lock)."""
+        deadline = time.monotonic() + timeout
+        while not self._ready and self.alive and self._conn.poll(max(deadline - time.monotonic(), 0.0)):
+            self._ready = self._conn.recv()[1] == READY
+        return self._ready
 
     def _wait(self, job_id: int, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
@@ -155,11 +157,8 @@ class AnalysisWorker:
                     got_id, status, payload = self._conn.recv()
                 except (OSError, EOFError):
                     raise WorkerFailed("the analysis worker's pipe closed") from None
-                if status == READY:
-                    self._ready = True
-                    continue
-                if got_id != job_id:
-                    continue  # a job given up on (its setting was cancelled): dropped
+                if got_id != job_id:  # a job given up on (its setting was cancelled): dropped. (READY
+                    continue  # never comes here: submit takes it before it sends a job.)
                 if status != "ok":
                     raise WorkerFailed(f"the analysis worker failed: {payload}")
                 return payload

@@ -32,10 +32,15 @@ def profile_strategies(steps: dict, profile_steps: int, with_stack: bool = False
     return trace.capture(run_all, 1, warmup=0, with_stack=with_stack, sync=lambda: None, keep_file=keep_file)
 
 
+def strategy_windows(src, names) -> dict:
+    """{strategy: its window} of one profile_strategies trace (a dict or its JSON file)."""
+    whole = trace.load_json(src)
+    return {n: trace.window(whole, STRATEGY_RANGE + n) for n in names}
+
+
 def analyse_strategies(src, names) -> dict:
     """{strategy: analyse(its window)} of one profile_strategies trace (a dict or its JSON file)."""
-    whole = trace.load_json(src)
-    return {n: analyse(trace.window(whole, STRATEGY_RANGE + n)) for n in names}
+    return {n: analyse(w) for n, w in strategy_windows(src, names).items()}
 
 
 def analyse(tr: dict) -> tuple[dict, list]:

@@ -85,8 +85,7 @@ class LiveUpdate:
             return f"first look: 1 trial of {name}; building the other strategies, then {self.planned} trials"
         if self.final:
             return f"complete: {self.trials} trials, {ci}"
-        stage = "profiling next" if self.trials >= self.planned else "timing"
-        return f"{self.trials}/{self.planned} trials so far, {ci} ({stage})"
+        return f"{self.trials}/{self.planned} trials so far, {ci}"
 
 
 class LiveBackend:

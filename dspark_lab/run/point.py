@@ -14,10 +14,10 @@ import torch
 
 from dspark_lab import strategies as strategy_registry
 from dspark_lab.config import LabConfig
-from dspark_lab.measure import diagnostics, loop, syncs, trace
+from dspark_lab.measure import diagnostics, loop, syncs
 from dspark_lab.measure.timing import TrialTiming
 from dspark_lab.measure.analysis_worker import WorkerFailed
-from dspark_lab.measure.profile import DEBUG_STEPS, PROFILE_STEPS, STRATEGY_RANGE, analyse_strategies, profile_strategies
+from dspark_lab.measure.profile import DEBUG_STEPS, PROFILE_STEPS, analyse, profile_strategies, strategy_windows
 from dspark_lab.predicate import enable_num_token_non_padded
 from dspark_lab.results import noise
 from dspark_lab.model.workload import LabStep
@@ -130,14 +130,13 @@ class _ProfiledPass:
         self.names = list(steps)
         self.path: Optional[str] = None
         self.whole: Optional[dict] = None
+        self._windows: Optional[dict] = None
         self.job = None
         self.where = "this process"
         if worker is not None and worker.alive:
             self.path = profile_strategies(steps, profile_steps, with_stack=with_stack, keep_file=True)
-            try:
+            with contextlib.suppress(WorkerFailed):  # not ready or gone: analysed here instead
                 self.job = worker.submit(self.path, self.names)  # analysed there while this process goes on
-            except WorkerFailed:
-                self.job = None
         else:
             self.whole = profile_strategies(steps, profile_steps, with_stack=with_stack)
         self.debug = {n: _debug_sites(s) for n, s in steps.items()}
@@ -154,12 +153,14 @@ class _ProfiledPass:
             except WorkerFailed as e:
                 self.where = f"this process ({e})"  # analysed here instead
         if res is None:
-            res = analyse_strategies(self.path if self.whole is None else self.whole, self.names)
+            res = {n: analyse(w) for n, w in self.windows().items()}
         return {n: (_with_debug(stats, self.debug[n]), tl) for n, (stats, tl) in res.items()}
 
     def windows(self) -> dict:
-        whole = self.whole if self.whole is not None else trace.load_json(self.path)
-        return {n: trace.window(whole, STRATEGY_RANGE + n) for n in self.names}
+        """{strategy: its window of the trace}, cut once (the analysis here and the kept traces share them)."""
+        if self._windows is None:
+            self._windows = strategy_windows(self.whole if self.whole is not None else self.path, self.names)
+        return self._windows
 
     def discard(self) -> None:
         if self.path is not None:
