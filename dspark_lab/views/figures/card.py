@@ -87,7 +87,8 @@ def card(card: dict, queue: str = "queued") -> go.Figure:
     for i, d in enumerate(directions, start=1):
         fig.add_trace(_heatmap(f, d, show_scale=i == 1), row=i, col=1)
     depth = f["queued_ms"].max() if len(f) else 0
-    fig.update_layout(height=120 + 34 * sum(heights), width=1100, margin=dict(l=380))
+    # r: room for the colour bar's verdict names (at the default margin they were cut off)
+    fig.update_layout(height=120 + 34 * sum(heights), width=1250, margin=dict(l=380, r=200))
     fig.update_yaxes(autorange="reversed")  # sources top to bottom in SOURCES order
     what = f"{depth:g} ms of GPU work queued ahead" if queue == "queued" else "GPU queue empty"
     return titled(fig, f"What each copy does on this machine ({what})",
@@ -114,7 +115,7 @@ def card_pair(a: dict, b: dict, queue: str = "queued") -> go.Figure:
     for i, d in enumerate(directions, start=1):
         fig.add_trace(_heatmap(fa, d, differs, show_scale=i == 1), row=i, col=1)
         fig.add_trace(_heatmap(fb, d, differs), row=i, col=2)
-    fig.update_layout(height=120 + 34 * sum(heights), width=1500, margin=dict(l=380))
+    fig.update_layout(height=120 + 34 * sum(heights), width=1650, margin=dict(l=380, r=200))
     fig.update_yaxes(autorange="reversed")
     return titled(fig, f"Two machines' cards: {firm} cell(s) with a different verdict ({DIFFERS_MARK}), "
                        f"{len(differs) - firm} more where one verdict is at the rule's edge ({EDGE_DIFFERS_MARK})",
