@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device-machine call: the GPU scripts named (issue numbers, or "cuda" for pytest -m cuda, or
-# "nb01" for notebook 01 live, "where" for issue 24's diagnosis, "card" for doctor --card --compare), each bounded, their logs and files under $OUT, all of $OUT also as
+# "nb01" for notebook 01 live, "where" and "cold" for issue 24's diagnoses, "card" for doctor --card --compare), each bounded, their logs and files under $OUT, all of $OUT also as
 # one tarball ($OUT/round.tgz): the stages write under a work folder beside $OUT, and only the tarball
 # and the logs land in $OUT (the device tool brings back few, shallow files). Tails printed last.
 #   OUT=/tmp/o bash scripts/device_round.sh 21 20 25
@@ -9,7 +9,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 FINAL=${OUT:?set OUT}
 OUT=$(mktemp -d /tmp/dspark-round.XXXX)
 mkdir -p "$FINAL"
-declare -A LIMIT=([20]=130 [21]=300 [23]=110 [24]=180 [24alt]=180 [25]=70 [cuda]=240 [nb01]=180 [traces]=60 [where]=120 [card]=90 [gallery]=150 [reference]=200)
+declare -A LIMIT=([20]=130 [21]=300 [23]=110 [24]=180 [24alt]=180 [25]=70 [cuda]=240 [nb01]=180 [traces]=60 [where]=120 [card]=90 [gallery]=150 [reference]=200 [cold]=220)
 summary=()
 for stage in "$@"; do
   t0=$SECONDS
@@ -19,6 +19,7 @@ for stage in "$@"; do
     nb01) DSPARK_NOTEBOOKS=01_onboarding.ipynb timeout "${LIMIT[nb01]}" python3 scripts/gpu_session.py notebooks >"$log" 2>&1 ;;
     traces) timeout "${LIMIT[traces]}" python3 scripts/gpu_known_idle_traces.py >"$log" 2>&1 ;;
     reference) OUT="$OUT/noise" timeout "${LIMIT[reference]}" python3 scripts/gpu_noise.py reference >"$log" 2>&1 ;;
+    cold) OUT=$OUT timeout "${LIMIT[cold]}" python3 scripts/gpu_issue24_cold.py >"$log" 2>&1 ;;
     where) (timeout "${LIMIT[where]}" python3 scripts/gpu_issue24_where.py --tag first-process && OUT=$OUT timeout "${LIMIT[where]}" python3 scripts/gpu_issue24_where.py --tag second-process) >"$log" 2>&1 ;;
     24alt) timeout "${LIMIT[24alt]}" python3 scripts/gpu_issue24.py ${ISSUE24_ALT:?set ISSUE24_ALT} >"$log" 2>&1 ;;
     card) mkdir -p "$OUT/card/data/machines" && timeout "${LIMIT[card]}" python3 -m dspark_lab.cli doctor --card --compare "${CARD_REF:-data/machines/h200-card-20261201.json}" --card-out "$OUT/card/data/machines/h200-card-$(date -u +%Y%m%d-%H%M).json" >"$log" 2>&1 ;;

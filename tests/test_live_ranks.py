@@ -93,12 +93,14 @@ def test_panel_dispatch_control_and_per_rank_view_then_close_leaves_no_worker(tw
         assert list(dd.options) == ["allreduce", "a2a_fixed", "a2a_dynamic"]
         p.set(ep_size=1, batch_size=2, gamma=2, workload="tiny")
         assert dd.layout.display == "none" and p.live.box.layout.display == "none"  # one process: no ranks
+        assert p.live.figs == {} and len(p.live.box.children) == 1  # the per-rank figures: made when first shown
         p.set(ep_size=2, dispatch="a2a_dynamic")
         assert dd.layout.display == ""
         assert p._worker.wait(120)
         assert p.error.value == "", p.error.value
         assert set(p.last.rows.dispatch) == {"a2a_dynamic"} and set(p.last.rows.ep_mode) == {"real"}
         assert p.live.box.layout.display == "" and "2 processes, dispatch a2a_dynamic" in p.live.rank_note.value
+        assert list(p.live.box.children[1:]) == [p.live.figs["per_rank"], p.live.figs["who_waits"]]
         names = {t.name for t in p.live.figs["per_rank"].data}
         assert names and len(p.live.figs["who_waits"].data) > 0
         x = p.live.figs["per_rank"].data[0].x

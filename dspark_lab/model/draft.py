@@ -228,14 +228,18 @@ class DraftRunner:
             self.static_num_token_non_padded if self.consume else None,
         )
 
-    def capture(self) -> None:
-        """Capture the bucket's graph (warm up on a side stream first, as torch requires)."""
+    def warm(self, runs: int = 1) -> None:
+        """Eager forwards on a side stream: the first one loads the kernels' CUDA modules."""
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s), torch.no_grad():
-            for _ in range(2):
+            for _ in range(runs):
                 self._forward_static()
         torch.cuda.current_stream().wait_stream(s)
+
+    def capture(self) -> None:
+        """Capture the bucket's graph (warm up on a side stream first, as torch requires)."""
+        self.warm(2)
         self.graph = torch.cuda.CUDAGraph()
         # With NCCL collectives in the graph, other threads (NCCL's watchdog) keep querying events
         # during capture: only this thread's calls must be capture-safe.

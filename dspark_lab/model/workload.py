@@ -17,6 +17,7 @@ Order per step (each phase is a profiler range named `dspark:<phase>`):
 from __future__ import annotations
 
 import platform
+import threading
 import time
 from typing import Callable, Optional
 
@@ -97,6 +98,29 @@ def spin_until(deadline: float, clock: Callable[[], float] = time.perf_counter) 
         waits.add(min(clock(), deadline) - t0)
 
 
+def side_by_side(helper: Callable[[], object], main: Callable[[], object]) -> tuple:
+    """(helper(), main()): helper on a new thread while main runs on this one. The helper is joined
+    before this returns or raises (it is never left running); an error of either is raised here,
+    main's first."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            out["value"] = helper()
+        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread
+            out["error"] = e
+
+    t = threading.Thread(target=run, name="dspark-side-by-side", daemon=True)
+    t.start()
+    try:
+        mine = main()
+    finally:
+        t.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"], mine
+
+
 class TargetVerify:
     """GPU work standing for the target model's verify forward, queued ahead of the draft step."""
 
@@ -104,8 +128,12 @@ class TargetVerify:
     ROWS = 1024
     _layers_per_ms: dict[str, float] = {}  # calibration cache per device name
 
-    def __init__(self, duration_ms: float, device: torch.device, vocab: int, batch: int):
+    def __init__(self, duration_ms: float, device: torch.device, vocab: int, batch: int,
+                 capture_mode: str = "global"):
+        """`capture_mode`: the graph captures' error mode; "thread_local" lets another thread run
+        eager GPU work meanwhile (LabStep.warmed builds this on a helper thread)."""
         self.device = device
+        self.capture_mode = capture_mode
         self.vocab = vocab
         self.batch = batch
         cuda = device.type == "cuda"
@@ -159,9 +187,15 @@ class TargetVerify:
             self._body()
         torch.cuda.current_stream().wait_stream(s)
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+        with torch.cuda.graph(g, capture_error_mode=self.capture_mode):
             self._body()
         return g
+
+    def prepare(self) -> "TargetVerify":
+        """Capture the graph now rather than at the first launch."""
+        if self.device.type == "cuda" and self.graph is None:
+            self.graph = self._capture()
+        return self
 
     def launch(self) -> torch.Tensor:
         if self.device.type != "cuda":
@@ -177,8 +211,10 @@ class LabStep:
     """The measured callable: `step()` runs one decode step with the config's strategy."""
 
     def __init__(self, cfg: LabConfig, strategy: Optional[str] = None, share_with: Optional["LabStep"] = None,
-                 *, group=None, dispatch: str = "allreduce", bucket: Optional[int] = None):
-        """`group`, `dispatch`, `bucket`: one EP rank of a torch.distributed group (see parallel/)."""
+                 *, group=None, dispatch: str = "allreduce", bucket: Optional[int] = None,
+                 runner: Optional[DraftRunner] = None, target: Optional[TargetVerify] = None):
+        """`group`, `dispatch`, `bucket`: one EP rank of a torch.distributed group (see parallel/);
+        `runner`, `target`: parts already made for this config (LabStep.warmed)."""
         self.cfg = cfg if strategy is None else cfg.with_(strategy=strategy)
         cfg = self.cfg
         self.device = torch.device(cfg.resolved_device())
@@ -187,11 +223,12 @@ class LabStep:
         self.consume = enable_num_token_non_padded(self.parallel)
         m = cfg.model_size
         self.costs = cfg.workload_costs
-        self.runner = DraftRunner(cfg, str(self.device), self.consume,
-                                  share_weights_with=share_with.runner if share_with else None,
-                                  group=group, dispatch=dispatch, bucket=bucket)
+        self.runner = runner or DraftRunner(cfg, str(self.device), self.consume,
+                                            share_weights_with=share_with.runner if share_with else None,
+                                            group=group, dispatch=dispatch, bucket=bucket)
         # Strategies measured side by side share the target verify (same GPU work, built once).
-        self.target = share_with.target if share_with else TargetVerify(self.costs.target_verify_ms, self.device, m.vocab, cfg.batch_size)
+        self.target = target or (share_with.target if share_with else
+                                 TargetVerify(self.costs.target_verify_ms, self.device, m.vocab, cfg.batch_size))
         bs, q = cfg.batch_size, cfg.query_token_num
         dev = self.device
         # Persistent device state, as the scheduler keeps it: no per-step host-to-device copies.
@@ -212,6 +249,43 @@ class LabStep:
         self.gpu_clock = None
         self.last_output: Optional[torch.Tensor] = None
         self.last_expert_ids: Optional[torch.Tensor] = None
+
+    @classmethod
+    def warmed(cls, cfg: LabConfig, strategy: Optional[str] = None) -> "LabStep":
+        """A LabStep of one process's first config, its two cold halves made side by side: the target
+        verify (cuBLAS's set-up, its GEMM kernels, its calibration when the cache is cold, its graph)
+        on a helper thread, while this thread builds the draft model and runs its first eager forward
+        (where the CUDA modules of its kernels load: 0.23-0.34 s on an H200). torch lets go of the GIL
+        inside each op, so the two run at once. The target's captures are thread-local, so this
+        thread's eager work does not invalidate them, and they start once the draft weights are
+        drawn (below); the draft graph is captured after the join, at the first step, as always.
+        Off CUDA: the plain constructor."""
+        cfg = cfg if strategy is None else cfg.with_(strategy=strategy)
+        dev = torch.device(cfg.resolved_device())
+        if dev.type != "cuda":
+            return cls(cfg)
+
+        # A graph capture registers the default CUDA generator with itself: a draw from it on
+        # another thread meanwhile fails ("Offset increment outside graph capture"). The draft
+        # model's weights are drawn from it, so the target verify (whose own draws use a generator
+        # of its own) starts once they are made; the eager forward draws nothing.
+        weights_made = threading.Event()
+
+        def make_target() -> TargetVerify:
+            weights_made.wait()
+            return TargetVerify(cfg.workload_costs.target_verify_ms, dev, cfg.model_size.vocab, cfg.batch_size,
+                                capture_mode="thread_local").prepare()
+
+        def make_runner() -> DraftRunner:
+            try:
+                runner = DraftRunner(cfg, str(dev), enable_num_token_non_padded(cfg.parallel))
+            finally:
+                weights_made.set()  # also on failure: the helper must end for the join
+            runner.warm()
+            return runner
+
+        target, runner = side_by_side(make_target, make_runner)
+        return cls(cfg, runner=runner, target=target)
 
     # -- phases ----------------------------------------------------------------------------
     def _host_prep(self, us: float) -> None:

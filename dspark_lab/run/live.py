@@ -11,18 +11,21 @@ while the rest are measured, with how many trials so far and the headline's CI. 
 (a threading.Event) set by a newer setting ends it at the next trial boundary (`Cancelled`).
 
 A cheap start: a backend starts a warm-up on a daemon thread when it is made, doing only what the
-first figure needs: the fingerprint (on its own thread: it reads the driver), the CUDA context and
-cuBLAS, the calibrations (read from the on-disk cache, measured and stored there when it is cold;
-model/calibration.py) and the default strategy's step at the default setting, built and
-graph-captured. Nothing is measured ahead. The first request at that setting starts with a first
+first figure needs: the fingerprint (on its own thread: it reads the driver), the CUDA context,
+and the default strategy's step at the default setting, built and graph-captured, with its two
+cold halves side by side (model.workload.LabStep.warmed): the target verify, whose calibration is
+read from the on-disk cache or, when the cache is cold, measured and stored on that helper thread
+(model/calibration.py), while the draft model is built and its kernels load. Nothing is measured ahead. The first request at that setting starts with a first
 look: one timed trial of that strategy, drawn at once (LiveUpdate.first_look); then the other
 strategies are built and the interleaved rounds measure them all, the first look's trial not among
 them (it ran before the others existed, so it has no round to be paired in).
 """
 from __future__ import annotations
 
+import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import partial
@@ -38,6 +41,7 @@ from dspark_lab.measure.analysis_worker import AnalysisWorker
 from dspark_lab.measure.probe import fingerprint as machine_fingerprint
 from dspark_lab.measure.timing import time_trial
 from dspark_lab.model.dispatch import DISPATCH_MODES, check_mode
+from dspark_lab.model.workload import LabStep
 from dspark_lab.parallel import workers
 from dspark_lab.parallel.run import EPLive, RanksCancelled
 from dspark_lab.results import frames, noise
@@ -53,7 +57,9 @@ from dspark_lab.run.point import build_steps, measure_point, timing_rows
 # median of five): 8 steps after 2 warm-up ones and 4 profiled, 2.8 s; with the profiled pass
 # analysed in a worker, 6 after 1 and 4 profiled, 2.4 s (-s6p4), 5 after 1 and 3 profiled, 2.0 s
 # (-s5p3); then with the panel's debounce at 0.05 s instead of 0.3 s and no partial drawn just
-# before the complete one, 1.74 s (the file without a suffix).
+# before the complete one, 1.74 s (-1447); with the cheaper cold start below, 1.45-1.92 s over
+# four calls (-1619, -1624, -1632 and the file without a suffix; host speed differs between calls,
+# and each file records it).
 LIVE_STEPS, LIVE_WARMUP, LIVE_TRIALS, LIVE_PROFILE_STEPS = 5, 1, 3, 3
 PROFILE_AFTER_ROUND = 1  # the profiled pass runs after this many rounds; its analysis overlaps the rest
 DEFAULT_DISPATCH = "allreduce"  # SGLang's MoE without an all-to-all backend (measurements.md)
@@ -128,30 +134,38 @@ class LiveBackend:
         """What the first figure needs, nothing more: CUDA, calibrations, one strategy's step and graphs."""
         t0 = time.perf_counter()
         try:
-            if self._fingerprint is None:  # reads the driver: off the first figure's path
-                t = threading.Thread(target=lambda: self.fingerprint, name="dspark-fingerprint", daemon=True)
-                t.start()
-                self._fp_thread = t  # only once started: another thread may join it at once
-            cfg = self.config(self.defaults())
-            if cfg.resolved_device() == "cuda":  # CUDA context and cuBLAS, timed apart
-                t1 = time.perf_counter()
-                torch.cuda.init()
-                x = torch.ones(64, 64, device="cuda")
-                (x @ x).sum().item()
-                self.warm_parts["cuda_init_s"] = time.perf_counter() - t1
-            if self._real and not self.runs_real_ep(cfg.ep_size):
-                # Building the step reads (or fills) the calibration cache; its first step captures
-                # its graphs. The other strategies are built by the first request, after its first look.
-                t1 = time.perf_counter()
-                name = frames.default_strategy(self.names)
-                steps = build_steps(cfg, [name])
-                steps[name].step()
-                steps[name].drain()
-                self._steps = (cfg, steps)
-                self.warm_parts["first_step_and_graphs_s"] = time.perf_counter() - t1
+            with _short_gil_switch():
+                self._warm_up()
         except Exception as e:  # noqa: BLE001 - the user's own request will measure and report
             self.warm_error = e
         self.warm_s = time.perf_counter() - t0
+
+    def _warm_up(self) -> None:
+        if self._fingerprint is None:  # reads the driver: off the first figure's path
+            t = threading.Thread(target=lambda: self.fingerprint, name="dspark-fingerprint", daemon=True)
+            t.start()
+            self._fp_thread = t  # only once started: another thread may join it at once
+        cfg = self.config(self.defaults())
+        t1 = time.perf_counter()
+        if cfg.resolved_device() == "cuda":  # the driver (is_available) and the context, timed apart
+            torch.cuda.init()
+            torch.ones(1, device="cuda").sum().item()
+            # No matmul here: the fp32 GEMM's kernels would load (0.10-0.16 s on an H200) for a
+            # step that runs in bf16; cuBLAS is set up by the target verify's own GEMMs.
+            self.warm_parts["cuda_init_s"] = time.perf_counter() - t1
+        if self._real and not self.runs_real_ep(cfg.ep_size):
+            # The step's two cold halves side by side (LabStep.warmed): the target verify, with
+            # its calibration read from the on-disk cache or, when cold, measured there and
+            # stored, on a helper thread while the draft model is built and its kernels load.
+            # Its first step captures the draft graph. The other strategies are built by the
+            # first request, after its first look.
+            t1 = time.perf_counter()
+            name = frames.default_strategy(self.names)
+            step = LabStep.warmed(cfg, name)
+            step.step()
+            step.drain()
+            self._steps = (cfg, {name: step})
+            self.warm_parts["first_step_and_graphs_s"] = time.perf_counter() - t1
 
     def wait_warm(self, timeout: Optional[float] = None) -> bool:
         """Wait for the warm-up (if any); True when none is running."""
@@ -327,6 +341,30 @@ class LiveBackend:
             raise RuntimeError(str(failed["error"].iloc[0]))
         tl = frames.flatten_timelines(timelines or [])
         return PointData(frame, tl, f"{what}: {point_label(frame.iloc[0])}", dict(settings))
+
+
+# CPython hands the GIL to a thread that asks for it back only after the holder has run for the
+# switch interval (5 ms by default). The warm-up lets go of the GIL in every torch op and takes it
+# back after, so while the kernel's main thread runs Python (the panel being made), each of its
+# hundreds of ops could wait up to 5 ms. Shorter during the warm-up only: measured on an H200 in
+# fresh processes, the panel's first figure came 37-95 ms sooner in 3 of 3 pairs (0.93 / 0.93 /
+# 0.88 s against 0.97 / 0.97 / 0.98 s; data/machines/h200-live-cold-path-20261201.json), and no
+# sooner without a panel.
+WARM_UP_SWITCH_INTERVAL_S = 0.0002
+
+
+@contextmanager
+def _short_gil_switch(interval_s: float = WARM_UP_SWITCH_INTERVAL_S):
+    """sys.setswitchinterval(interval_s) inside, the previous interval after (unless someone else
+    changed it meanwhile: theirs is kept)."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(min(before, interval_s))
+    mine = sys.getswitchinterval()
+    try:
+        yield
+    finally:
+        if sys.getswitchinterval() == mine:
+            sys.setswitchinterval(before)
 
 
 def _half_width_of(rows: pd.DataFrame) -> Optional[float]:

@@ -143,13 +143,11 @@ class LiveParts:
                                        description="dispatch", tooltip="how the MoE joins the real ranks",
                                        style={"description_width": "80px"})
             panel.controls["dispatch"] = self.dispatch
-        self.figs = {k: go.FigureWidget(layout=dict(height=h, width=1000)) for k, h in RANK_FIGURE_HEIGHTS.items()}
-        for k, fw in self.figs.items():
-            widget_config(fw)
-            fw.add_class("dspark-figure")
-            fw.add_class(f"dspark-figure-{k}")
+        # The per-rank figures are made when real ranks are first shown: a FigureWidget costs
+        # 20-50 ms of the interpreter, and a panel's first figure waits on what its making takes.
+        self.figs: dict = {}
         self.rank_note = W.HTML("")
-        self.box = W.VBox([self.rank_note, *self.figs.values()], layout=W.Layout(display="none"))
+        self.box = W.VBox([self.rank_note], layout=W.Layout(display="none"))
 
     def real_ep(self, settings: dict) -> bool:
         runs = getattr(self.panel.backend, "runs_real_ep", None)
@@ -167,6 +165,13 @@ class LiveParts:
         if rows is None or rows.empty:
             self.box.layout.display = "none"
             return
+        if not self.figs:
+            for k, h in RANK_FIGURE_HEIGHTS.items():
+                fw = self.figs[k] = go.FigureWidget(layout=dict(height=h, width=1000))
+                widget_config(fw)
+                fw.add_class("dspark-figure")
+                fw.add_class(f"dspark-figure-{k}")
+            self.box.children = (self.rank_note, *self.figs.values())
         self._apply(self.figs["per_rank"], rank_figures.per_rank_breakdown(rows, dispatch))
         self._apply(self.figs["who_waits"], rank_figures.who_waits(rows, dispatch))
         world = int(rows["world_size"].max())

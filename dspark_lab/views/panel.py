@@ -101,7 +101,6 @@ class Panel:
                                      style={"description_width": "80px"}, layout=W.Layout(width="340px"))
             self.run_note = W.HTML(f"<span class='dspark-runs'>{html.escape(backend.selection_note())}</span>")
             self.run_filter.observe(self._on_filter, names="value")
-        self.mode_html = W.HTML(self._mode_banner())
         self.status = W.HTML("")
         self.error = W.HTML("")
         self.progress = W.FloatProgress(value=0, min=0, max=1, description="", layout=W.Layout(
@@ -111,6 +110,9 @@ class Panel:
             figures.widget_config(fw)  # no cloud "share" button, no logo
             fw.add_class("dspark-figure")  # found by the browser test before plotly has drawn into it
             fw.add_class(f"dspark-figure-{k}")
+        # The banner last: live, it names the GPU, and the fingerprint waits for the CUDA context;
+        # the figures above are made meanwhile rather than beside the warm-up's step building.
+        self.mode_html = W.HTML(self._mode_banner())
         self.widget = self._layout(W)
         self._worker = live_panel.LiveController(self, debounce_s) if self.mode == "live" else None
         for w in self.controls.values():
