@@ -255,7 +255,7 @@ class LabStep:
         """A LabStep of one process's first config, its two cold halves made side by side: the target
         verify (cuBLAS's set-up, its GEMM kernels, its calibration when the cache is cold, its graph)
         on a helper thread, while this thread builds the draft model and runs its first eager forward
-        (where the CUDA modules of its kernels load: 0.23-0.34 s on an H200). torch lets go of the GIL
+        (where the CUDA modules of its kernels load: 0.24-0.44 s on an H200). torch lets go of the GIL
         inside each op, so the two run at once. The target's captures are thread-local, so this
         thread's eager work does not invalidate them, and they start once the draft weights are
         drawn (below); the draft graph is captured after the join, at the first step, as always.

@@ -15,10 +15,12 @@ first figure needs: the fingerprint (on its own thread: it reads the driver), th
 and the default strategy's step at the default setting, built and graph-captured, with its two
 cold halves side by side (model.workload.LabStep.warmed): the target verify, whose calibration is
 read from the on-disk cache or, when the cache is cold, measured and stored on that helper thread
-(model/calibration.py), while the draft model is built and its kernels load. Nothing is measured ahead. The first request at that setting starts with a first
-look: one timed trial of that strategy, drawn at once (LiveUpdate.first_look); then the other
-strategies are built and the interleaved rounds measure them all, the first look's trial not among
-them (it ran before the others existed, so it has no round to be paired in).
+(model/calibration.py), while the draft model is built and its kernels load. Nothing is measured
+ahead. The first request at that setting starts with a first look: one timed trial of that
+strategy, drawn at once (LiveUpdate.first_look); then the other strategies are built and the
+interleaved rounds measure them all, the first look's trial not among them (it ran before the
+others existed, so it has no round to be paired in). The warm-up runs with a short GIL switch
+interval (_short_gil_switch, below).
 """
 from __future__ import annotations
 
