@@ -60,8 +60,8 @@ from dspark_lab.run.point import build_steps, measure_point, timing_rows
 # analysed in a worker, 6 after 1 and 4 profiled, 2.4 s (-s6p4), 5 after 1 and 3 profiled, 2.0 s
 # (-s5p3); then with the panel's debounce at 0.05 s instead of 0.3 s and no partial drawn just
 # before the complete one, 1.74 s (-1447); with the cheaper cold start below, 1.45-1.92 s over
-# four calls (-1619, -1624, -1632 and the file without a suffix; host speed differs between calls,
-# and each file records it).
+# five calls (-1619, -1624, -1632, -1641 and the file without a suffix; host speed differs between
+# calls, and each file records it).
 LIVE_STEPS, LIVE_WARMUP, LIVE_TRIALS, LIVE_PROFILE_STEPS = 5, 1, 3, 3
 PROFILE_AFTER_ROUND = 1  # the profiled pass runs after this many rounds; its analysis overlaps the rest
 DEFAULT_DISPATCH = "allreduce"  # SGLang's MoE without an all-to-all backend (measurements.md)
