@@ -129,3 +129,36 @@ def test_long_legends_go_below_the_plot_with_room_for_every_row(data):  # noqa: 
     # laying out again changes nothing (the panel and export call it on laid-out figures)
     again = figures.fit_layout(fig.__class__(fig))
     assert again.layout.height == fig.layout.height and again.layout.margin.t == fig.layout.margin.t
+
+
+class _FlakyFigure:
+    """Stands in for a go.Figure whose write_image fails with `errors` first, then writes."""
+
+    def __init__(self, *errors):
+        self.errors, self.calls = list(errors), []
+
+    def write_image(self, path, **kwargs):
+        self.calls.append((path, kwargs))
+        if self.errors:
+            raise self.errors.pop(0)
+
+
+def test_kaleido_not_yet_loaded_gets_one_more_try(tmp_path):
+    from dspark_lab.views.figures import render
+
+    fig = _FlakyFigure(RuntimeError("ReferenceError: kaleido_scopes is not defined at <anonymous>:1:26"))
+    render._write_image(fig, tmp_path / "a.png", format="png")
+    assert [c[0] for c in fig.calls] == [str(tmp_path / "a.png")] * 2 and fig.calls[1][1] == {"format": "png"}
+
+
+def test_kaleido_not_yet_loaded_twice_and_other_errors_are_raised(tmp_path):
+    from dspark_lab.views.figures import render
+
+    twice = _FlakyFigure(*[RuntimeError("kaleido_scopes is not defined")] * 2)
+    with pytest.raises(RuntimeError, match="kaleido_scopes"):
+        render._write_image(twice, tmp_path / "a.png")
+    assert len(twice.calls) == 2
+    other = _FlakyFigure(ValueError("Invalid format 'bmp'"))
+    with pytest.raises(ValueError, match="bmp"):
+        render._write_image(other, tmp_path / "a.bmp")
+    assert len(other.calls) == 1  # no second try for the figure's own error
