@@ -127,6 +127,11 @@ def nvml_for(device_index: int = 0) -> Nvml:
     return _NVML[device_index]
 
 
+def nvml_of(device) -> Optional[Nvml]:
+    """nvml_for a torch device; None off CUDA (no clocks or temperatures to read)."""
+    return nvml_for(device.index or 0) if device.type == "cuda" else None
+
+
 # -- GPU time of the step's GPU work -----------------------------------------------------------------
 
 class GpuWorkClock:

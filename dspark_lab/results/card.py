@@ -100,15 +100,20 @@ def verdict(host_us: float, queued_ms: float, copy_gpu_us: float, empty_host_us:
     size measured, same queue (0: unknown)."""
     if any(not isinstance(v, (int, float)) or math.isnan(v) for v in (host_us, queued_ms)):
         raise ValueError(f"host_us and queued_ms must be numbers; got {host_us!r}, {queued_ms!r}")
-    base = 0.0 if not isinstance(empty_host_us, (int, float)) or math.isnan(empty_host_us) else empty_host_us
+    base = _known_or_zero(empty_host_us)
     if queued_ms > 0 and host_us - base > queued_ms * 1e3 / 2:
         return WAITS
-    small = 0.0 if not isinstance(smallest_host_us, (int, float)) or math.isnan(smallest_host_us) else smallest_host_us
+    small = _known_or_zero(smallest_host_us)
     fast = host_us if fastest_us is None or math.isnan(fastest_us) else fastest_us
     if (not math.isnan(copy_gpu_us) and copy_gpu_us >= COPY_FLOOR_US and fast >= copy_gpu_us / 2
             and fast - small >= COPY_FLOOR_US / 2):
         return FOR_COPY
     return AT_ONCE
+
+
+def _known_or_zero(v) -> float:
+    """A reference host time, 0 where the card has none (missing or NaN)."""
+    return 0.0 if not isinstance(v, (int, float)) or math.isnan(v) else v
 
 
 def _near(x: float, threshold: float) -> bool:
@@ -127,8 +132,7 @@ def edge(host_us: Sequence[float], queued_ms: float, copy_gpu_us: float, empty_h
     alone = sorted({verdict(x, queued_ms, copy_gpu_us, empty_host_us, smallest_host_us, x) for x in xs} - {v})
     if alone:
         return f"a repeat alone would be '{alone[0]}' ({min(xs):.0f}-{max(xs):.0f} µs over {len(xs)} repeats)"
-    base = empty_host_us if isinstance(empty_host_us, (int, float)) and not math.isnan(empty_host_us) else 0.0
-    small = smallest_host_us if isinstance(smallest_host_us, (int, float)) and not math.isnan(smallest_host_us) else 0.0
+    base, small = _known_or_zero(empty_host_us), _known_or_zero(smallest_host_us)
     if queued_ms > 0 and _near(med - base, queued_ms * 1e3 / 2):
         return f"waited {(med - base) / 1e3:.1f} ms over the empty queue, the bound is {queued_ms / 2:g} ms"
     if v == WAITS or math.isnan(copy_gpu_us):

@@ -307,9 +307,8 @@ class LiveBackend:
         """One timed trial of the warm-up's strategy, drawn before the other strategies are built;
         returns {strategy: [its TrialTiming]}."""
         (name, s), = built.items()
-        nvml = diagnostics.nvml_for(s.device.index or 0) if s.device.type == "cuda" else None
         timing = time_trial(s.step, cfg.steps, cfg.warmup, s.drain, trial=0,
-                            diag=diagnostics.TrialDiagnostics(s, nvml=nvml))
+                            diag=diagnostics.TrialDiagnostics(s, nvml=diagnostics.nvml_of(s.device)))
         rows = timing_rows(cfg, {name: [timing]})
         on_update(LiveUpdate(self._data(rows, None, settings, "first look"), False, 0, planned, None, first_look=True))
         return {name: [timing]}

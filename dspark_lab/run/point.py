@@ -217,7 +217,7 @@ def measure_point(
     first = steps[names[0]]
     # The bar: the trials' share, then one step per strategy profiled.
     total, trial_part = cfg.trials * len(names) + len(names), cfg.trials * len(names)
-    nvml = diagnostics.nvml_for(first.device.index or 0) if diagnose and first.device.type == "cuda" else None
+    nvml = diagnostics.nvml_of(first.device) if diagnose else None
     diag = {n: diagnostics.TrialDiagnostics(s, nvml=nvml) for n, s in steps.items()} if diagnose else None
     passes: list = []
 

@@ -18,10 +18,8 @@ import threading
 import traceback
 from typing import Any, Optional
 
-import plotly.graph_objects as go
-
 from dspark_lab.views.figures import ranks as rank_figures
-from dspark_lab.views.figures import widget_config
+from dspark_lab.views.figures import panel_figure
 
 RANK_FIGURE_HEIGHTS = {"per_rank": 440, "who_waits": 380}  # px
 
@@ -166,11 +164,7 @@ class LiveParts:
             self.box.layout.display = "none"
             return
         if not self.figs:
-            for k, h in RANK_FIGURE_HEIGHTS.items():
-                fw = self.figs[k] = go.FigureWidget(layout=dict(height=h, width=1000))
-                widget_config(fw)
-                fw.add_class("dspark-figure")
-                fw.add_class(f"dspark-figure-{k}")
+            self.figs = {k: panel_figure(k, h) for k, h in RANK_FIGURE_HEIGHTS.items()}
             self.box.children = (self.rank_note, *self.figs.values())
         self._apply(self.figs["per_rank"], rank_figures.per_rank_breakdown(rows, dispatch))
         self._apply(self.figs["who_waits"], rank_figures.who_waits(rows, dispatch))

@@ -105,11 +105,7 @@ class Panel:
         self.error = W.HTML("")
         self.progress = W.FloatProgress(value=0, min=0, max=1, description="", layout=W.Layout(
             width="340px", visibility="visible" if self.mode == "live" else "hidden"))
-        self.figs = {k: go.FigureWidget(layout=dict(height=h, width=1000)) for k, h in FIGURE_HEIGHTS.items()}
-        for k, fw in self.figs.items():
-            figures.widget_config(fw)  # no cloud "share" button, no logo
-            fw.add_class("dspark-figure")  # found by the browser test before plotly has drawn into it
-            fw.add_class(f"dspark-figure-{k}")
+        self.figs = {k: figures.panel_figure(k, h) for k, h in FIGURE_HEIGHTS.items()}
         # The banner last: live, it names the GPU, and the fingerprint waits for the CUDA context;
         # the figures above are made meanwhile rather than beside the warm-up's step building.
         self.mode_html = W.HTML(self._mode_banner())

@@ -35,6 +35,17 @@ def widget_config(widget) -> None:
     widget._config = {**(widget._config or {}), **PLOTLY_CONFIG}
 
 
+def panel_figure(name: str, height: int, width: int = 1000) -> go.FigureWidget:
+    """An empty FigureWidget of a panel, updated in place later: PLOTLY_CONFIG (no cloud "share"
+    button, no logo), and the classes `dspark-figure` and `dspark-figure-<name>` (found by the
+    browser test before plotly has drawn into it)."""
+    fw = go.FigureWidget(layout=dict(height=height, width=width))
+    widget_config(fw)
+    fw.add_class("dspark-figure")
+    fw.add_class(f"dspark-figure-{name}")
+    return fw
+
+
 def _kaleido_ready() -> None:
     """No MathJax (it would need a network fetch); Debian's chromium when kaleido has none of its own."""
     pio.defaults.mathjax = None
