@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import torch
 
 from dspark_lab.predicate import ParallelSettings, enable_num_token_non_padded
-from dspark_lab.results.strategy_info import BUILTIN_INFO
+from dspark_lab.results.facts.strategy_table import BUILTIN_INFO
 
 StrategyFn = Callable[..., Optional[torch.Tensor]]
 

@@ -87,7 +87,7 @@ def bench(n: int, src: list[Path], work: Path, machines: int, views: bool = True
 
 def bench_views(runs, out: Path) -> dict:
     """The report (build + write) and the recorded panel's backend (made, one point drawn)."""
-    from dspark_lab.results.backend import RecordedBackend
+    from dspark_lab.results.viewmodels.backend import RecordedBackend
     from dspark_lab.views import report
 
     _, t_report = timed(lambda: report.write_html(out, runs))
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     src = sorted(args.src.glob("*.jsonl"))
     if not src:
         ap.error(f"no run files in {args.src}")
-    from dspark_lab.results import cache
+    from dspark_lab.results.loading import cache
 
     if not cache.available():
         print("pyarrow is not installed: no cache, every load parses every file", file=sys.stderr)

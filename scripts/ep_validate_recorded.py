@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dspark_lab.results import ep_predict as predict  # noqa: E402
+from dspark_lab.results.analyses import ep_predict as predict  # noqa: E402
 
 
 def load(path):

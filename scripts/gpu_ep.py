@@ -31,12 +31,12 @@ apply_nccl_safe_env()  # before torch or any rank process starts
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from dspark_lab.results import store
+from dspark_lab.results.record import store
 from dspark_lab import strategies  # noqa: E402
 from dspark_lab.config import LabConfig  # noqa: E402
 from dspark_lab.measure.probe import fingerprint  # noqa: E402
 from dspark_lab.parallel import checks
-from dspark_lab.results import ep_predict as predict  # noqa: E402
+from dspark_lab.results.analyses import ep_predict as predict  # noqa: E402
 from dspark_lab.model.dispatch import DISPATCH_MODES  # noqa: E402
 from dspark_lab.parallel.measure import measure_single, only_rank0, uniform  # noqa: E402
 from dspark_lab.parallel.run import EP_LIVE_STEPS, EP_LIVE_TRIALS, EP_LIVE_WARMUP, EPLive, run_ep, standard_cases

@@ -115,9 +115,9 @@ def main() -> int:
     import torch
 
     from dspark_lab.measure import probe
-    from dspark_lab.results import card as card_results
-    from dspark_lab.results import hazards as hazards_results
-    from dspark_lab.results.paths import machine_file_name
+    from dspark_lab.results.analyses import card as card_results
+    from dspark_lab.results.analyses import hazards as hazards_results
+    from dspark_lab.results.record.paths import machine_file_name
 
     fp = probe.fingerprint()  # recorded in the card and the hazards record
     say(f"fingerprint: {fp['gpu']} · driver {fp['driver']} · CUDA {fp['cuda']} · torch {fp['torch']}")

@@ -245,7 +245,7 @@ def reference_config(smoke: bool):
 
 def one_run(name: str, what: str, cfg, cap_s: float, folder: Path, fp: dict, burn: tuple | None,
             keep_baseline: bool, cores: list, nice: int = 0) -> Path:
-    from dspark_lab.results import store
+    from dspark_lab.results.record import store
     from dspark_lab.run import baseline
     from dspark_lab.run.point import measure_point, point_id
     from dspark_lab.run.sweep import SweepSpec
@@ -275,8 +275,8 @@ def one_run(name: str, what: str, cfg, cap_s: float, folder: Path, fp: dict, bur
 
 def judge_alone(path: Path, name: str, what: str) -> dict:
     """The run loaded ALONE: its headline, its flagged trials and reasons, the run rule's verdict."""
-    from dspark_lab.results import noise
-    from dspark_lab.results.runs import Runs
+    from dspark_lab.results.rules import noise
+    from dspark_lab.results.query.runs import Runs
 
     runs = Runs.load([path])
     ok = runs.ok

@@ -38,8 +38,9 @@ from dspark_lab.cli.main import main as cli  # noqa: E402
 from dspark_lab.gallery import katas, registry  # noqa: E402
 from dspark_lab.gallery import cases as C  # noqa: E402
 from dspark_lab.measure import probe  # noqa: E402
-from dspark_lab.results import step_diff, step_record  # noqa: E402
-from dspark_lab.results.sync_sites import parse_site  # noqa: E402
+from dspark_lab.results.analyses import step_diff  # noqa: E402
+from dspark_lab.results.record import inspect_record  # noqa: E402
+from dspark_lab.results.record.sync_sites import parse_site  # noqa: E402
 from dspark_lab.run import inspect as inspect_run  # noqa: E402
 
 T0 = time.perf_counter()
@@ -105,8 +106,8 @@ def diff_case(name: str, data: Path, prefix: str, date: str, steps: int, trials:
         lambda: case.step(state), lambda: case.fix(state), targets=(f"{TARGETS}:{name}", f"{TARGETS}:{name}_fix"),
         labels=(name, f"{name}_fix"), steps=steps, trials=trials, source_roots=(root, root), allow=case.allow)
     stem = data / "inspect" / f"{prefix}-diff-{name}-{date}"
-    step_record.save(before, f"{stem}-before.json")
-    step_record.save(after, f"{stem}-after.json")
+    inspect_record.save(before, f"{stem}-before.json")
+    inspect_record.save(after, f"{stem}-after.json")
     (stem.parent / f"{stem.name}.md").write_text(step_diff.markdown(step_diff.diff(before, after)) + "\n")
     return before, after
 
@@ -142,7 +143,7 @@ def main(argv=None) -> int:
     pairs = {}
     cli_stem = data / "inspect" / f"{prefix}-diff-{FIRST}-{date}"
     if cli_rc["diff_exit"] == 0:  # the CLI's records of the first case; else it is measured in process below
-        pairs[FIRST] = tuple(step_record.load(f"{cli_stem}-{role}.json") for role in ("before", "after"))
+        pairs[FIRST] = tuple(inspect_record.load(f"{cli_stem}-{role}.json") for role in ("before", "after"))
     for name in registry.names():
         if name in pairs:
             continue

@@ -71,7 +71,7 @@ def detail(cpu: bool, variant: str, with_cprofile: bool) -> dict:
     from dspark_lab.measure.probe import driver_version, fingerprint
     from dspark_lab.measure.timing import time_trial
     from dspark_lab.model import draft, workload
-    from dspark_lab.results import frames
+    from dspark_lab.results.viewmodels import frames
     from dspark_lab.run import live
     from dspark_lab.run.point import timing_rows
     imports_s = time.perf_counter() - t_imp

@@ -66,7 +66,8 @@ def launch(out: Path, ep_args: list, log: Path, limit_s: float) -> int:
 def summarize(run_file: Path) -> list[str]:
     import numpy as np
 
-    from dspark_lab.results import load as run_load, store
+    from dspark_lab.results.loading import load as run_load
+    from dspark_lab.results.record import store
 
     header = store.read_header(run_file)
     rows = run_load.load(run_file).rows

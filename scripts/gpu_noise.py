@@ -56,10 +56,10 @@ def child(args: list[str], env: dict | None = None) -> dict:
 # -- reference -----------------------------------------------------------------------------------
 
 def reference_one(smoke: bool, index: int) -> dict:
-    from dspark_lab.results import store
+    from dspark_lab.results.record import store
     from dspark_lab.config import LabConfig
     from dspark_lab.measure import probe
-    from dspark_lab.results import noise
+    from dspark_lab.results.rules import noise
     from dspark_lab.run.point import measure_point, point_id
     from dspark_lab.run.sweep import SweepSpec
 
@@ -189,7 +189,7 @@ def stage_overhead(smoke: bool) -> str:
 
     from dspark_lab.config import LabConfig
     from dspark_lab.measure import diagnostics, timing
-    from dspark_lab.results import stats
+    from dspark_lab.results.rules import stats
     from dspark_lab.model.workload import LabStep
 
     z = sizes(smoke)

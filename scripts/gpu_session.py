@@ -25,7 +25,7 @@ from dspark_lab import strategies  # noqa: E402
 from dspark_lab.config import LabConfig  # noqa: E402
 from dspark_lab.model.draft import INVALID_EXPERT  # noqa: E402
 from dspark_lab.measure import probe, timing, trace  # noqa: E402
-from dspark_lab.results.stats import compare, median_ci  # noqa: E402
+from dspark_lab.results.rules.stats import compare, median_ci  # noqa: E402
 from dspark_lab.measure.profile import analyse  # noqa: E402
 from dspark_lab.run.point import measure_point, point_id  # noqa: E402
 from dspark_lab.measure.ranges import STEP_RANGE  # noqa: E402
@@ -158,7 +158,7 @@ def run_stage_check() -> str:
     dc = draft_check()
     traces_dir = OUT / "traces"
     traces_dir.mkdir(exist_ok=True)
-    from dspark_lab.results import store
+    from dspark_lab.results.record import store
 
     with store.RunWriter.create(OUT / "presets.jsonl", fingerprint=probe.fingerprint(),
                                 sweep={"preset": "sglang_profile", "ep_size": [1, 8], "batch_size": [8], "gamma": [4]},

@@ -25,10 +25,11 @@ for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "
     os.environ.setdefault(_k, _v)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from dspark_lab.results import load as run_load, store  # noqa: E402
+from dspark_lab.results.loading import load as run_load  # noqa: E402
+from dspark_lab.results.record import store  # noqa: E402
 from dspark_lab.config import LabConfig  # noqa: E402
 from dspark_lab.measure import probe, trace  # noqa: E402
-from dspark_lab.results import sync_cost  # noqa: E402
+from dspark_lab.results.analyses import sync_cost  # noqa: E402
 from dspark_lab.run.point import measure_point, point_id  # noqa: E402
 from dspark_lab.measure.ranges import STEP_RANGE  # noqa: E402
 

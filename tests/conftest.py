@@ -9,7 +9,7 @@ import torch
 
 from helpers import COMMITTED_DATA, NOTEBOOKS, execute_notebook, kernel_env, synthetic_runs
 
-# The run-file cache (dspark_lab/results/cache.py) of this test session: its own folder, removed at
+# The run-file cache (dspark_lab/results/loading/cache.py) of this test session: its own folder, removed at
 # exit, never the user's ~/.cache (subprocesses inherit it).
 os.environ["DSPARK_CACHE"] = tempfile.mkdtemp(prefix="dspark-test-cache-")
 atexit.register(shutil.rmtree, os.environ["DSPARK_CACHE"], True)

@@ -10,8 +10,10 @@ import numpy as np
 import pandas as pd
 
 from dspark_lab import strategies
-from dspark_lab.results import Runs, schema, store
-from dspark_lab.results.runs import ok_rows
+from dspark_lab.results import Runs
+from dspark_lab.results.record import schema
+from dspark_lab.results.record import store
+from dspark_lab.results.query.runs import ok_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS_DIR = ROOT / "data" / "runs"  # the committed runs
@@ -194,7 +196,7 @@ def synthetic_card(gpu="SYNTH-GPU-A", driver="1.0", waits_from=4 << 20, queued_m
     at 20 KB/µs; the blocking forms wait for the queue at every size, a pageable non-blocking H2D
     copy (and the pinned non-contiguous one, staged through pageable memory) from `waits_from` bytes up,
     every other form returns in 8 µs."""
-    from dspark_lab.results import card
+    from dspark_lab.results.analyses import card
 
     always = {"pageable_copy", "pinned_copy", "tensor_device", "into_pageable_nb", "cpu", "readback"}
     from_size = {"pageable_to_nb", "pinned_strided_to_nb"}

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dspark_lab.results import advice
+from dspark_lab.results.analyses import advice
 
 PAGEABLE = {"device_direct", "non_blocking", "on_demand"}  # as the strategies copy (pageable sources)
 

@@ -153,8 +153,8 @@ def _settings(controls, run_ids: list) -> dict:
 def _expected(backend, settings: dict):
     """What the panel must draw for `settings`: per run label, strategies and recorded median step
     times of the nearest recorded point; or the error the panel must show."""
-    from dspark_lab.results.runs import ok_rows
-    from dspark_lab.results.strategy_info import strategy_order
+    from dspark_lab.results.query.runs import ok_rows
+    from dspark_lab.results.facts.strategy_table import strategy_order
 
     try:
         data = backend.get(settings)
@@ -287,7 +287,7 @@ def _page_through(page, stem: str, max_pages: int = 30) -> int:
 
 def _exercise_panel(page, name, backend, store_rows):
     """Move each control once and check the figure after each move; return the run dropdown's labels."""
-    from dspark_lab.results.backend import ALL_RUNS
+    from dspark_lab.results.viewmodels.backend import ALL_RUNS
 
     stem = name.split("_")[0]
     cell = page.locator(".jp-Notebook .jp-CodeCell", has=page.locator(".dspark-mode")).first
@@ -441,7 +441,7 @@ def _screenshot_report(browser, lab) -> None:
 def test_lab_sh_kit_runs_every_notebook_and_every_control_moves_the_figures(lab):
     from playwright.sync_api import sync_playwright
 
-    from dspark_lab.results.backend import load_recorded
+    from dspark_lab.results.viewmodels.backend import load_recorded
 
     backend = load_recorded(lab["env"].get("DSPARK_DATA"))  # what the notebooks' panel reads (live.open_backend)
     OUT.mkdir(parents=True, exist_ok=True)
@@ -473,7 +473,7 @@ def test_lab_sh_kit_runs_every_notebook_and_every_control_moves_the_figures(lab)
     for name in PANEL_NOTEBOOKS:
         assert (OUT / f"browser_{name.split('_')[0]}_panel.png").stat().st_size > 20_000
     # Every run label names its kind (results.kinds): "H200 · default sweep · 11-30 17:12".
-    from dspark_lab.results.kinds import KINDS
+    from dspark_lab.results.facts.run_kinds import KINDS
     for name, opts in labels.items():
         unnamed = [o for o in opts[1:] if not any(f" {k} " in f" {o} " or f"· {k}" in o for k in KINDS.values())]
         assert not unnamed, f"{name}: run labels without their kind: {unnamed}"

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from dspark_lab.cli.main import main as cli_main
-from dspark_lab.results import advice
-from dspark_lab.results import card as C
+from dspark_lab.results.analyses import advice
+from dspark_lab.results.analyses import card as C
 from dspark_lab.views.figures import card as card_figures
 from helpers import synthetic_card
 from test_advice import _rows
@@ -216,7 +216,7 @@ def test_a_copy_that_waits_only_at_some_sizes_is_not_called_a_threshold():
 
 
 def test_a_cost_some_repeats_do_not_pay_or_that_does_not_grow_with_the_size_is_not_the_copy():
-    from dspark_lab.results import card as C
+    from dspark_lab.results.analyses import card as C
 
     # An idle GPU's calls are bimodal (7 or 60 µs) and its event-timed 64-byte copy reads 60 µs.
     assert C.verdict(55.0, 0.0, 60.0, smallest_host_us=7.0, fastest_us=7.0) == C.AT_ONCE

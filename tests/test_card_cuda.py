@@ -4,7 +4,7 @@ host memory waits for the queue, and what waits is seen as a sync."""
 import pytest
 import torch
 
-from dspark_lab.results import card as C
+from dspark_lab.results.analyses import card as C
 
 
 def test_without_cuda_the_card_says_why():

@@ -18,10 +18,10 @@ from dspark_lab import strategies
 from dspark_lab.cli import ep as ep_cli
 from dspark_lab.cli import main as cli
 from dspark_lab.cli.lists import parse_ints, parse_strategies
-from dspark_lab.results import schema
+from dspark_lab.results.record import schema
 from dspark_lab.config import FIELDS, LabConfig, choices_of, type_of
-from dspark_lab.results import load as run_load
-from dspark_lab.results.store import DataWarning, RunWriter
+from dspark_lab.results.loading import load as run_load
+from dspark_lab.results.record.store import DataWarning, RunWriter
 from dspark_lab.run.sweep import GRID_FIELDS, SweepSpecError
 
 REPO = Path(__file__).resolve().parent.parent

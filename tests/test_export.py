@@ -112,7 +112,7 @@ def test_no_share_button_anywhere(data):  # noqa: F811
     assert '"showSendToCloud": false' in doc and '"sendChartToCloud"' in doc
     # the panel's FigureWidgets
     pytest.importorskip("ipywidgets")
-    from dspark_lab.results.backend import RecordedBackend
+    from dspark_lab.results.viewmodels.backend import RecordedBackend
     from dspark_lab.views import panel
 
     p = panel.Panel(RecordedBackend(runs))

@@ -9,12 +9,13 @@ import pytest
 
 from dspark_lab.views import figures
 from dspark_lab.views.figures.timelines import drawn_part
-from dspark_lab.results import frames, schema
-from dspark_lab.results.runs import ok_rows
-from dspark_lab.results.strategy_info import strategy_order
+from dspark_lab.results.viewmodels import frames
+from dspark_lab.results.record import schema
+from dspark_lab.results.query.runs import ok_rows
+from dspark_lab.results.facts.strategy_table import strategy_order
 from dspark_lab import strategies
 from dspark_lab.results import Runs
-from dspark_lab.results.stats import median_ci
+from dspark_lab.results.rules.stats import median_ci
 from helpers import RUNS_DIR, a_point, synthetic_runs
 
 
@@ -22,7 +23,7 @@ def test_committed_runs_load_cleanly():
     """The committed H200 runs (schema version 1) load with no warning and every run has a label."""
     import warnings
 
-    from dspark_lab.results.load import DataWarning
+    from dspark_lab.results.loading.load import DataWarning
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", DataWarning)
@@ -273,7 +274,7 @@ def test_committed_sync_sites_show_the_line_that_makes_the_tensor():
 def test_the_committed_site_survives_an_import_moved_in_strategies_py(tmp_path, shift):
     """This checkout's strategies.py with its lines moved (an import moved to the top adds 2): the
     committed site still shows device_direct's torch.tensor(..., device=device) line."""
-    from dspark_lab.results.paths import PACKAGE_DIR
+    from dspark_lab.results.record.paths import PACKAGE_DIR
     from dspark_lab.views import source_lines
 
     src = (PACKAGE_DIR / "strategies.py").read_text().splitlines(keepends=True)

@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 
 from dspark_lab.views.figures import ranks as FR
-from dspark_lab.results import schema
+from dspark_lab.results.record import schema
 
 
 def _rows():

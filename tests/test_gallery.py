@@ -117,7 +117,7 @@ def test_every_count_of_a_trace_has_a_row_column():
     """measure_point keeps a trace's counts that are row columns and drops the rest: a count the
     sync accounting derives but the schema lacks would vanish from every row in silence."""
     from dspark_lab.measure import syncs, trace
-    from dspark_lab.results import schema
+    from dspark_lab.results.record import schema
 
     counts = syncs.counts_per_step(trace.events({"traceEvents": _pageable_d2h_events()}))
     assert counts["d2h_per_step"] == 1.5 and counts["d2h_pageable_per_step"] == 1.0

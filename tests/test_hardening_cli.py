@@ -21,7 +21,7 @@ from dspark_lab.cli.terminal import printable
 from dspark_lab.measure import trace
 from dspark_lab.parallel import run as ep_run
 from dspark_lab.parallel.workers import WorkerError, WorkerGroup
-from dspark_lab.results import store
+from dspark_lab.results.record import store
 from dspark_lab.views import report
 from test_cli import TINY_ARGS, fake_runner, run_main  # noqa: F401 - fake_runner: a fixture
 from test_loading_reliability import base, patch_header, patch_row

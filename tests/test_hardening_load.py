@@ -15,9 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from dspark_lab.model import calibration, workload
-from dspark_lab.results import Runs, cache as run_cache
-from dspark_lab.results.load import DataWarning, load
-from dspark_lab.results.paths import SettingError
+from dspark_lab.results import Runs
+from dspark_lab.results.loading import cache as run_cache
+from dspark_lab.results.loading.load import DataWarning, load
+from dspark_lab.results.record.paths import SettingError
 from test_loading_reliability import base, lines, patch_row, put
 
 PAST = 1_700_000_000  # file times long past: cacheable (results.cache.racy)

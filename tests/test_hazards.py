@@ -4,7 +4,7 @@ import pytest
 
 from dspark_lab import strategies
 from dspark_lab.measure import hazards as measure_hazards
-from dspark_lab.results import hazards as H
+from dspark_lab.results.analyses import hazards as H
 
 
 def _record(wrong: dict, strategy_wrong: int = 0, n: int = 10) -> dict:

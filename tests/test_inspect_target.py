@@ -156,7 +156,7 @@ def test_on_cuda_inspect_names_the_documented_sync_lines_with_their_cost(name):
 
     from dspark_lab.gallery import cases as C
     from dspark_lab.gallery import registry
-    from dspark_lab.results.sync_sites import parse_site
+    from dspark_lab.results.record.sync_sites import parse_site
     from dspark_lab.run.inspect import inspect_step
 
     case = registry.get(name)
@@ -176,7 +176,7 @@ def test_on_cuda_inspect_names_the_documented_sync_lines_with_their_cost(name):
 
 
 def test_a_source_line_is_quoted_only_from_a_python_file_under_the_targets_folder(tmp_path):
-    from dspark_lab.results.sync_sites import parse_site
+    from dspark_lab.results.record.sync_sites import parse_site
     from dspark_lab.run.inspect import source_line
 
     root = tmp_path / "proj" / "pkg"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from dspark_lab.results import store
-from dspark_lab.results.load import DataWarning, load
-from dspark_lab.results.rows import build_row
+from dspark_lab.results.record import store
+from dspark_lab.results.loading.load import DataWarning, load
+from dspark_lab.results.record.rows import build_row
 
 FP = {"gpu": "TEST-GPU", "driver": "1.0", "cuda": "13.0", "torch": "2.x"}
 STRATS = ("device_direct", "persistent_fill")

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from dspark_lab.model import calibration
-from dspark_lab.results import noise
-from dspark_lab.results.runs import Runs
+from dspark_lab.results.rules import noise
+from dspark_lab.results.query.runs import Runs
 from dspark_lab.run import baseline
 from test_noise import synthetic_run  # one run of the reference point, host work per step as given
 

@@ -10,7 +10,7 @@ from dspark_lab import strategies
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import measure_step, probe, syncs
 from dspark_lab.run.point import measure_point, point_id
-from dspark_lab.results.schema import HOST_PARTS, ROW_COLUMNS
+from dspark_lab.results.record.schema import HOST_PARTS, ROW_COLUMNS
 
 
 def test_any_callable_on_cpu_reports_syncs_as_not_measurable():

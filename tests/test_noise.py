@@ -1,4 +1,4 @@
-"""Noise: disturbed trials detected, counted and kept out of the headline (results/noise.py);
+"""Noise: disturbed trials detected, counted and kept out of the headline (results/rules/noise.py);
 per-trial diagnostics on CPU; adaptive stopping; the calibration cache; the plotly-free live path."""
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ import pytest
 from dspark_lab.model import calibration, workload
 from dspark_lab.cli import main as cli
 from dspark_lab.views import figures
-from dspark_lab.results import schema
+from dspark_lab.results.record import schema
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import diagnostics, loop, probe, timing, waits
-from dspark_lab.results import noise
-from dspark_lab.results import load as run_load
+from dspark_lab.results.rules import noise
+from dspark_lab.results.loading import load as run_load
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = sorted((REPO / "data" / "runs").glob("h200-sglang-profile-*.jsonl"))
@@ -384,7 +384,7 @@ def test_target_verify_calibration_is_cached_per_gpu_driver_and_torch(monkeypatc
 
 def test_the_live_path_imports_neither_plotly_nor_ipywidgets():
     code = ("import sys; from dspark_lab.run.live import LiveBackend; from dspark_lab.run.point import measure_point; "
-            "from dspark_lab.results import noise; "
+            "from dspark_lab.results.rules import noise; "
             "bad = [m for m in ('plotly', 'ipywidgets') if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
@@ -538,7 +538,7 @@ def test_runs_without_host_diagnostics_or_quiet_trials_are_not_judged():
 
 
 def test_headline_skips_a_disturbed_run_for_the_most_recent_quiet_one_and_says_so():
-    from dspark_lab.results.runs import Runs
+    from dspark_lab.results.query.runs import Runs
     rows = pd.concat([synthetic_run("old", 0.45, at="2026-01-01T00:00:00"),
                       synthetic_run("quiet", 0.46, at="2026-01-02T00:00:00"),
                       synthetic_run("new", 2.0, at="2026-01-03T00:00:00")], ignore_index=True)
@@ -556,7 +556,7 @@ def test_headline_skips_a_disturbed_run_for_the_most_recent_quiet_one_and_says_s
 
 @pytest.mark.skipif(not REFERENCE_RUNS, reason="the recorded H200 reference runs are not in data/runs")
 def test_recorded_reference_runs_the_boot_time_run_is_flagged_the_long_runs_are_not():
-    from dspark_lab.results.runs import Runs
+    from dspark_lab.results.query.runs import Runs
     runs = Runs.load(REFERENCE_RUNS)
     rd = runs.run_disturbance()
     name = {Runs.load([p]).run_ids()[0]: p.stem.rsplit("-", 3)[0] for p in REFERENCE_RUNS}
@@ -571,7 +571,7 @@ def test_recorded_reference_runs_the_boot_time_run_is_flagged_the_long_runs_are_
 def test_the_adaptive_floor_is_where_the_long_runs_ratio_had_settled():
     """MIN_ADAPTIVE_ROUNDS comes from prefixes of the runs that ran to the time cap: by then each
     prefix's headline ratio is within the CI target (3%) of the whole run's."""
-    from dspark_lab.results.runs import Runs
+    from dspark_lab.results.query.runs import Runs
     ok = Runs.load(REFERENCE_RUNS).ok
     capped = ok[ok["stop_reason"] == "time_cap"]
     assert capped["run_id"].nunique() >= 2

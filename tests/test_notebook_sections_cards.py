@@ -6,8 +6,8 @@ import json
 import pytest
 
 from dspark_lab import strategies
-from dspark_lab.results import card as C
-from dspark_lab.results import hazards as H
+from dspark_lab.results.analyses import card as C
+from dspark_lab.results.analyses import hazards as H
 from helpers import NOTEBOOKS_DIR, execute_notebook, kernel_env, printed, synthetic_card
 
 nbformat = pytest.importorskip("nbformat")

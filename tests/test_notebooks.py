@@ -173,13 +173,13 @@ def test_notebook03_features_the_headline_run_and_draws_every_compared_run(execu
 
 
 def test_notebook_05_shows_the_committed_example_or_says_there_is_none_and_grades_a_kata(executed_notebooks):
-    from dspark_lab.results import step_record
+    from dspark_lab.results.record import inspect_record
 
     nb, _ = executed_notebooks["05_your_own_code.ipynb"]
     text = printed(nb.cells)
-    pair = step_record.recorded_pair("scalar_item", DATA)
+    pair = inspect_record.recorded_pair("scalar_item", DATA)
     if pair is None:
-        assert step_record.NO_EXAMPLE in text
+        assert inspect_record.NO_EXAMPLE in text
     else:  # the recorded example: its target, its machine, its figures and the diff's Markdown
         before, _ = pair
         assert before["target"] in text and before["fingerprint"]["gpu"] in text

@@ -13,13 +13,13 @@ pytest.importorskip("anywidget")
 
 from dspark_lab import config, strategies
 from dspark_lab.results import Runs
-from dspark_lab.results.backend import ALL_RUNS, RecordedBackend
-from dspark_lab.results.runs import ok_rows
+from dspark_lab.results.viewmodels.backend import ALL_RUNS, RecordedBackend
+from dspark_lab.results.query.runs import ok_rows
 from dspark_lab.run import live
 from dspark_lab.views import figures, panel
-from dspark_lab.results import schema  # noqa: E402
+from dspark_lab.results.record import schema  # noqa: E402
 from dspark_lab.config import LabConfig  # noqa: E402
-from dspark_lab.results.stats import median_ci  # noqa: E402
+from dspark_lab.results.rules.stats import median_ci  # noqa: E402
 from helpers import synthetic_runs  # noqa: E402
 
 

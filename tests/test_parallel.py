@@ -215,7 +215,8 @@ def test_cli_ep_rejects_bad_dispatch(capsys):
 
 
 def test_run_ep_writes_a_run_file_with_the_group_in_its_header(group2, tmp_path):
-    from dspark_lab.results import load as run_load, store
+    from dspark_lab.results.loading import load as run_load
+    from dspark_lab.results.record import store
     from dspark_lab.parallel.run import run_ep
 
     cfg = LabConfig(model="tiny", workload="tiny", steps=1, warmup=0, trials=1, batch_size=2, gamma=2)

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from dspark_lab.results import ep_predict as P
+from dspark_lab.results.analyses import ep_predict as P
 
 
 def test_no_noise_no_jitter_predicts_the_slowest_rank():

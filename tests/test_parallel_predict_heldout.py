@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dspark_lab.results import ep_predict as P
+from dspark_lab.results.analyses import ep_predict as P
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDED = {m: sorted(glob.glob(str(ROOT / f"data/runs/h200x2-ep2-{m}-*.jsonl")))

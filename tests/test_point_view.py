@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from dspark_lab.results import Runs
-from dspark_lab.results.point_view import check_one_point, kept_trials, point_view, trials_note
+from dspark_lab.results.viewmodels.point_view import check_one_point, kept_trials, point_view, trials_note
 from dspark_lab.views import figures
 from test_figures import synthetic_runs
 

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 
 from dspark_lab.measure import loop
-from dspark_lab.results import noise, summaries
+from dspark_lab.results.rules import noise
+from dspark_lab.results.rules import summaries
 
 SLOW_MS = 2.4  # a host-side disturbance of the size measured on the shared H200
 

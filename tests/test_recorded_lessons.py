@@ -7,8 +7,11 @@ import re
 import pandas as pd
 import pytest
 
-from dspark_lab.results import Runs, kinds, picks
-from dspark_lab.results.backend import ALL_RUNS, RecordedBackend
+from dspark_lab.results import Runs
+from dspark_lab.results.facts import run_kinds
+from dspark_lab.results.query import kinds
+from dspark_lab.results.viewmodels import picks
+from dspark_lab.results.viewmodels.backend import ALL_RUNS, RecordedBackend
 from dspark_lab.run.sweep import PRESETS
 from dspark_lab.views import figures, report
 from helpers import COMMITTED_DATA as DATA
@@ -45,7 +48,7 @@ def test_a_run_kind_is_derived_from_its_recorded_shape(header, rows, kind):
 
 def test_an_unknown_kind_is_refused_naming_the_allowed_ones():
     with pytest.raises(ValueError, match="run_kind 'nightly' is not known; allowed: default_sweep"):
-        kinds.check_kind("nightly")
+        run_kinds.check_kind("nightly")
 
 
 def test_every_committed_label_is_unique_names_its_kind_and_no_run_id(runs):
@@ -186,7 +189,7 @@ def test_run_colours_stay_distinct_past_ten_runs_and_bar_labels_sit_at_the_foot(
 
 
 def test_a_profiled_pass_far_longer_than_its_step_is_flagged_in_the_rank_figure(runs):
-    from dspark_lab.results.profile_checks import overrun_profiles
+    from dspark_lab.results.analyses.profile_checks import overrun_profiles
     from dspark_lab.views.figures import ranks
 
     allreduce = [r for r in runs.runs_of_kind("ep_real") if runs.part_of(r) == "allreduce"][0]
@@ -210,7 +213,7 @@ def test_rank_case_labels_read_as_words():
 
 
 def test_the_step_model_moves_the_penalty_with_the_exposed_host_work():
-    from dspark_lab.results.step_model import StepModel
+    from dspark_lab.results.analyses.step_model import StepModel
 
     m = StepModel.from_costs(1600, 1000, 1200, target_verify_ms=4.8, launch_ms=0.8, draft_gpu_ms=0.3)
     assert m.device_direct_ms() == pytest.approx(1.6 + 4.8 + 1.2 + 0.8)  # config.py's 8.4 ms
@@ -227,7 +230,7 @@ def test_the_step_model_is_checked_against_the_recorded_sync_cost_run(runs):
     import dataclasses
 
     from dspark_lab.config import WORKLOAD_PRESETS
-    from dspark_lab.results.step_model import check
+    from dspark_lab.results.analyses.step_model import check
 
     pts = runs.ok[runs.ok.run_id.astype(str) == runs.runs_of_kind("sync_cost")[0]]
     t = check(pts, {k: dataclasses.asdict(v) for k, v in WORKLOAD_PRESETS.items()})

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from dspark_lab.measure import breakdown, syncs, trace
-from dspark_lab.results.schema import GPU_PARTS, HOST_PARTS
+from dspark_lab.results.record.schema import GPU_PARTS, HOST_PARTS
 from dspark_lab.measure.ranges import STEP_RANGE
 
 from pathlib import Path

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from dspark_lab.results import HEADLINE_RULE, REFERENCE, Runs
-from dspark_lab.results.rows import build_row
-from dspark_lab.results.stats import compare, median_ci
+from dspark_lab.results.record.rows import build_row
+from dspark_lab.results.rules.stats import compare, median_ci
 
 
 def header(run_id, gpu="GPU-A", at="2026-01-01T10:00:00+00:00", name=None, driver="1"):

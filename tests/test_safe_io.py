@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from dspark_lab.cli import main as cli
-from dspark_lab.results import load as run_load, store
+from dspark_lab.results.loading import load as run_load
+from dspark_lab.results.record import store
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -29,8 +30,8 @@ def _figure_modules() -> list[str]:
 
 
 @pytest.mark.parametrize("module,absent", [
-    ("dspark_lab.results", ("torch", "plotly")), ("dspark_lab.results.runs", ("torch", "plotly")),
-    ("dspark_lab.results.store", ("torch", "plotly")), ("dspark_lab.measure", ("torch",)),
+    ("dspark_lab.results", ("torch", "plotly")), ("dspark_lab.results.query.runs", ("torch", "plotly")),
+    ("dspark_lab.results.record.store", ("torch", "plotly")), ("dspark_lab.measure", ("torch",)),
     ("dspark_lab.measure.ranges", ("torch",)), ("dspark_lab.views.report", ("torch",)),
     *((m, ("torch",)) for m in _figure_modules()),
 ])
@@ -64,7 +65,7 @@ RESUMER = textwrap.dedent("""
     from types import SimpleNamespace
     from dspark_lab.cli import main as cli
     from dspark_lab.run import point
-    from dspark_lab.results.rows import build_row
+    from dspark_lab.results.record.rows import build_row
 
     path, ready, gate = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 
@@ -126,7 +127,7 @@ def test_a_held_file_refuses_a_second_writer_in_process(tmp_path):
 # -- report -o ----------------------------------------------------------------------------------------
 @pytest.fixture
 def recorded(tmp_path):
-    from dspark_lab.results.rows import build_row
+    from dspark_lab.results.record.rows import build_row
 
     with store.RunWriter.create(tmp_path / "data" / "runs", fingerprint=FP, sweep={}) as w:
         w.write_point("p", [build_row(point_id="p", strategy=s, trial=t, step_ms=1.0 + t, ep_size=8, batch_size=8,
@@ -173,7 +174,7 @@ def test_report_output_that_cannot_be_written_is_one_line_and_its_own_code(recor
 
 
 def test_report_on_a_full_disk_leaves_nothing_behind(recorded, tmp_path, capsys, monkeypatch):
-    from dspark_lab.results import output
+    from dspark_lab.results.record import output
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -209,7 +210,7 @@ def test_sweep_name_labels_the_run(tmp_path, capsys, monkeypatch):
     with store.RunWriter.create(tmp_path / "a.jsonl", fingerprint=FP, sweep={}, name="baseline box") as w:
         pass
     assert json.loads(w.path.read_text().splitlines()[0])["name"] == "baseline box"
-    from dspark_lab.results.rows import build_row
+    from dspark_lab.results.record.rows import build_row
 
     with store.RunWriter.open(w.path) as w2:
         w2.write_point("p", [build_row(point_id="p", strategy="device_direct", trial=0, step_ms=1.0)])

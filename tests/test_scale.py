@@ -18,12 +18,12 @@ import pytest
 
 from dspark_lab.views import figures, report
 from dspark_lab.results import Runs
-from dspark_lab.results import cache as run_cache
-from dspark_lab.results import load as run_load
-from dspark_lab.results import noise
-from dspark_lab.results.load import DataWarning
-from dspark_lab.results.backend import ALL_RUNS, MAX_RUN_OPTIONS, RecordedBackend
-from dspark_lab.results.runs import MAX_COMPARED
+from dspark_lab.results.loading import cache as run_cache
+from dspark_lab.results.loading import load as run_load
+from dspark_lab.results.rules import noise
+from dspark_lab.results.loading.load import DataWarning
+from dspark_lab.results.viewmodels.backend import ALL_RUNS, MAX_RUN_OPTIONS, RecordedBackend
+from dspark_lab.results.query.runs import MAX_COMPARED
 from helpers import write_synthetic_runs
 
 MACHINES = ("SYNTH-GPU-A", "SYNTH-GPU-B", "SYNTH-GPU-C")

@@ -7,8 +7,9 @@ import json
 import pytest
 
 from dspark_lab.cli import main as cli
-from dspark_lab.results import step_diff, step_record
-from dspark_lab.results.sync_sites import distinct_lines, merge_sites, parse_site
+from dspark_lab.results.analyses import step_diff
+from dspark_lab.results.record import inspect_record as step_record
+from dspark_lab.results.record.sync_sites import distinct_lines, merge_sites, parse_site
 
 from helpers import inspect_record
 

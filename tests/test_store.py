@@ -10,9 +10,11 @@ import warnings
 import pandas as pd
 import pytest
 
-from dspark_lab.results import paths, schema, store
-from dspark_lab.results import load as run_load
-from dspark_lab.results.store import DataWarning, RunWriter, SchemaVersionError
+from dspark_lab.results.record import paths
+from dspark_lab.results.record import schema
+from dspark_lab.results.record import store
+from dspark_lab.results.loading import load as run_load
+from dspark_lab.results.record.store import DataWarning, RunWriter, SchemaVersionError
 
 FP = {"gpu": "Test GPU", "driver": "1.0", "cuda": "12.0", "torch": "2.0", "python": "3.11", "platform": "x"}
 SWEEP = {"ep_size": [1], "batch_size": [1], "gamma": [2], "strategy": ["a"], "base": {}}

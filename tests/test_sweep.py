@@ -8,11 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from dspark_lab.results import schema
+from dspark_lab.results.record import schema
 from dspark_lab import strategies
 from dspark_lab.config import LabConfig
-from dspark_lab.results import load as run_load
-from dspark_lab.results.store import DataWarning, RunWriter
+from dspark_lab.results.loading import load as run_load
+from dspark_lab.results.record.store import DataWarning, RunWriter
 from dspark_lab.run.sweep import (
     DEFAULT_SWEEP,
     PRESETS,

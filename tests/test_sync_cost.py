@@ -1,6 +1,6 @@
 """What a sync costs: the GPU idle charged to the sync that caused it (measure.breakdown), on the
 recorded H200 traces and on small synthetic traces for the rule's edges, and the measured
-step-time loss beside it (dspark_lab/results/sync_cost.py)."""
+step-time loss beside it (dspark_lab/results/analyses/sync_cost.py)."""
 import glob
 from pathlib import Path
 
@@ -9,9 +9,10 @@ import pandas as pd
 import pytest
 
 from dspark_lab.views import figures
-from dspark_lab.results import load as run_load, schema
+from dspark_lab.results.loading import load as run_load
+from dspark_lab.results.record import schema
 from dspark_lab.measure import breakdown, syncs, trace
-from dspark_lab.results import sync_cost as sc
+from dspark_lab.results.analyses import sync_cost as sc
 from dspark_lab.measure.ranges import READBACK_RANGE, STEP_RANGE
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,13 +12,13 @@ import torch
 
 from dspark_lab import strategies
 from dspark_lab.views import figures
-from dspark_lab.results import schema
-from dspark_lab.results.point_view import point_view
+from dspark_lab.results.record import schema
+from dspark_lab.results.viewmodels.point_view import point_view
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import syncs
 from dspark_lab.run.point import measure_point
-from dspark_lab.results import load as run_load
-from dspark_lab.results.store import RunWriter
+from dspark_lab.results.loading import load as run_load
+from dspark_lab.results.record.store import RunWriter
 
 NEW = ("debug_syncs_per_step", "sync_count_mismatch", "sync_note")
 

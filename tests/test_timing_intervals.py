@@ -3,7 +3,7 @@ import pytest
 
 from dspark_lab.measure import intervals as iv
 from dspark_lab.measure import loop
-from dspark_lab.results.stats import compare, median_ci
+from dspark_lab.results.rules.stats import compare, median_ci
 
 
 def test_union_subtract_complement():
@@ -47,7 +47,7 @@ def test_compare_needs_samples():
 
 
 def test_difference_wording_reads_right():
-    from dspark_lab.results.stats import difference_text
+    from dspark_lab.results.rules.stats import difference_text
 
     assert difference_text(-29.8, -32.3, -25.4) == "29.8% faster (95% CI 25.4%\u201332.3%)"
     assert difference_text(12.0, 8.1, 15.0) == "12.0% slower (95% CI 8.1%\u201315.0%)"

@@ -19,7 +19,9 @@ import pytest
 from dspark_lab.model.dispatch import DISPATCH_MODES
 from dspark_lab.parallel import torchrun
 from dspark_lab.parallel.ranks import RankContext
-from dspark_lab.results import load as run_load, schema, store
+from dspark_lab.results.loading import load as run_load
+from dspark_lab.results.record import schema
+from dspark_lab.results.record import store
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKEN_ENV = "DSPARK_TORCHRUN_TEST"

@@ -14,8 +14,9 @@ from pathlib import Path
 from dspark_lab.cli.inspect import (EXIT_BAD_TARGET, EXIT_CANNOT_WRITE, EXIT_OK, TARGET_HELP, add_measure_options,
                                     err, outputs, stem)
 from dspark_lab.cli.options import HelpFormatter
-from dspark_lab.results import step_diff, step_record
-from dspark_lab.results.output import OutputError, check_output, write_text_safely
+from dspark_lab.results.analyses import step_diff
+from dspark_lab.results.record import inspect_record
+from dspark_lab.results.record.output import OutputError, check_output, write_text_safely
 from dspark_lab.run import worker
 from dspark_lab.run.target import TargetError, parse
 
@@ -59,7 +60,7 @@ def _records(args) -> tuple[dict, dict, bool]:
     if len(kinds) > 1:
         raise TargetError(f"{args.before} {args.after}", "BEFORE and AFTER must both be targets or both records (*.json)")
     if kinds == {True}:
-        return step_record.load(args.before), step_record.load(args.after), False
+        return inspect_record.load(args.before), inspect_record.load(args.after), False
     a, b = worker.diff_targets(args.before, args.after, steps=args.steps, trials=args.trials, warmup=args.warmup,
                                     allow=args.allow, time_limit_s=args.time_limit)
     return a, b, True
@@ -81,7 +82,7 @@ def cmd_diff(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         return EXIT_CANNOT_WRITE
     try:
         before, after, measured = _records(args)
-    except (TargetError, step_record.RecordError) as e:
+    except (TargetError, inspect_record.RecordError) as e:
         err(str(e))
         return EXIT_BAD_TARGET
     d = step_diff.diff(before, after)
@@ -89,7 +90,7 @@ def cmd_diff(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         write_text_safely(md_path, step_diff.markdown(d) + "\n")
         if measured:
             for rec, p in zip((before, after), rec_paths):
-                step_record.save(rec, p)
+                inspect_record.save(rec, p)
     except OutputError as e:
         err(str(e))
         return EXIT_CANNOT_WRITE

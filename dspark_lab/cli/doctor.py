@@ -12,7 +12,7 @@ import torch
 
 from dspark_lab.cli.options import HelpFormatter, float_in
 from dspark_lab.measure import probe
-from dspark_lab.results import card as card_results
+from dspark_lab.results.analyses import card as card_results
 
 
 def add_doctor_parser(sub) -> None:

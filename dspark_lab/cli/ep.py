@@ -16,7 +16,7 @@ from dspark_lab.parallel import torchrun
 from dspark_lab.parallel.ranks import DEFAULT_TIMEOUT_S
 from dspark_lab.parallel.run import check_world, run_ep, standard_cases
 from dspark_lab.parallel.workers import WorkerError, resolve_backend
-from dspark_lab.results import store
+from dspark_lab.results.record import store
 
 # The LabConfig fields `ep` sets (one batch size on every rank), and where its defaults are not the field's.
 CONFIG_FIELDS = ("batch_size", "gamma", "model", "workload", "steps", "trials", "warmup")

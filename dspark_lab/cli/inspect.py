@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 from dspark_lab.cli.options import HelpFormatter, float_in, int_in
-from dspark_lab.results import step_record
-from dspark_lab.results.output import OutputError, check_output
+from dspark_lab.results.record import inspect_record
+from dspark_lab.results.record.output import OutputError, check_output
 from dspark_lab.run import worker
 from dspark_lab.run.target import TargetError, parse
 
@@ -111,14 +111,14 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         err(str(e))
         return EXIT_BAD_TARGET
     try:
-        step_record.save(rec, json_path)
+        inspect_record.save(rec, json_path)
         inspect_page.write(html_path, rec)
     except OutputError as e:
         err(str(e))
         return EXIT_CANNOT_WRITE
     status, verdict = guard_status(rec, args.strict) if args.guard else (EXIT_OK, "")
     if args.json:
-        print(step_record.to_json(rec))
+        print(inspect_record.to_json(rec))
     else:
         print(inspect_page.report_text(rec))
         print(f"\nrecord: {json_path}\npage: {html_path}")

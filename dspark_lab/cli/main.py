@@ -23,9 +23,11 @@ from dspark_lab.cli.inspect import add_inspect_parser
 from dspark_lab.cli.options import OPTION_OF, SPEC_KEYWORDS, HelpFormatter, add_sweep_config_options, float_in
 from dspark_lab.cli.summary import summary_table
 from dspark_lab.measure import probe
-from dspark_lab.results import kinds, paths, store
-from dspark_lab.results.output import OutputError, check_output
-from dspark_lab.results.runs import Runs
+from dspark_lab.results.query import kinds
+from dspark_lab.results.record import paths
+from dspark_lab.results.record import store
+from dspark_lab.results.record.output import OutputError, check_output
+from dspark_lab.results.query.runs import Runs
 from dspark_lab.run import baseline as run_baseline, point
 from dspark_lab.run.sweep import PRESETS, ResumeError, SweepSpec, SweepSpecError, check_resume, run_sweep
 

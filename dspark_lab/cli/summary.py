@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from dspark_lab import strategies as strategies_mod
-from dspark_lab.results.runs import REFERENCE, Runs
+from dspark_lab.results.query.runs import REFERENCE, Runs
 
 SUMMARY_RUNS = 20  # runs listed by summary_table, the newest
 

@@ -24,8 +24,8 @@ from dspark_lab import guard
 from dspark_lab.gallery import cases as C
 from dspark_lab.gallery.registry import CASES, Case, get
 from dspark_lab.measure import loop
-from dspark_lab.results.stats import compare
-from dspark_lab.results.sync_sites import distinct_lines
+from dspark_lab.results.rules.stats import compare
+from dspark_lab.results.record.sync_sites import distinct_lines
 
 CHECKS = ("output", "guard", "faster")
 NEEDS_CUDA = "without CUDA nothing can sync or be sped up by removing a sync: only correctness can be checked here"

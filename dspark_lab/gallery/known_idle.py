@@ -141,7 +141,7 @@ def measure_case(case: KnownIdleCase, *, rounds: int = 8, steps: int = 20, warmu
 
     from dspark_lab.measure import breakdown, loop, probe, trace
     from dspark_lab.measure.step import as_step
-    from dspark_lab.results.stats import median_ci
+    from dspark_lab.results.rules.stats import median_ci
 
     if not torch.cuda.is_available():
         raise RuntimeError("known-idle cases need a CUDA device: their idle comes from GPU work and syncs")

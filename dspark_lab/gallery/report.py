@@ -24,7 +24,7 @@ from dspark_lab.measure import breakdown, measure_step, probe, syncs, trace
 from dspark_lab.gallery import cases as C
 from dspark_lab.config import choose_mode
 from dspark_lab.gallery.registry import CASES, Case, get
-from dspark_lab.results.stats import median_ci
+from dspark_lab.results.rules.stats import median_ci
 
 KIND, SCHEMA = "dspark_gallery", 1
 DATA_ENV = "DSPARK_GALLERY_DATA"

@@ -18,7 +18,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from dspark_lab.measure import probe, syncs, trace
-from dspark_lab.results import card as card_results
+from dspark_lab.results.analyses import card as card_results
 
 _RANGE_PREFIX = "dspark-card:"
 _INT32 = 4
@@ -132,7 +132,7 @@ def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[
             raise ValueError(f"sources: each must be one of {', '.join(card_results.SOURCES)}; got {s!r}")
     if not torch.cuda.is_available():
         raise RuntimeError("the platform card needs a CUDA device (none is visible here); "
-                           "recorded cards are read with dspark_lab.results.card.recorded()")
+                           "recorded cards are read with dspark_lab.results.analyses.card.recorded()")
     t_start = time.perf_counter()
     dev = torch.device("cuda")
     probe.calibrate_sleep()

@@ -16,7 +16,7 @@ import torch
 from dspark_lab import strategies
 from dspark_lab.measure import probe
 from dspark_lab.predicate import ParallelSettings
-from dspark_lab.results import hazards as hazards_results
+from dspark_lab.results.analyses import hazards as hazards_results
 
 _I32 = torch.int32
 _EP8 = ParallelSettings(ep_size=8)  # the predicate is true: every strategy makes its copy

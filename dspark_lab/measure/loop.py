@@ -25,7 +25,7 @@ from typing import Callable, Mapping, Optional
 import pandas as pd
 
 from dspark_lab.measure.timing import time_trial
-from dspark_lab.results import noise
+from dspark_lab.results.rules import noise
 
 STOP_REASONS = ("ci_target", "time_cap", "fixed_trials")
 # Below this many paired rounds a bootstrap CI of a median can only take the few sample values,

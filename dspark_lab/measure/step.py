@@ -10,7 +10,7 @@ import pandas as pd
 import torch
 
 from dspark_lab.measure.ranges import STEP_RANGE
-from dspark_lab.results.stats import median_ci
+from dspark_lab.results.rules.stats import median_ci
 from dspark_lab.measure import breakdown, loop, syncs, trace
 
 

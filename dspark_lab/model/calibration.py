@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Optional
 
-from dspark_lab.results.paths import CACHE_ENV, SettingError, cache_setting  # noqa: F401 - CACHE_ENV: its name
+from dspark_lab.results.record.paths import CACHE_ENV, SettingError, cache_setting  # noqa: F401 - CACHE_ENV: its name
 
 FILE_NAME = "calibration.json"
 _LOCK = threading.Lock()

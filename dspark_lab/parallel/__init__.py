@@ -9,5 +9,5 @@
   checks.py    EP output equals the single-process reference; padded rows never dispatched
 
 The MoE's dispatch modes live beside the MoE (model/dispatch.py); the EP-N prediction is
-torch-free analysis of recorded rows (results/ep_predict.py).
+torch-free analysis of recorded rows (results/analyses/ep_predict.py).
 """

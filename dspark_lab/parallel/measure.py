@@ -26,7 +26,7 @@ from dspark_lab.measure import intervals as iv
 from dspark_lab.measure import loop, syncs, trace
 from dspark_lab.predicate import enable_num_token_non_padded
 from dspark_lab.measure.profile import DEBUG_STEPS, PROFILE_STEPS, STRATEGY_RANGE, analyse, profile_strategies
-from dspark_lab.results.schema import RANK_COLUMNS, ROW_COLUMNS
+from dspark_lab.results.record.schema import RANK_COLUMNS, ROW_COLUMNS
 from dspark_lab.model.dispatch import check_mode
 from dspark_lab.parallel.ranks import RankContext, nccl_version
 from dspark_lab.parallel.step import RankStep

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Callable, Optional, Sequence
 
-from dspark_lab.results import store
+from dspark_lab.results.record import store
 from dspark_lab import strategies as strategy_registry
 from dspark_lab.config import LabConfig
 from dspark_lab.measure.probe import fingerprint as fp

@@ -8,7 +8,7 @@ from typing import Iterable
 import pandas as pd
 
 from dspark_lab.model import calibration
-from dspark_lab.results import noise
+from dspark_lab.results.rules import noise
 
 
 def header_fields(fingerprint: dict) -> dict:

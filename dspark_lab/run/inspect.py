@@ -22,8 +22,8 @@ import torch
 
 from dspark_lab import guard
 from dspark_lab.measure import breakdown, loop, measure_step, probe, syncs, trace
-from dspark_lab.results.stats import median_ci
-from dspark_lab.results.sync_sites import distinct_lines, merge_sites, try_parse
+from dspark_lab.results.rules.stats import median_ci
+from dspark_lab.results.record.sync_sites import distinct_lines, merge_sites, try_parse
 
 GUARD_STEPS = 3  # steps under the guard (after the measurement's warm-up)
 NO_CUDA_PARTS = ("host_blocked_ms", "gpu_busy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms")

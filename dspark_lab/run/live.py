@@ -46,9 +46,10 @@ from dspark_lab.model.dispatch import DISPATCH_MODES, check_mode
 from dspark_lab.model.workload import LabStep
 from dspark_lab.parallel import workers
 from dspark_lab.parallel.run import EPLive, RanksCancelled
-from dspark_lab.results import frames, noise
-from dspark_lab.results.backend import PointData, load_recorded
-from dspark_lab.results.runs import gpu_name, point_label
+from dspark_lab.results.viewmodels import frames
+from dspark_lab.results.rules import noise
+from dspark_lab.results.viewmodels.backend import PointData, load_recorded
+from dspark_lab.results.query.runs import gpu_name, point_label
 from dspark_lab.run.point import build_steps, measure_point, timing_rows
 
 

@@ -19,9 +19,9 @@ from dspark_lab.measure.timing import TrialTiming
 from dspark_lab.measure.analysis_worker import WorkerFailed
 from dspark_lab.measure.profile import DEBUG_STEPS, PROFILE_STEPS, analyse, profile_strategies, strategy_windows
 from dspark_lab.predicate import enable_num_token_non_padded
-from dspark_lab.results import noise
+from dspark_lab.results.rules import noise
 from dspark_lab.model.workload import LabStep
-from dspark_lab.results import rows as rowbuild
+from dspark_lab.results.record import rows as rowbuild
 
 
 @dataclass

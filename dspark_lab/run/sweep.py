@@ -12,11 +12,11 @@ import sys
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Sequence
 
-from dspark_lab.results import schema
+from dspark_lab.results.record import schema
 from dspark_lab import strategies as strategies_mod
-from dspark_lab.results import rows as rowbuild
+from dspark_lab.results.record import rows as rowbuild
 from dspark_lab.config import LabConfig
-from dspark_lab.results.store import machine_differences
+from dspark_lab.results.record.store import machine_differences
 from dspark_lab.run import baseline, point
 
 GRID_FIELDS = ("ep_size", "batch_size", "gamma", "strategy")

@@ -8,8 +8,8 @@ from typing import Callable, Optional, Sequence
 
 import pandas as pd
 
-from dspark_lab.results import card as card_results
-from dspark_lab.results import hazards as hazards_results
+from dspark_lab.results.analyses import card as card_results
+from dspark_lab.results.analyses import hazards as hazards_results
 from dspark_lab.views.figures import card as card_figures
 
 

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from dspark_lab.results import step_record
-from dspark_lab.results.output import write_text_safely
+from dspark_lab.results.record import inspect_record
+from dspark_lab.results.viewmodels import inspect_view
+from dspark_lab.results.record.output import write_text_safely
 from dspark_lab.views import figures
 from dspark_lab.views.report import _CSS, _FigureHtml
 
@@ -76,7 +77,7 @@ def _guard_html(rec: dict) -> str:
 
 def build_html(rec: dict) -> str:
     esc = html.escape
-    view = step_record.view(rec)
+    view = inspect_view.view(rec)
     fig_html = _FigureHtml()
     title = f"dspark-lab inspect: {rec['target']}"
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"

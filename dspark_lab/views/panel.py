@@ -17,10 +17,10 @@ from typing import Optional
 
 import plotly.graph_objects as go
 
-from dspark_lab.results.backend import ALL_RUNS, PointData, load_recorded
-from dspark_lab.results.point_view import point_view
-from dspark_lab.results.runs import REFERENCE
-from dspark_lab.results.strategy_info import BASELINE, BUILTIN_INFO
+from dspark_lab.results.viewmodels.backend import ALL_RUNS, PointData, load_recorded
+from dspark_lab.results.viewmodels.point_view import point_view
+from dspark_lab.results.query.runs import REFERENCE
+from dspark_lab.results.facts.strategy_table import BASELINE, BUILTIN_INFO
 from dspark_lab.views import figures, live_panel
 
 CONTROLS = ("ep_size", "batch_size", "gamma", "strategy", "workload")

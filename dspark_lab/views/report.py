@@ -14,11 +14,11 @@ from typing import Iterable, Optional
 
 import pandas as pd
 
-from dspark_lab.results import frames
-from dspark_lab.results.output import write_text_safely
-from dspark_lab.results.point_view import PointView, point_view
-from dspark_lab.results.runs import MAX_COMPARED, Runs, failed_rows, point_label
-from dspark_lab.results.strategy_info import BASELINE, BUILTIN_INFO, strategy_order
+from dspark_lab.results.viewmodels import frames
+from dspark_lab.results.record.output import write_text_safely
+from dspark_lab.results.viewmodels.point_view import PointView, point_view
+from dspark_lab.results.query.runs import MAX_COMPARED, Runs, failed_rows, point_label
+from dspark_lab.results.facts.strategy_table import BASELINE, BUILTIN_INFO, strategy_order
 from dspark_lab.views import figures
 from dspark_lab.views.card_report import card_sections
 from dspark_lab.views.source_lines import sync_site_line

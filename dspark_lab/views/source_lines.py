@@ -12,10 +12,10 @@ import re
 from pathlib import Path
 from typing import Optional
 
-from dspark_lab.results.paths import PACKAGE_DIR
+from dspark_lab.results.record.paths import PACKAGE_DIR
 # Both forms the measurement writes: "path(line): function" (trace attribution) and
 # "path:line function" (sync debug mode).
-from dspark_lab.results.sync_sites import SITE as _SITE
+from dspark_lab.results.record.sync_sites import SITE as _SITE
 
 
 def package_source(path: str, package_dir: Path = PACKAGE_DIR) -> Optional[Path]:

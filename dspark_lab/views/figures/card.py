@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dspark_lab.results import card as card_results
+from dspark_lab.results.analyses import card as card_results
 from dspark_lab.views.figures.layout import titled
 
 VERDICT_COLORS = {card_results.AT_ONCE: "#a1d99b", card_results.FOR_COPY: "#fdd49e", card_results.WAITS: "#ef6548"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 
-from dspark_lab.results.step_model import StepModel
+from dspark_lab.results.analyses.step_model import StepModel
 from dspark_lab.views.figures.layout import titled
 from dspark_lab.views.figures.style import STRATEGY_COLORS
 
@@ -24,6 +24,6 @@ def penalty_model(model: StepModel, host_prep_scale: float = 1.0, verify_ms: flo
                     name=f"this setting: penalty {m.penalty_ms():.2f} ms", line=dict(color="black", dash="dot"))
     fig.update_layout(xaxis_title="target verify, ms of GPU work queued before the scalar",
                       yaxis_title="modelled step time, ms", showlegend=True)
-    return titled(fig, "Model: what sets the sync's cost", "a model (results/step_model.py), not a measurement",
+    return titled(fig, "Model: what sets the sync's cost", "a model (results/analyses/step_model.py), not a measurement",
                   f"host prep × {host_prep_scale:g}: exposed host work {m.prep_before_ms + m.post_scalar_ms + m.launch_ms:.2f} ms "
                   f"· host {m.host_ms:.2f} ms, GPU {m.gpu_ms:.2f} ms per step")

@@ -9,11 +9,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dspark_lab.results import schema
-from dspark_lab.results.point_view import PointView, point_view
-from dspark_lab.results.stats import median_ci
-from dspark_lab.results.strategy_info import strategy_order
-from dspark_lab.results.sync_cost import CHARGED_COLUMN, for_points
+from dspark_lab.results.record import schema
+from dspark_lab.results.viewmodels.point_view import PointView, point_view
+from dspark_lab.results.rules.stats import median_ci
+from dspark_lab.results.facts.strategy_table import strategy_order
+from dspark_lab.results.analyses.sync_cost import CHARGED_COLUMN, for_points
 from dspark_lab.views.figures.layout import add_note, titled
 from dspark_lab.views.figures.style import PART_COLORS, PART_NAMES, READBACK_KIND, SYNC_COLORS, run_color, SYNC_KINDS
 
@@ -198,7 +198,7 @@ def strategy_comparison(point: Point) -> go.Figure:
                       showlegend=True, legend_title="run")
     # The note counts the disturbed trials left out; where they are drawn is said here.
     add_note(fig, _join(view.note, "disturbed trials drawn as red crosses beside the bars "
-                                   "(rule in dspark_lab/results/noise.py)" if n_disturbed else ""))
+                                   "(rule in dspark_lab/results/rules/noise.py)" if n_disturbed else ""))
     return titled(fig, "Step time by strategy", view.fingerprint, view.point)
 
 

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from dspark_lab.results import schema
-from dspark_lab.results.frames import fingerprint_label
-from dspark_lab.results.runs import ok_rows, point_label
-from dspark_lab.results.profile_checks import describe, overrun_profiles
+from dspark_lab.results.record import schema
+from dspark_lab.results.viewmodels.frames import fingerprint_label
+from dspark_lab.results.query.runs import ok_rows, point_label
+from dspark_lab.results.analyses.profile_checks import describe, overrun_profiles
 from dspark_lab.views.figures.layout import add_note, titled
 from dspark_lab.views.figures.style import PART_COLORS, PART_NAMES
 

@@ -9,10 +9,10 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from dspark_lab.results.frames import fingerprint_label, run_key, run_names
-from dspark_lab.results.point_view import kept_trials, trials_note
-from dspark_lab.results.selection import REFERENCE
-from dspark_lab.results.strategy_info import strategy_order
+from dspark_lab.results.viewmodels.frames import fingerprint_label, run_key, run_names
+from dspark_lab.results.viewmodels.point_view import kept_trials, trials_note
+from dspark_lab.results.rules.selection import REFERENCE
+from dspark_lab.results.facts.strategy_table import strategy_order
 from dspark_lab.views.figures.layout import add_note, titled
 from dspark_lab.views.figures.style import DASHES, STRATEGY_COLORS
 

@@ -8,8 +8,8 @@ from typing import Optional, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from dspark_lab.results.point_view import PointView, timeline_view
-from dspark_lab.results.strategy_info import strategy_order
+from dspark_lab.results.viewmodels.point_view import PointView, timeline_view
+from dspark_lab.results.facts.strategy_table import strategy_order
 from dspark_lab.views.figures.layout import titled
 from dspark_lab.views.figures.style import (TIMELINE_COLORS, TIMELINE_GPU_PARTS, TIMELINE_HOST_PARTS, TIMELINE_NAMES,
                                             TIMELINE_SYNC_PARTS)

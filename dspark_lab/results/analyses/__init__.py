@@ -1,0 +1,2 @@
+"""Analyses, one a module, each taking rows or the data object (never the facade): the platform card,
+the advice, the hazards, the EP-N prediction, the step model, sync cost, step diffs, profile checks."""

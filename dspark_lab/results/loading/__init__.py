@@ -1,0 +1,1 @@
+"""Reading run files with every record validated (load), through a derived columnar cache (cache)."""

@@ -1,0 +1,136 @@
+"""The headline: the reference point's numbers per machine, by one explicit rule (`HEADLINE_RULE`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Optional
+
+from dspark_lab.results.rules import noise
+from dspark_lab.results.rules import summaries
+from dspark_lab.results.rules.labels import point_label
+from dspark_lab.results.record.schema import MACHINE_KEYS
+from dspark_lab.results.rules.selection import REFERENCE, one_process
+from dspark_lab.results.facts.strategy_table import BASELINE
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from dspark_lab.results.query.data import RunData
+
+HEADLINE_RULE = (
+    "rule: per machine (GPU, driver, CUDA, torch), the most recent run holding the reference point "
+    f"({REFERENCE.describe()}); that run's trials only, not pooled across runs; trials marked disturbed "
+    "left out (results.noise.RULE). Median step time over trials with a 95% bootstrap CI; device_direct "
+    "against the fastest other strategy, paired by trial round; the headline ratio device_direct / "
+    "non_blocking per trial round, over rounds where neither trial is disturbed, with its 95% CI "
+    f"(no CI from fewer than {noise.MIN_QUIET_ROUNDS} quiet rounds: the count is printed instead). "
+    "A run disturbed as a whole at the point (results.noise.RUN_RULE) is skipped in favour of the most "
+    "recent undisturbed run of the machine holding it, and the line says which run was skipped and why; "
+    "a machine with no undisturbed run gets no headline, and a run that has neither another run of its "
+    "machine nor a baseline in its header to be judged by is marked as not judged."
+)
+
+
+@dataclass
+class Headline:
+    """The reference point's numbers per machine, chosen by `rule`."""
+
+    rule: str
+    entries: list = field(default_factory=list)  # per machine: dict(run_id, label, point, strategies, comparison, ...)
+    # machines whose every run holding the point is disturbed as a whole: dict(label, skipped_runs)
+    withheld: list = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = []
+        for e in self.entries:
+            parts = [f"{s['strategy']} {s['median_ms']:.2f} ms" for s in e["strategies"]]
+            line = f"headline: {e['label']} · {e['point']}: median step " + ", ".join(parts)
+            if e.get("comparison"):
+                line += f"; {e['comparison']['verdict']}"
+            if e.get("ratio"):
+                line += f"; {e['ratio']['text']}"
+            if e.get("disturbed_left_out"):
+                line += f" ({e['disturbed_left_out']} disturbed trials left out)"
+            for sk in e.get("skipped_runs", []):
+                line += f"; skipped {sk['label']} (disturbed run: {sk['reason']})"
+            if e.get("not_judged"):
+                line += f"; this run {e['not_judged']}"
+            out.append(line)
+        for w in self.withheld:
+            out.append(f"headline: {w['label']}: no headline, every run of this machine holding the reference point "
+                       "is disturbed as a whole (" + "; ".join(f"{sk['label']}: {sk['reason']}" for sk in w["skipped_runs"]) + ")")
+        if not self.entries and not self.withheld:
+            out.append("headline: no recorded run holds a successful point of the reference workload")
+        return out
+
+    def text(self) -> str:
+        return "\n".join(self.lines() + [self.rule])
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def _entry(runs: "RunData", rid: str, rows: "pd.DataFrame", skipped: list, baseline: str) -> dict:
+    """One machine's headline entry from one run's rows of the reference point."""
+    label = runs.label_of(rid)
+    summ = summaries.summary(rows)
+    entry = {"skipped_runs": skipped, "run_id": rid, "label": label, "point": point_label(rows.iloc[0]),
+             "point_id": rows["point_id"].iloc[0], "strategies": summ.to_dict("records"),
+             "disturbed_left_out": int(summ["disturbed_left_out"].sum()), "comparison": None}
+    best = summaries.best_in_summary(summ, baseline)
+    if best and baseline in set(rows["strategy"]):
+        entry["comparison"] = {"best": best, **summaries.compare(rows, best, baseline, noise.MIN_QUIET_ROUNDS)}
+    try:
+        entry["ratio"] = noise.headline(rows)
+    except ValueError:  # one strategy only: no ratio to form
+        entry["ratio"] = None
+    return entry
+
+
+def _reference_rows(runs: "RunData", rid: str, ref_ep: int) -> Optional["pd.DataFrame"]:
+    """The run's rows of exactly the reference point at `ref_ep`, or None when it did not record it."""
+    try:
+        rows = runs.reference(run_id=rid, ep_size=ref_ep)
+    except ValueError:
+        return None
+    point = rows[["ep_size", "batch_size", "gamma"]].iloc[0].tolist()
+    if (rows["workload"] != REFERENCE.workload).any() or point != [ref_ep, REFERENCE.batch_size, REFERENCE.gamma]:
+        return None
+    return rows
+
+
+def headline(runs: "RunData", baseline: str = BASELINE) -> Headline:
+    """The reference point's numbers by HEADLINE_RULE (printed with them): per machine, its newest
+    run holding the point that is not disturbed as a whole there (noise.RUN_RULE)."""
+    head = Headline(HEADLINE_RULE)
+    ok = one_process(runs.ok)
+    if ok.empty:
+        return head
+    try:  # the reference EP size is the largest recorded over all runs of the machine's kind
+        ref_ep = int(runs.reference()["ep_size"].iloc[0])
+    except ValueError:
+        return head
+    machines = ok.drop_duplicates("run_id")[["run_id", *MACHINE_KEYS]].astype(str)
+    rd = runs.run_disturbance()
+    why_run = {(str(r), p): why for r, p, bad, why in zip(rd["run_id"], rd["point_id"], rd["run_disturbed"],
+                                                           rd["run_disturbed_reason"]) if bad}
+    alone = {(str(r), p) for r, p, why in zip(rd["run_id"], rd["point_id"], rd["run_disturbed_reason"])
+             if why == noise.CANNOT_JUDGE_ALONE}
+    for _, m in machines.groupby(list(MACHINE_KEYS), sort=True):
+        skipped = []
+        for rid in runs.newest_started(m["run_id"]):
+            rows = _reference_rows(runs, rid, ref_ep)
+            if rows is None:
+                continue
+            why = why_run.get((rid, rows["point_id"].iloc[0]))
+            if why:
+                skipped.append({"run_id": rid, "label": runs.label_of(rid), "reason": why})
+                continue
+            entry = _entry(runs, rid, rows, skipped, baseline)
+            if (rid, rows["point_id"].iloc[0]) in alone:
+                entry["not_judged"] = noise.CANNOT_JUDGE_ALONE
+            head.entries.append(entry)
+            break
+        else:
+            if skipped:
+                head.withheld.append({"label": skipped[0]["label"], "skipped_runs": skipped})
+    return head

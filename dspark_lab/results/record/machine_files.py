@@ -1,0 +1,51 @@
+"""Machine records under <data>/machines/ (cards, hazards): one JSON object a file, told apart by
+their "kind"; read, found and written the same way for every kind. torch-free."""
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+from typing import Callable
+
+from dspark_lab.results.record.output import write_text_safely
+from dspark_lab.results.record.paths import default_data_dir
+
+
+def read_json(path, what: str) -> dict:
+    """The JSON object in `path`, or a ValueError naming the file and what it should have been."""
+    p = Path(path)
+    try:
+        rec = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{p}: not a readable JSON {what} ({e})") from None
+    if not isinstance(rec, dict):
+        raise ValueError(f"{p}: a {what} is a JSON object; got {type(rec).__name__}")
+    return rec
+
+
+def kind_of(path: Path):
+    try:
+        rec = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return rec.get("kind") if isinstance(rec, dict) else None
+
+
+def load_all(kind: str, load: Callable[[Path], dict], data_dir=None) -> list[dict]:
+    """Every record of `kind` under <data>/machines/, by file name, each read with `load`; a damaged
+    one is skipped with a warning naming the file and the field, never stopping the others."""
+    folder = (Path(data_dir) if data_dir is not None else default_data_dir()) / "machines"
+    out = []
+    for p in sorted(folder.glob("*.json")):
+        if kind_of(p) != kind:
+            continue
+        try:
+            out.append(load(p))
+        except ValueError as e:
+            warnings.warn(f"{kind} skipped: {e}", stacklevel=3)
+    return out
+
+
+def save_json(rec: dict, path) -> Path:
+    """Write a record as indented JSON (never over a run file: results.output)."""
+    return write_text_safely(Path(path), json.dumps(rec, indent=1, default=str) + "\n")

@@ -1,0 +1,135 @@
+"""The typed row: one per config point x strategy x trial, and the ONE function that builds it.
+
+Every producer (run.point.measure_point, run.point.failed_rows, a sweep's failed point) calls
+`build_row`; the loader checks recorded rows with `row_problems`, against the same types.
+Columns are listed in dspark_lab/results/record/schema.py; rows may carry extra columns, which are kept as they are.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Optional
+
+from dspark_lab.results.record import schema
+
+STATUSES = ("ok", "failed")
+INT_COLUMNS = ("ep_size", "batch_size", "gamma", "query_token_num", "bucket_batch_size", "num_tokens",
+               "trial", "steps", "ctx_switches_invol", "ctx_switches_vol", "throttle_reasons")
+BOOL_COLUMNS = ("graph", "predicate", "sync_count_mismatch", "disturbed")
+STR_COLUMNS = ("point_id", "strategy", "model", "workload", "device", "status", "error", "sync_site", "sync_note",
+               "disturbed_reason", "stop_reason")
+FLOAT_COLUMNS = tuple(c for c in schema.ROW_COLUMNS if c not in INT_COLUMNS + BOOL_COLUMNS + STR_COLUMNS)
+REQUIRED = ("point_id", "strategy", "status")  # a row without these cannot be placed
+REQUIRED_OK: tuple = ()  # null measurements load as NaN (summaries skip them)
+# The rank columns (schema.RANK_COLUMNS) are extras, but views group and label by them: typed too,
+# so a list or an object there skips its row instead of breaking a groupby or a label (issue 22).
+RANK_TYPES = {"rank": "int", "world_size": "int", "ep_mode": "str", "dispatch": "str", "rank_case": "str",
+              "rank_strategies": "str", "sync_sites": "str", "host_delay_ms": "float", "host_jitter_ms": "float",
+              "gpu_collective_ms": "float", "step_ms_max_rank": "float", "blocked_from_others_ms": "float",
+              "collective_from_others_ms": "float"}
+INT64 = 2**63  # integers are stored as int64: a larger one cannot be a count or an index
+
+
+def _is_bool(v: Any) -> bool:
+    return isinstance(v, bool) or type(v).__name__ == "bool_"  # numpy's too, without importing numpy
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not _is_bool(v)
+
+
+def value_problem(column: str, value: Any) -> Optional[str]:
+    """Why `value` is not a valid `column` value, or None. None (null) is always allowed: missing."""
+    if value is None:
+        return None
+    kind = RANK_TYPES.get(column)
+    if column in INT_COLUMNS or kind == "int":
+        if isinstance(value, int) and not _is_bool(value):
+            if not -INT64 <= value < INT64:
+                return f"{column} must be an integer within int64, got one of {len(str(abs(value)))} digits"
+        elif not _is_number(value) or not _finite(value) or float(value) != int(value):
+            return f"{column} must be an integer, got {_short(value)}"
+    elif column in FLOAT_COLUMNS or kind == "float":
+        if not _is_number(value):
+            return f"{column} must be a number, got {type(value).__name__} {_short(value)}"
+        if not _finite(value):
+            return f"{column} must be finite, got {_short(value)}"
+    elif column in BOOL_COLUMNS:
+        if not _is_bool(value):
+            return f"{column} must be true or false, got {value!r:.60}"
+    elif column in STR_COLUMNS or kind == "str":
+        if not isinstance(value, str):
+            return f"{column} must be a string, got {type(value).__name__}"
+    if column == "status" and value not in STATUSES:
+        return f"status must be one of {', '.join(STATUSES)}, got {value!r:.60}"
+    return None
+
+
+def _finite(value: Any) -> bool:
+    """math.isfinite, with an integer too large for a float (more than 308 digits) not finite."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _short(value: Any) -> str:
+    """A value as an error message shows it: its repr cut to 60 characters (a field may be huge)."""
+    text = repr(value) if not isinstance(value, int) or abs(value) < 10**60 else f"<{len(str(abs(value)))} digits>"
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# The plainly valid values of JSON-decoded rows, by exact type: checked first (loading 500 runs
+# checks 10 million values); anything else gets value_problem's full check.
+_PLAIN = {**{c: (int,) for c in INT_COLUMNS}, **{c: (float, int) for c in FLOAT_COLUMNS},
+          **{c: (bool,) for c in BOOL_COLUMNS}, **{c: (str,) for c in STR_COLUMNS if c != "status"},
+          **{c: {"int": (int,), "float": (float, int), "str": (str,)}[k] for c, k in RANK_TYPES.items()}}
+
+
+def _plainly_valid(column: str, value: Any) -> bool:
+    t = type(value)
+    if t is int:
+        return int in _PLAIN.get(column, ()) and -INT64 <= value < INT64
+    return t in _PLAIN.get(column, ()) and (t is not float or math.isfinite(value))
+
+
+def row_problems(rec: dict) -> list[str]:
+    """Everything wrong with a recorded row (empty: it is valid)."""
+    out = [f"{c} is missing" for c in REQUIRED if rec.get(c) in (None, "")]
+    if rec.get("status") == "ok":
+        out += [f"{c} is missing from an ok row" for c in REQUIRED_OK if rec.get(c) is None]
+    for c in (*schema.ROW_COLUMNS, *RANK_TYPES):
+        v = rec.get(c)
+        if v is None or _plainly_valid(c, v):
+            continue
+        p = value_problem(c, v)
+        if p:
+            out.append(p)
+    return out
+
+
+def build_row(*, status: str = "ok", error: str = "", **columns: Any) -> dict:
+    """A complete row: every schema.ROW_COLUMNS key (None where not given) plus any extra columns.
+
+    Values are checked by type (NaN is allowed for numbers: the writer stores it as null);
+    a bad value raises ValueError naming the column."""
+    row: dict = {c: None for c in schema.ROW_COLUMNS}
+    row.update(columns)
+    row["status"], row["error"] = status, error if error is not None else ""
+    for c in schema.ROW_COLUMNS:
+        v = row.get(c)
+        if c in FLOAT_COLUMNS and _is_number(v) and not math.isfinite(v):
+            continue
+        p = value_problem(c, v)
+        if p:
+            raise ValueError(p)
+    if not row.get("point_id") or not row.get("strategy"):
+        raise ValueError("a row needs point_id and strategy")
+    return row
+
+
+def failed_rows(config: dict, strategies, error: BaseException | str) -> list[dict]:
+    """One failed row per strategy for a point whose measurement raised: `config` holds the
+    config columns (point_id included); the error is kept as "Type: message"."""
+    msg = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return [build_row(**{**config, "strategy": s}, status="failed", error=msg) for s in strategies]

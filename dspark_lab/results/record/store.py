@@ -1,0 +1,391 @@
+"""Recorded runs on disk: append-only JSON-lines files under data/runs/, one file per run.
+
+A run file holds, one JSON object a line:
+
+    {"kind": "header", "schema_version", "run_id", "created_at", "fingerprint": {...}, "sweep": {...},
+     "name" (optional: the run's label, `dspark-lab sweep --name`)}
+    {"kind": "row", "attempt", <schema.ROW_COLUMNS>}                 one per strategy x trial
+    {"kind": "timeline", "attempt", "point_id", "strategy", "segments": [...]}
+    {"kind": "point", "attempt", "point_id", "status", "n_rows", "n_timelines", "recorded_at"}
+
+A point's records are written together, ending with its `point` record (the commit), in one write
+followed by flush + fsync, so a crash, Ctrl-C or kill leaves every finished point readable and at
+worst a partial last line (a write that fails mid-point, e.g. a full disk, is cut back off).
+Resuming appends; nothing is ever rewritten. One process writes a file at a time: RunWriter holds
+an advisory lock (flock) until it is closed, and a second writer gets RunFileBusy. When a point
+was measured more than once in one file (an interrupted write, or a failed point retried), loading
+keeps only its last committed attempt, so no row is doubled; rows with no commit are not loaded.
+Reading and validation live in results/record/records.py and results/loading/load.py (stdlib only here: recording
+needs no pandas); rows are built by results/record/rows.py.
+"""
+from __future__ import annotations
+
+import fcntl
+import gzip
+import json
+import math
+import os
+import secrets
+import signal
+import threading
+from contextlib import contextmanager
+import warnings
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+from dspark_lab.results.record import schema
+from dspark_lab.results.record.paths import runs_dir
+from dspark_lab.results.record import records
+# DataWarning: what reading a damaged run file warns with (tests and the CLI catch it from here).
+from dspark_lab.results.record.records import RUN_SUFFIX, DataWarning, SchemaVersionError
+
+
+
+class RunFileBusy(RuntimeError):
+    """Another process holds the run file's writer lock (one writer per run file)."""
+
+
+class RunPathError(FileExistsError):
+    """--out names no place a new run file may be created: something is in the way (the file, a
+    device, FIFO or link of that name, or a file where a folder must be); the message names the
+    path and what is there. Other OS failures creating it stay plain OSError."""
+
+
+def new_run_path(out: str | os.PathLike | None, run_id: str) -> Path:
+    """Where a new run file goes: `out` itself when it is a *.jsonl path (it must not exist, in any
+    form: a device, a FIFO or a link there is never written through), else <out>/<run_id>.jsonl
+    (out a folder, made if missing). RunPathError says why not; nothing is created here."""
+    out = Path(out) if out is not None else runs_dir()
+    if os.path.lexists(out) and not out.is_dir():
+        if out.suffix != RUN_SUFFIX:
+            raise RunPathError(f"{out} exists and is not a folder; give a folder or a new *{RUN_SUFFIX} path")
+        if out.is_file() and not out.is_symlink():
+            raise RunPathError(f"{out} exists; resume it (--resume) or choose another --out")
+        raise RunPathError(f"{out} exists and is not a regular file (a device, FIFO, socket or link); "
+                           f"choose another --out")
+    path = out if out.suffix == RUN_SUFFIX and not out.is_dir() else out / f"{run_id}{RUN_SUFFIX}"
+    if os.path.lexists(path):
+        raise RunPathError(f"{path} exists; resume it (--resume) or choose another --out")
+    for p in path.parents:
+        if os.path.lexists(p):
+            if not p.is_dir():
+                raise RunPathError(f"{path}: {p} is a file, not a folder")
+            break
+    return path
+
+
+def new_run_id() -> str:
+    return datetime.now().strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _json_default(obj: Any) -> Any:
+    # numpy scalars / arrays, tensors and paths without importing numpy or torch here.
+    if hasattr(obj, "item") and getattr(obj, "ndim", 0) == 0:
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, (set, tuple)):
+        return list(obj)
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+
+
+def _dumps(record: dict) -> str:
+    return json.dumps(record, default=_json_default, separators=(",", ":"))
+
+
+def _read_checked(path: Path) -> records.FileRecords:
+    """A run file's records for resuming or its header; SchemaVersionError / ValueError if unusable."""
+    recs = records.read_file(path)
+    if recs.header_line is not None and recs.header is None:
+        # read_file skipped the file: say why, as an error (resume must not append to it).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DataWarning)
+            raw = records.read_file(path, records.ProblemLog(emit=False))
+        if raw.unreadable and "schema_version" in raw.unreadable:
+            raise SchemaVersionError(f"{path}: {raw.unreadable}")
+        raise ValueError(f"{path}: {raw.unreadable or 'unreadable header'}")
+    return recs
+
+
+def read_header(path: str | os.PathLike) -> dict:
+    """The header of one run file (SchemaVersionError on an unknown version)."""
+    path = Path(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        recs = _read_checked(path)
+    if recs.header is None:
+        raise ValueError(f"{path}: no readable header record; not a dspark-lab run file")
+    return recs.header
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------------
+class RunWriter:
+    """Appends points to one run file. `RunWriter.create(...)` starts a run; `RunWriter.open(path)`
+    reopens one to resume it. Use as a context manager or call close()."""
+
+    def __init__(self, path: Path, header: dict, points: dict[str, str] | None = None):
+        self.path = Path(path)
+        self.header = header
+        # point_id -> status of its last committed attempt ("ok" | "failed")
+        self.points: dict[str, str] = dict(points or {})
+        self._f = open(self.path, "ab", buffering=0)
+        self._lock()
+
+    def _lock(self) -> None:
+        """One writer per run file: an advisory lock (flock) held until close(); released by the
+        OS if the process dies, so a crashed sweep never leaves the file locked."""
+        try:
+            fcntl.flock(self._f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._f.close()
+            raise RunFileBusy(f"{self.path} is being written by another dspark-lab process (its lock is held); "
+                              "wait for it to finish or stop it, then resume") from None
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        out: str | os.PathLike | None = None,
+        *,
+        fingerprint: dict,
+        sweep: dict,
+        run_id: str | None = None,
+        **extra: Any,
+    ) -> "RunWriter":
+        """Start a new run file. `out` is a file path (must not exist) or a folder (default:
+        data/runs/), where the file is named <run_id>.jsonl (see new_run_path: RunPathError when
+        there is no such place; OSError when the OS refuses). `extra` goes into the header."""
+        run_id = run_id or new_run_id()
+        path = new_run_path(out, run_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        header = {
+            "kind": "header",
+            "schema_version": schema.SCHEMA_VERSION,
+            "run_id": run_id,
+            "created_at": _now(),
+            "fingerprint": dict(fingerprint),
+            "sweep": dict(sweep),
+            **extra,
+        }
+        # Exclusive create: two writers never share a file.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            os.write(fd, (_dumps(header) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        _fsync_dir(path.parent)
+        return cls(path, header)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> "RunWriter":
+        """Reopen a run file to append to it (resume). A partial last line is left in place and
+        closed with a newline so that new records start on a line of their own."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no run file at {path}")
+        probe = open(path, "ab", buffering=0)  # take the lock before reading what the file holds
+        try:
+            fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            probe.close()
+            raise RunFileBusy(f"{path} is being written by another dspark-lab process (its lock is held); "
+                              "wait for it to finish or stop it, then resume") from None
+        try:
+            recs = _read_checked(path)
+            if recs.header is None:
+                raise ValueError(f"{path}: no readable header record; cannot resume it")
+        except BaseException:
+            probe.close()
+            raise
+        points = {p["point_id"]: p.get("status", "ok") for p in recs.points}
+        writer = cls.__new__(cls)
+        writer.path, writer.header, writer.points, writer._f = path, recs.header, points, probe
+        if not recs.ends_with_newline:
+            writer._append(b"\n")
+        return writer
+
+    # -- state -------------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        return self.header["run_id"]
+
+    @property
+    def fingerprint(self) -> dict:
+        return self.header.get("fingerprint", {})
+
+    @property
+    def sweep(self) -> dict:
+        return self.header.get("sweep", {})
+
+    def is_complete(self, point_id: str, *, retry_failed: bool = False) -> bool:
+        status = self.points.get(point_id)
+        return status == "ok" or (status is not None and not retry_failed)
+
+    # -- writing -----------------------------------------------------------------------------
+    def write_point(
+        self,
+        point_id: str,
+        rows: Sequence[dict],
+        timelines: Sequence[dict] = (),
+        *,
+        status: str | None = None,
+    ) -> None:
+        """Append one point's rows and timelines and its commit record, then fsync."""
+        if status is None:
+            status = "ok" if rows and all(r.get("status", "ok") == "ok" for r in rows) else "failed"
+        attempt = secrets.token_hex(4)
+        lines = []
+        for r in rows:
+            rec = {"kind": "row", "attempt": attempt}
+            rec.update({c: r.get(c) for c in schema.ROW_COLUMNS})
+            rec.update({k: v for k, v in r.items() if k not in rec})
+            rec["point_id"] = r.get("point_id") or point_id
+            rec["status"] = r.get("status") or "ok"
+            lines.append(_dumps(_finite(rec)))
+        for t in timelines:
+            rec = {"kind": "timeline", "attempt": attempt, **t}
+            rec["kind"] = "timeline"
+            rec.setdefault("point_id", point_id)
+            lines.append(_dumps(_finite(rec)))
+        lines.append(_dumps({
+            "kind": "point", "attempt": attempt, "point_id": point_id, "status": status,
+            "n_rows": len(rows), "n_timelines": len(timelines), "recorded_at": _now(),
+        }))
+        self._append(("\n".join(lines) + "\n").encode())
+        self.points[point_id] = status
+
+    def write_traces(self, point_id: str, traces: dict[str, dict]) -> list[Path]:
+        """Save chrome traces beside the run file (<run>.traces/<point>-<strategy>.json.gz, which
+        chrome://tracing and Perfetto open); they are large, so they are kept out of the run file."""
+        folder = self.path.with_suffix(".traces")
+        folder.mkdir(exist_ok=True)
+        written = []
+        for strategy, trace in traces.items():
+            p = folder / f"{point_id}-{strategy}.json.gz"
+            with gzip.open(p, "wt", encoding="utf-8") as f:
+                json.dump(trace, f, default=_json_default)
+            written.append(p)
+        return written
+
+    def _append(self, data: bytes) -> None:
+        # Ctrl-C is held back until the block is on disk, so it never splits a point's records.
+        with _sigint_deferred():
+            fd = self._f.fileno()
+            start = os.lseek(fd, 0, os.SEEK_END)
+            view = memoryview(data)
+            try:
+                while view:
+                    n = os.write(fd, view)
+                    view = view[n:]
+                os.fsync(fd)
+            except OSError:
+                # A full disk (ENOSPC) or I/O error mid-point: cut the torn block off so the file
+                # ends on a whole record; the loader would skip it anyway (no commit record).
+                try:
+                    os.ftruncate(fd, start)
+                except OSError:
+                    pass
+                raise
+
+    def discard_if_empty(self) -> bool:
+        """Close and remove the file when no point was ever committed to it (a run that failed before
+        its first point, e.g. a rank that died): a header alone would list as a run of 0 points."""
+        if self.points or recorded_points(self.path):
+            return False
+        self.close()
+        try:
+            os.unlink(self.path)
+        except OSError:
+            return False
+        return True
+
+    def close(self) -> None:
+        if not self._f.closed:
+            os.fsync(self._f.fileno())
+            self._f.close()
+
+    def __enter__(self) -> "RunWriter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"RunWriter({str(self.path)!r}, points={len(self.points)})"
+
+
+def recorded_points(path: Path) -> int:
+    """How many point commit records a run file holds (0 if it cannot be read)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DataWarning)
+        return len(records.read_file(path, records.ProblemLog(emit=False)).points)
+
+
+def _finite(rec: dict) -> dict:
+    """NaN/inf become null so the file is strict JSON (pandas reads null back as NaN)."""
+    out = {}
+    for k, v in rec.items():
+        if isinstance(v, float) and not math.isfinite(v):
+            v = None
+        out[k] = v
+    return out
+
+
+@contextmanager
+def _sigint_deferred():
+    """Delay SIGINT (KeyboardInterrupt) to the end of the block; main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(frame))
+    except (ValueError, OSError):  # not in the main interpreter / signals unavailable
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(signal.SIGINT, caught[0])
+        elif caught and previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def last_modified_run(folder: str | os.PathLike | None = None) -> Path:
+    """The run file of a folder written to last (by modification time, then name): the one to resume."""
+    folder = Path(folder) if folder is not None else runs_dir()
+    files = sorted(folder.glob(f"*{RUN_SUFFIX}")) if folder.is_dir() else []
+    if not files:
+        raise FileNotFoundError(f"no run files ({RUN_SUFFIX}) in {folder} to resume")
+    return max(files, key=lambda p: (p.stat().st_mtime, p.name))
+
+
+def machine_differences(a: dict, b: dict) -> list[str]:
+    """The machine keys (schema.MACHINE_KEYS: gpu, driver, cuda, torch) on which two fingerprints
+    differ; a run is resumed only where there are none."""
+    return [k for k in schema.MACHINE_KEYS if str(a.get(k)) != str(b.get(k))]

@@ -1,0 +1,86 @@
+"""What each teaching view draws from the recorded runs, chosen by run kind and point so that the
+view can show its lesson, and a sentence that says what was picked (`Pick.note`).
+
+  ep1_point        notebook 01 "At EP 1 nothing reads the scalar": an EP-1 point of a grid run
+  real_ep          notebook 01 "One rank's sync costs every rank": one EP recording's real-rank
+                   rows, every dispatch mode it holds, a2a_fixed preferred (no sync of its own)
+  stand_in_sweep   notebook 02 without a GPU: the machine's latest grid run stands in
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from dspark_lab.results.facts.run_kinds import GRID_KINDS
+from dspark_lab.results.rules.labels import point_label
+from dspark_lab.results.query.runs import REFERENCE, Runs, one_process
+
+# Fixed-capacity all-to-all moves no count to the host, so its rank cases show the scalar's sync alone;
+# a2a_dynamic adds syncs of its own (its split sizes go to the host), allreduce has none either.
+PREFERRED_DISPATCH = ("a2a_fixed", "allreduce", "a2a_dynamic")
+
+
+@dataclass
+class Pick:
+    rows: pd.DataFrame
+    run_ids: list = field(default_factory=list)
+    kind: str = ""  # results.kinds key of the picked run(s)
+    note: str = ""  # what was picked and why, one sentence
+    dispatch: str = ""  # real_ep only: the dispatch mode to draw first
+
+    @property
+    def empty(self) -> bool:
+        return self.rows.empty
+
+
+def ep1_point(runs: Runs, batch_size: int = REFERENCE.batch_size, gamma: int = REFERENCE.gamma) -> Pick:
+    """An EP-1 point (the reference batch and gamma, else the nearest recorded) of the newest grid
+    run that holds EP 1; any run holding EP 1 when no grid run does."""
+    ok = one_process(runs.ok)
+    ep1 = ok[ok["ep_size"] == 1]
+    if ep1.empty:
+        return Pick(ok.iloc[0:0], note="no EP-1 point recorded: record one with `dspark-lab sweep` (EP 1 is in the default grid)")
+    with_ep1 = set(ep1["run_id"].astype(str))
+    grid = [r for r in runs.runs_of_kind(*GRID_KINDS) if r in with_ep1]
+    run = grid[0] if grid else runs.newest_started(with_ep1)[0]
+    wl = REFERENCE.workload if REFERENCE.workload in set(ep1["workload"]) else None
+    rows = runs.nearest(ep_size=1, batch_size=batch_size, gamma=gamma, workload=wl, run_id=run, ok_only=False,
+                        one_process_only=True)
+    return Pick(rows, [run], runs.kind_of(run),
+                f"EP-1 point from {runs.label_of(run)} ({runs.kind_name(run)}): {point_label(rows.iloc[0])}")
+
+
+def real_ep(runs: Runs) -> Pick:
+    """The real-rank rows of the newest EP recording holding the preferred dispatch mode (all its
+    parts: every dispatch mode it recorded), and which mode to draw first."""
+    ok = runs.ok
+    real = ok[ok["ep_mode"] == "real"] if "ep_mode" in ok.columns else ok.iloc[0:0]
+    if real.empty:
+        return Pick(real, note="no real-EP run recorded: record one with `dspark-lab ep --world 2` on a machine "
+                               "with 2 GPUs")
+    real = real.assign(run_id=real["run_id"].astype(str))
+    by_rec: dict = {}
+    for rid in runs.newest_started(set(real["run_id"])):
+        by_rec.setdefault(runs.recording_of(rid), []).append(rid)
+    for want in PREFERRED_DISPATCH:
+        for rec, ids in by_rec.items():  # newest recording first
+            rows = real[real["run_id"].isin(ids)]
+            if want in set(rows["dispatch"].astype(str)):
+                modes = [d for d in PREFERRED_DISPATCH if d in set(rows["dispatch"].astype(str))]
+                first = runs.label_of(sorted(ids, key=lambda r: runs.run_ids().index(r))[0])
+                return Pick(rows, ids, "ep_real",
+                            f"real ranks: the EP recording that starts with {first} ({len(ids)} file(s); "
+                            f"dispatch modes {', '.join(modes)}); drawn first: {want}", dispatch=want)
+    raise AssertionError("unreachable: every real row has a dispatch mode")  # pragma: no cover
+
+
+def stand_in_sweep(runs: Runs) -> Pick:
+    """The run that stands in for "this machine" where nothing can be measured: the newest
+    machine's latest grid run (Runs.richest_grid_run)."""
+    run = runs.richest_grid_run()
+    if run is None:
+        return Pick(runs.ok.iloc[0:0], note="no recorded run to stand in for this machine")
+    rows = runs.rows[runs.rows["run_id"].astype(str) == run]
+    return Pick(rows, [run], runs.kind_of(run),
+                f"{runs.label_of(run)} ({runs.kind_name(run)}, {runs.grid_size(run)} points) stands in for this machine")
