@@ -178,6 +178,26 @@ def should_open_browser(env=os.environ) -> bool:
     return sys.platform in ("darwin", "win32") or bool(env.get("DISPLAY") or env.get("WAYLAND_DISPLAY"))
 
 
+def _wait_until_answering(proc: subprocess.Popen, port: int, token: str, log: Path, stop: dict) -> bool:
+    """Wait for the server to answer (or a stop signal); False, with the reason printed, when it
+    exited first or did not answer in time."""
+    t0 = time.monotonic()
+    while not _answers(port, token):
+        if stop["signal"] is not None:
+            return True
+        if proc.poll() is not None:
+            tail = log.read_text(errors="replace")[-3000:]
+            print(f"JupyterLab exited ({proc.returncode}) before answering; the end of {log}:\n{tail}",
+                  file=sys.stderr)
+            return False
+        if time.monotonic() - t0 > START_TIMEOUT_S:
+            print(f"JupyterLab did not answer within {START_TIMEOUT_S:.0f} s; see {log}", file=sys.stderr)
+            _stop(proc)
+            return False
+        time.sleep(0.25)
+    return True
+
+
 def run(python: str = sys.executable, *, port: Optional[int] = None, log: Optional[Path] = None,
         notebook: str = START_NOTEBOOK, extra: Sequence[str] = (), out=sys.stdout) -> int:
     port = port or free_port()
@@ -197,20 +217,8 @@ def run(python: str = sys.executable, *, port: Optional[int] = None, log: Option
         proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                 env=server_env(token), preexec_fn=_die_with_launcher(os.getpid()))
         try:
-            t0 = time.monotonic()
-            while not _answers(port, token):
-                if stop["signal"] is not None:
-                    break
-                if proc.poll() is not None:
-                    tail = log.read_text(errors="replace")[-3000:]
-                    print(f"JupyterLab exited ({proc.returncode}) before answering; the end of {log}:\n{tail}",
-                          file=sys.stderr)
-                    return 1
-                if time.monotonic() - t0 > START_TIMEOUT_S:
-                    print(f"JupyterLab did not answer within {START_TIMEOUT_S:.0f} s; see {log}", file=sys.stderr)
-                    _stop(proc)
-                    return 1
-                time.sleep(0.25)
+            if not _wait_until_answering(proc, port, token, log, stop):
+                return 1
             if stop["signal"] is None:
                 url = lab_url(port, token, notebook)
                 print(banner(url, log, as_root), file=out, flush=True)

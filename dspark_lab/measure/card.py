@@ -117,19 +117,50 @@ def _seen_in_trace(calls: dict) -> dict:
     return seen
 
 
-def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[float] = (0.0, 10.0), reps: int = 5,
-                 sources: Optional[Sequence[str]] = None, progress: Callable[[str], None] = lambda s: None) -> dict:
-    """The card of this device (a dict in the results.card format). Raises RuntimeError without CUDA."""
+def _check_card_args(sizes: Sequence[int], queued_ms: Sequence[float], reps: int, sources: list) -> None:
+    """ValueError naming the argument and what it allows."""
     if not isinstance(reps, int) or reps < 1:
         raise ValueError(f"reps must be a positive integer; got {reps!r}")
     if not sizes or any(not isinstance(n, int) or n < 4 or n % 4 for n in sizes):
         raise ValueError(f"sizes must be byte counts, multiples of 4 from 4 up (int32 elements); got {list(sizes)!r}")
     if any(q < 0 for q in queued_ms) or not any(q > 0 for q in queued_ms):
         raise ValueError(f"queued_ms must hold numbers >= 0, one of them > 0; got {list(queued_ms)!r}")
-    sources = list(sources or card_results.SOURCES)
     for s in sources:
         if s not in card_results.SOURCES:
             raise ValueError(f"sources: each must be one of {', '.join(card_results.SOURCES)}; got {s!r}")
+
+
+def _measure_cells(source: str, size: int, dev, queued_ms: Sequence[float], reps: int, calls: dict) -> list[dict]:
+    """The cells of one copy (one per queue depth); a failed copy gives cells that say why."""
+    direction = card_results.SOURCES[source][0]
+    try:
+        call = _copy_call(source, size, dev)
+        for _ in range(2):  # warm-up: first-call allocations and lazy init are not the copy
+            call()
+        torch.cuda.synchronize()
+        timed = {q: [] for q in queued_ms}
+        for _ in range(reps):  # the queue depths interleaved, so drift hits both alike
+            for q in queued_ms:
+                timed[q].append(_timed(call, q))
+        debug = _debug_syncs(call)
+        calls[(source, size)] = call
+        cells = []
+        for q in queued_ms:
+            gpu = sorted(g for _, g in timed[q])
+            cells.append(dict(direction=direction, source=source, size_bytes=int(size), queued_ms=float(q),
+                              host_us=[round(h, 2) for h, _ in timed[q]], copy_gpu_us=round(gpu[len(gpu) // 2], 2),
+                              debug_syncs=debug))
+        return cells
+    except (RuntimeError, ValueError, TypeError) as e:  # a failed cell is recorded, the card goes on
+        return [dict(direction=direction, source=source, size_bytes=int(size), queued_ms=float(q),
+                     host_us=[], error=f"{type(e).__name__}: {e}") for q in queued_ms]
+
+
+def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[float] = (0.0, 10.0), reps: int = 5,
+                 sources: Optional[Sequence[str]] = None, progress: Callable[[str], None] = lambda s: None) -> dict:
+    """The card of this device (a dict in the results.card format). Raises RuntimeError without CUDA."""
+    sources = list(sources or card_results.SOURCES)
+    _check_card_args(sizes, queued_ms, reps, sources)
     if not torch.cuda.is_available():
         raise RuntimeError("the platform card needs a CUDA device (none is visible here); "
                            "recorded cards are read with dspark_lab.results.analyses.card.recorded()")
@@ -138,30 +169,10 @@ def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[
     probe.calibrate_sleep()
     cells, calls = [], {}
     for source in sources:
-        direction, _, cap = card_results.SOURCES[source]
+        cap = card_results.SOURCES[source][2]
         for size in sizes:
-            if cap is not None and size > cap:
-                continue
-            try:
-                call = _copy_call(source, size, dev)
-                for _ in range(2):  # warm-up: first-call allocations and lazy init are not the copy
-                    call()
-                torch.cuda.synchronize()
-                timed = {q: [] for q in queued_ms}
-                for _ in range(reps):  # the queue depths interleaved, so drift hits both alike
-                    for q in queued_ms:
-                        timed[q].append(_timed(call, q))
-                debug = _debug_syncs(call)
-                calls[(source, size)] = call
-                for q in queued_ms:
-                    gpu = sorted(g for _, g in timed[q])
-                    cells.append(dict(direction=direction, source=source, size_bytes=int(size), queued_ms=float(q),
-                                      host_us=[round(h, 2) for h, _ in timed[q]], copy_gpu_us=round(gpu[len(gpu) // 2], 2),
-                                      debug_syncs=debug))
-            except (RuntimeError, ValueError, TypeError) as e:  # a failed cell is recorded, the card goes on
-                for q in queued_ms:
-                    cells.append(dict(direction=direction, source=source, size_bytes=int(size), queued_ms=float(q),
-                                      host_us=[], error=f"{type(e).__name__}: {e}"))
+            if cap is None or size <= cap:
+                cells.extend(_measure_cells(source, size, dev, queued_ms, reps, calls))
         progress(f"card: {source} done ({time.perf_counter() - t_start:.1f} s)")
     trace_error = ""
     try:

@@ -121,6 +121,16 @@ class WorkerGroup:
         self._cancel_file: Optional[str] = None
 
     # -- life cycle ---------------------------------------------------------------------------
+    def _rank_env(self) -> dict:
+        """The environment every rank process starts with (RANK is added per process)."""
+        env = apply_nccl_safe_env(dict(os.environ))
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(self.world_size),
+                   DSPARK_BACKEND=self.backend, DSPARK_PARENT_PID=str(os.getpid()),
+                   DSPARK_CANCEL_FILE=self._cancel_file)
+        return env
+
     def start(self) -> "WorkerGroup":
         if self.procs:
             return self
@@ -128,15 +138,10 @@ class WorkerGroup:
         self._spawned.clear()
         self._spawn_error = None
         self._dispatcher = None
-        env = apply_nccl_safe_env(dict(os.environ))
-        root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         fd, self._cancel_file = tempfile.mkstemp(prefix="dspark-cancel-")
         os.close(fd)
         self._requests = 0
-        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE=str(self.world_size),
-                   DSPARK_BACKEND=self.backend, DSPARK_PARENT_PID=str(os.getpid()),
-                   DSPARK_CANCEL_FILE=self._cancel_file)
+        env = self._rank_env()
         log = open(self.log_path, "ab") if self.log_path else None
 
         def spawn() -> None:

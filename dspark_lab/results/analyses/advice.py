@@ -226,6 +226,57 @@ def _rank_by_cards(kept: list, waits: dict, points: list, excluded: set, main: P
         f"{chosen}, sync-free on every recorded card"]
 
 
+def _latest_points(runs: RunData, rid: str) -> list:
+    """The judged reference points of run `rid`: real EP first (when recorded), then EP 1."""
+    ep_sizes = set(runs.ok.loc[runs.ok["run_id"] == rid, "ep_size"].astype(int))
+    eps = ([None] if any(e > 1 for e in ep_sizes) else []) + ([1] if 1 in ep_sizes else [])
+    return [judge_point(runs.reference(run_id=rid, ep_size=ep)) for ep in eps]
+
+
+def _probe_exclusions(probe: Optional[dict], points: list) -> tuple[list[str], set]:
+    """What the probe says, and the strategies it rules out (pageable copies, where they block)."""
+    blocks = pageable_blocks(probe)
+    if blocks is None:
+        return ["no probe for this machine: the sync counts in the rows stand for it"], set()
+    evidence = ["probe: a non-blocking copy from pageable memory "
+                + ("BLOCKS the host here" if blocks else "does not block the host here")]
+    excluded = set()
+    if blocks:
+        for p in points:
+            excluded |= {s for s in p.medians.index if p.pageable.get(s, 0) > 0}
+    return evidence, excluded
+
+
+def _card_exclusions(cards: list, runs: RunData, rid: str) -> tuple[list[str], set]:
+    """What the cards say, and the strategies this machine's card rules out (their copy waits here)."""
+    if not cards:
+        return [], set()
+    first = runs.ok[runs.ok["run_id"] == rid].iloc[0]
+    mine = card_results.latest_of(cards, {"gpu": first.get("gpu"), "driver": first.get("driver")})
+    evidence = _card_evidence(cards, mine)
+    if mine is None:
+        return evidence, set()
+    here = {s for s, v in card_results.strategy_verdicts(mine).items() if v == card_results.WAITS}
+    if here:
+        evidence.append("  ruled out by this machine's card (their copy waits here): " + ", ".join(sorted(here)))
+    return evidence, here
+
+
+def _fallback_choice(main, excluded: set) -> tuple[Optional[str], str]:
+    """The choice where no strategy is good at every EP regime: the fastest good one at the main
+    point, else the fastest sync-free one, else none; with the sentence saying which."""
+    ranked = main.medians.sort_values().index
+    fallback = [s for s in ranked if s not in excluded and main.good(s)]
+    if fallback:
+        return fallback[0], (f"no strategy is good at every EP regime; {fallback[0]} is the fastest good one at "
+                             f"EP {main.ep_size}, where the scalar is read")
+    free = [s for s in ranked if s not in excluded and main.sync_free(s) is not False]
+    if free:
+        return free[0], (f"every sync-free strategy is measurably slower than the fastest; {free[0]} is the fastest "
+                         "sync-free one")
+    return None, "no sync-free strategy at this point"
+
+
 def recommend(rows: pd.DataFrame, probe: Optional[dict] = None, cards: Optional[Sequence[dict]] = None) -> Recommendation:
     """The strategy to use on the machine of `rows` (its most recent run measured in one process), by
     RULE (and CARD_RULE when platform cards are given), with evidence."""
@@ -234,34 +285,12 @@ def recommend(rows: pd.DataFrame, probe: Optional[dict] = None, cards: Optional[
         raise ValueError("rows hold no successful trial measured in one process: record a run first (dspark-lab sweep)")
     rid = latest_run(runs)
     label = runs.labels().get(rid, rid)
-    points = []
-    ep_sizes = set(runs.ok.loc[runs.ok["run_id"] == rid, "ep_size"].astype(int))
-    for ep in ([None] if any(e > 1 for e in ep_sizes) else []) + ([1] if 1 in ep_sizes else []):
-        pt = runs.reference(run_id=rid, ep_size=ep)
-        points.append(judge_point(pt))
-    blocks = pageable_blocks(probe)
-    evidence = []
-    if blocks is None:
-        evidence.append("no probe for this machine: the sync counts in the rows stand for it")
-    else:
-        evidence.append("probe: a non-blocking copy from pageable memory "
-                        + ("BLOCKS the host here" if blocks else "does not block the host here"))
-    excluded = set()
-    if blocks:
-        for p in points:
-            excluded |= {s for s in p.medians.index if p.pageable.get(s, 0) > 0}
+    points = _latest_points(runs, rid)
+    evidence, excluded = _probe_exclusions(probe, points)
     cards = list(cards or [])
     waits = card_waits(cards)
-    by_card: set = set()
-    if cards:
-        first = runs.ok[runs.ok["run_id"] == rid].iloc[0]
-        mine = card_results.latest_of(cards, {"gpu": first.get("gpu"), "driver": first.get("driver")})
-        evidence += _card_evidence(cards, mine)
-        if mine is not None:
-            here = {s for s, v in card_results.strategy_verdicts(mine).items() if v == card_results.WAITS}
-            if here:
-                evidence.append("  ruled out by this machine's card (their copy waits here): " + ", ".join(sorted(here)))
-            by_card = here
+    card_evidence, by_card = _card_exclusions(cards, runs, rid)
+    evidence += card_evidence
     for p in points:
         evidence += _point_evidence(p, excluded)
     evidence += _regime_evidence(points)
@@ -279,18 +308,9 @@ def recommend(rows: pd.DataFrame, probe: Optional[dict] = None, cards: Optional[
         evidence.append(f"{kept[0]}: the fastest at EP {main.ep_size} among those {why}"
                         + (f" (also kept: {', '.join(kept[1:])})" if kept[1:] else ""))
         return Recommendation(kept[0], evidence, label, bool(cards))
-    fallback = [s for s in main.medians.sort_values().index if s not in excluded and main.good(s)]
-    if fallback:
-        evidence.append(f"no strategy is good at every EP regime; {fallback[0]} is the fastest good one at "
-                        f"EP {main.ep_size}, where the scalar is read")
-        return Recommendation(fallback[0], evidence, label, bool(cards))
-    free = [s for s in main.medians.sort_values().index if s not in excluded and main.sync_free(s) is not False]
-    if free:
-        evidence.append(f"every sync-free strategy is measurably slower than the fastest; {free[0]} is the fastest "
-                        "sync-free one")
-        return Recommendation(free[0], evidence, label, bool(cards))
-    evidence.append("no sync-free strategy at this point")
-    return Recommendation(None, evidence, label, bool(cards))
+    chosen, why = _fallback_choice(main, excluded)
+    evidence.append(why)
+    return Recommendation(chosen, evidence, label, bool(cards))
 
 
 def probe_in_words(probe: Optional[dict]) -> list[str]:

@@ -74,6 +74,15 @@ def _top_margin(lay, k: float = 1.0) -> int:
     return int(14 + title_lines * k * (TITLE_FONT_PX + 8) + sub_lines * k * (SUBTITLE_FONT_PX + 5) + 26 * k)
 
 
+def _scale_text(fig: go.Figure, text_px: int) -> None:
+    """Every text but the title block at `text_px` at least: axes, ticks, bar labels, legend, notes."""
+    fig.update_layout(font=dict(size=text_px), legend=dict(font=dict(size=text_px)))
+    fig.update_xaxes(tickfont=dict(size=text_px), title_font=dict(size=text_px))
+    fig.update_yaxes(tickfont=dict(size=text_px), title_font=dict(size=text_px))
+    for a in fig.layout.annotations:
+        a.update(font=dict(size=max(text_px, (a.font.size or 0) if a.font else 0)))
+
+
 def fit_layout(fig: go.Figure, width: Optional[int] = None, height: Optional[int] = None,
                text_px: Optional[int] = None) -> go.Figure:
     """Title, subtitle and legend placed explicitly, in pixels from the figure's top and bottom edges.
@@ -111,12 +120,8 @@ def fit_layout(fig: go.Figure, width: Optional[int] = None, height: Optional[int
                    subtitle=dict(font=dict(size=round(SUBTITLE_FONT_PX * k), color="#555"))),
         meta={**meta, "dspark_plot_px": plot_h},
     )
-    if text_px:  # every other text: axes, ticks, bar labels, legend, notes
-        fig.update_layout(font=dict(size=text_px), legend=dict(font=dict(size=text_px)))
-        fig.update_xaxes(tickfont=dict(size=text_px), title_font=dict(size=text_px))
-        fig.update_yaxes(tickfont=dict(size=text_px), title_font=dict(size=text_px))
-        for a in lay.annotations:
-            a.update(font=dict(size=max(text_px, (a.font.size or 0) if a.font else 0)))
+    if text_px:
+        _scale_text(fig, text_px)
     if rows:  # the legend's left edge in line with the title's (16 px), never flush with the figure's
         fig.update_layout(legend=dict(orientation="h", x=16 / width, xanchor="left", xref="container",
                                       y=0, yref="container", yanchor="bottom", entrywidthmode="pixels",
