@@ -107,6 +107,7 @@ def test_nearest_recorded_point_is_named():
 
 class Boom:
     mode = "recorded"
+    capabilities = frozenset()
 
     def options(self):
         return panel._ErrorBackend(None).options()
@@ -119,6 +120,9 @@ class Boom:
 
     def get(self, settings, on_progress=None):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    def close(self):
+        pass
 
 
 def test_error_shows_in_panel_not_a_traceback():

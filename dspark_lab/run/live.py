@@ -49,6 +49,7 @@ from dspark_lab.parallel.run import EPLive, RanksCancelled
 from dspark_lab.results.viewmodels import frames
 from dspark_lab.results.rules import noise
 from dspark_lab.results.viewmodels.backend import PointData, load_recorded
+from dspark_lab.results.viewmodels.backend_protocol import STREAMS
 from dspark_lab.results.query.runs import gpu_name, point_label
 from dspark_lab.run.point import build_steps, measure_point, timing_rows
 
@@ -101,6 +102,7 @@ class LiveBackend:
     """Measures on this machine's CUDA device: run.point.measure_point with all strategies."""
 
     mode = "live"
+    capabilities = frozenset({STREAMS})  # a StreamingBackend (results.viewmodels.backend_protocol)
 
     def __init__(self, base: Optional[LabConfig] = None, measure: Optional[Callable] = None,
                  fingerprint: Optional[dict] = None, warm: Optional[bool] = None, ep_live: Optional[EPLive] = None,

@@ -1,9 +1,10 @@
 """The panel's LIVE path (issue 24): a streamed measurement drawn as its trials arrive, a newer
 setting cancelling the running one, and, on real EP ranks, a dispatch control and a per-rank view.
 
-The backend streams (run.live.LiveBackend.stream(settings, on_update, on_progress, cancel)); each
-update has `data` (results.backend.PointData), `final`, `trials`, `planned`, `half_width_pct`,
-`ranks` (every rank's rows, real EP) and `line()`. This module reads those attributes only: views
+The backend STREAMS (a StreamingBackend of results.viewmodels.backend_protocol, e.g.
+run.live.LiveBackend: stream(settings, on_update, on_progress, cancel)); each update has `data`
+(PointData), `final`, `trials`, `planned`, `half_width_pct`, `ranks` (every rank's rows, real EP)
+and `line()`. This module reads those attributes only: views
 never import run/ (layers) nor torch.
 
   LiveController   one worker thread; the latest setting wins, and it cancels the one running
@@ -148,8 +149,8 @@ class LiveParts:
         self.box = W.VBox([self.rank_note], layout=W.Layout(display="none"))
 
     def real_ep(self, settings: dict) -> bool:
-        runs = getattr(self.panel.backend, "runs_real_ep", None)
-        return bool(runs and runs(settings.get("ep_size", 1)))
+        # Made only for a backend that STREAMS, so it is a StreamingBackend (results.viewmodels.backend_protocol).
+        return bool(self.panel.backend.runs_real_ep(settings.get("ep_size", 1)))
 
     def on_settings(self, settings: dict) -> None:
         """Show the dispatch control only where real ranks run; hide a per-rank view of another setting."""

@@ -1,13 +1,17 @@
 """An ipywidgets panel over a backend: controls for EP size, batch size, gamma, strategy and
 workload; plotly FigureWidgets that are updated in place (batch_update), never rebuilt.
 
-Two backends, one interface (`options()`, `describe()`, `get(settings, on_progress)` -> PointData):
-  RecordedBackend(runs)             the nearest recorded point (per run); says which GPU and date.
-  LiveBackend()                     run.point.measure_point on this machine's CUDA device, all strategies.
-`make_panel()` picks live when CUDA is available, else recorded, and says which in the panel.
-Live measurements stream on a worker thread (views/live_panel.py): the comparison is drawn as the
-trials arrive, a newer setting cancels the running one (sliders also report only on release), and
-`close()` leaves no thread or rank process. A failed measurement shows its message in the panel.
+A backend is a PanelBackend (results.viewmodels.backend_protocol): `options()`, `defaults()`,
+`describe()`, `get(settings, on_progress)` -> PointData, `close()`, and the capabilities it declares:
+  RecordedBackend(runs)   PICKS_RUNS: the nearest recorded point (per run), a run dropdown and a
+                          run filter; says which GPU and date.
+  LiveBackend()           STREAMS: run.point.measure_point on this machine's CUDA device, all strategies.
+`make_panel()` shows the recorded runs unless given a backend (run.live.open_backend() picks live
+on a CUDA machine, else recorded), and the panel says which.
+A streaming backend's measurements run on a worker thread (views/live_panel.py): the comparison is
+drawn as the trials arrive, a newer setting cancels the running one (sliders also report only on
+release), and `close()` leaves no thread or rank process. A failed measurement shows its message
+in the panel.
 """
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ from typing import Optional
 
 import plotly.graph_objects as go
 
-from dspark_lab.results.viewmodels.backend import ALL_RUNS, PointData, load_recorded
+from dspark_lab.results.viewmodels.backend import ALL_RUNS, load_recorded
+from dspark_lab.results.viewmodels.backend_protocol import PICKS_RUNS, STREAMS, PanelBackend, PointData, checked_capabilities
 from dspark_lab.results.viewmodels.point_view import point_view
 from dspark_lab.results.query.runs import REFERENCE
 from dspark_lab.results.facts.strategy_table import BASELINE, BUILTIN_INFO
@@ -80,11 +85,13 @@ def _apply(widget, fig: go.Figure) -> None:
 
 
 class Panel:
-    def __init__(self, backend, *, debounce_s: float = 0.05):
+    def __init__(self, backend: PanelBackend, *, debounce_s: float = 0.05):
         import ipywidgets as W  # optional: only the panel needs it (recorded figures and the report do not)
 
+        capabilities = checked_capabilities(backend)
         self.backend = backend
         self.mode = backend.mode
+        self.streams, self.picks_runs = STREAMS in capabilities, PICKS_RUNS in capabilities
         self.last: Optional[PointData] = None
         self.redraws = 0
         self.last_redraw_s: Optional[float] = None
@@ -92,10 +99,10 @@ class Panel:
         dflt = backend.defaults()
         self.controls = _controls(W, opts, dflt)
         # Live: the dispatch control and per-rank figures of real EP ranks (views/live_panel.py).
-        self.live = live_panel.LiveParts(W, self, opts, dflt, _apply) if self.mode == "live" else None
+        self.live = live_panel.LiveParts(W, self, opts, dflt, _apply) if self.streams else None
         # Many recorded runs: a filter narrows the (bounded) run dropdown; Enter applies it.
         self.run_filter = self.run_note = None
-        if "run" in opts and hasattr(backend, "filter_runs"):
+        if "run" in opts and self.picks_runs:
             self.run_filter = W.Text(value="", description="runs", continuous_update=False,
                                      placeholder="filter: H200 torch=2.11 since=2026-11-01 name=…",
                                      style={"description_width": "80px"}, layout=W.Layout(width="340px"))
@@ -104,13 +111,13 @@ class Panel:
         self.status = W.HTML("")
         self.error = W.HTML("")
         self.progress = W.FloatProgress(value=0, min=0, max=1, description="", layout=W.Layout(
-            width="340px", visibility="visible" if self.mode == "live" else "hidden"))
+            width="340px", visibility="visible" if self.streams else "hidden"))
         self.figs = {k: figures.panel_figure(k, h) for k, h in FIGURE_HEIGHTS.items()}
         # The banner last: live, it names the GPU, and the fingerprint waits for the CUDA context;
         # the figures above are made meanwhile rather than beside the warm-up's step building.
         self.mode_html = W.HTML(self._mode_banner())
         self.widget = self._layout(W)
-        self._worker = live_panel.LiveController(self, debounce_s) if self.mode == "live" else None
+        self._worker = live_panel.LiveController(self, debounce_s) if self.streams else None
         for w in self.controls.values():
             w.observe(self._on_change, names="value")
         self.refresh()
@@ -178,7 +185,7 @@ class Panel:
     def _on_change(self, change) -> None:
         if self._hold:
             return
-        if "run" in self.controls and change.get("owner") is self.controls["run"]:
+        if self.picks_runs and "run" in self.controls and change.get("owner") is self.controls["run"]:
             self._offer_run_points(change["new"])
         self.refresh()
 
@@ -267,9 +274,7 @@ class Panel:
         """Stop live measuring (no thread or rank process left) and close the widgets."""
         if self._worker is not None:
             self._worker.close()
-        close = getattr(self.backend, "close", None)
-        if close is not None:
-            close()
+        self.backend.close()
         self.widget.close()
 
     def _repr_mimebundle_(self, **kwargs):
@@ -280,6 +285,7 @@ class _ErrorBackend:
     """Stands in when no backend could be made, so the panel can say why."""
 
     mode = "recorded"
+    capabilities = frozenset()
 
     def __init__(self, error: BaseException):
         self._error = error
@@ -296,6 +302,9 @@ class _ErrorBackend:
 
     def get(self, settings, on_progress=None):
         raise self._error
+
+    def close(self):
+        """Nothing to release."""
 
 
 def make_panel(backend=None, **kwargs) -> Panel:

@@ -1,32 +1,22 @@
-"""The recorded backend of the panel, and the shape every backend returns (torch- and plotly-free).
+"""The recorded backend of the panel (torch- and plotly-free).
 
-A backend has one interface: `options()`, `defaults()`, `describe()`, `get(settings, on_progress)`
--> PointData. `RecordedBackend` serves recorded runs (here); `run.live.LiveBackend` measures on
-this machine's CUDA device and returns the same shape.
+`RecordedBackend` serves recorded runs: a PanelBackend that PICKS_RUNS (the interface and the
+capabilities: results.viewmodels.backend_protocol); `run.live.LiveBackend` measures on this
+machine's CUDA device and returns the same PointData.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import pandas as pd
 
 from dspark_lab.results.viewmodels import frames
+from dspark_lab.results.viewmodels.backend_protocol import PICKS_RUNS, PointData
 from dspark_lab.results.facts.run_kinds import KINDS
 from dspark_lab.results.query.runs import MAX_COMPARED, Runs, one_process, point_label
 from dspark_lab.results.facts.strategy_table import strategy_order
 
 ALL_RUNS = "*"  # the run control's value for "every recorded run, side by side"
-
-
-@dataclass
-class PointData:
-    """What a backend returns for one setting: rows of every strategy (one point per run)."""
-
-    rows: pd.DataFrame
-    timelines: pd.DataFrame
-    note: str = ""  # e.g. "nearest recorded point: ... (asked batch 10)"
-    settings: dict = field(default_factory=dict)
 
 
 MAX_RUN_OPTIONS = 10  # runs listed in the run dropdown (the rest: narrow the run filter)
@@ -43,6 +33,7 @@ class RecordedBackend:
     them. Timelines are read only for the runs and point drawn (Runs.timeline)."""
 
     mode = "recorded"
+    capabilities = frozenset({PICKS_RUNS})
 
     def __init__(self, runs: Runs, *, max_options: int = MAX_RUN_OPTIONS, side_by_side: Optional[int] = None):
         if not isinstance(runs, Runs):
@@ -197,6 +188,9 @@ class RecordedBackend:
             return pool, (f"none of the {len(pool)} runs side by side recorded {what}; each shows its nearest point")
         return hold, (f"side by side: {len(hold)} of {len(pool)} runs; left out, without a point at {what}: "
                       + "; ".join(left))
+
+    def close(self) -> None:
+        """Nothing to release: recorded data holds no thread or process."""
 
     def get(self, settings: dict, on_progress: Optional[Callable] = None) -> PointData:
         wl = settings.get("workload")
