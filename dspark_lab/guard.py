@@ -1,4 +1,4 @@
-"""Keep a hot path sync-free: `with dspark_lab.no_host_syncs(): step()` fails with the file:line of
+"""Keep a hot path sync-free: `with dspark_lab.guard.no_host_syncs(): step()` fails with the file:line of
 the first host sync in the block.
 
 Three witnesses, because none sees everything:

@@ -26,6 +26,6 @@ def pytest_addoption(parser):
 
 @pytest.fixture
 def no_host_syncs(request):
-    """The guard `dspark_lab.no_host_syncs`, with strict=... from --no-host-syncs-strict by default."""
+    """The guard `dspark_lab.guard.no_host_syncs`, with strict=... from --no-host-syncs-strict by default."""
     strict = bool(request.config.getoption("--no-host-syncs-strict", default=False))
     return functools.partial(_guard, strict=strict)

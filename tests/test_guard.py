@@ -1,4 +1,4 @@
-"""The guard `dspark_lab.no_host_syncs`: its API on CPU (witnesses fed synthetic evidence), and on
+"""The guard `dspark_lab.guard.no_host_syncs`: its API on CPU (witnesses fed synthetic evidence), and on
 CUDA that each witness sees what it should and that it catches every gallery case and passes every fix."""
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import dspark_lab
 from dspark_lab import guard
 from dspark_lab.gallery import get, make_state, names
 from dspark_lab.pytest_plugin import no_host_syncs  # noqa: F401  (the plugin's fixture, without installing)
@@ -191,7 +190,7 @@ def fake_cuda(monkeypatch):
 def test_guard_fails_with_the_first_site(fake_cuda):
     fake_cuda += [SITE, "pkg/hot.py:40 helper"]
     with pytest.raises(guard.HostSyncError, match=r"^host sync at gallery/cases.py:116 seq_lens_sum_item "):
-        with dspark_lab.no_host_syncs(cupti=False):
+        with guard.no_host_syncs(cupti=False):
             pass
 
 

@@ -92,3 +92,35 @@ def test_a_function_level_import_counts_too(tmp_path):
             return views
     """)), tmp_path)
     assert r.returncode == 1 and "toy layers BROKEN" in r.stdout, r.stdout + r.stderr
+
+
+def _package_copy(tmp_path: Path) -> Path:
+    """The package and its pyproject.toml copied to `tmp_path` (caches left out), for injecting imports."""
+    import shutil
+
+    shutil.copytree(ROOT / "dspark_lab", tmp_path / "dspark_lab", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    return tmp_path
+
+
+def test_a_measure_import_in_a_views_module_breaks_the_views_contracts(tmp_path):
+    """`from dspark_lab.measure import measure_step` in views/ is an edge to the measurement wing,
+    which the views-only-results contract refuses whatever measure's __init__ does on attribute
+    access (the no-torch contract sees torch only through edges that are written down)."""
+    root = _package_copy(tmp_path)
+    view = root / "dspark_lab" / "views" / "report.py"
+    view.write_text(view.read_text() + "\nfrom dspark_lab.measure import measure_step  # injected\n")
+    r = lint_imports(root, root)
+    assert r.returncode == 1, r.stdout + r.stderr
+    contracts = {c["id"]: c["name"] for c in tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]}
+    assert f"{contracts['views-import-only-results']} BROKEN" in r.stdout, r.stdout
+    assert "dspark_lab.views.report -> dspark_lab.measure" in r.stdout, r.stdout
+
+
+def test_importing_the_package_loads_no_torch():
+    """`import dspark_lab` (which every `import dspark_lab.<module>` runs first) stays light: the
+    guard, which needs torch, is imported from dspark_lab.guard."""
+    code = "import sys, dspark_lab; sys.exit(2 if hasattr(dspark_lab, 'no_host_syncs') else 'torch' in sys.modules)"
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr or ("torch was imported" if p.returncode == 1 else "dspark_lab has a guard attribute")
