@@ -124,3 +124,22 @@ def test_importing_the_package_loads_no_torch():
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr or ("torch was imported" if p.returncode == 1 else "dspark_lab has a guard attribute")
+
+
+def test_the_measurement_step_injected_into_a_views_module_breaks_the_no_torch_contract_too(tmp_path):
+    """Imported by its own module (measure's face re-exports nothing), measure_step's edge reaches
+    torch in the graph the linter reads: both the views and the no-torch contracts break."""
+    root = _package_copy(tmp_path)
+    view = root / "dspark_lab" / "views" / "report.py"
+    view.write_text(view.read_text() + "\nfrom dspark_lab.measure.step import measure_step  # injected\n")
+    r = lint_imports(root, root)
+    contracts = {c["id"]: c["name"] for c in tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]}
+    for cid in ("views-import-only-results", "no-torch-in-results-and-views"):
+        assert f"{contracts[cid]} BROKEN" in r.stdout.replace("\n", " "), r.stdout
+
+
+def test_no_package_face_loads_names_lazily():
+    """A package's __init__ hands on names by explicit imports or not at all: a module-level
+    __getattr__ would load a module (and torch) behind the linter's back."""
+    faces = [p for p in (ROOT / "dspark_lab").rglob("__init__.py") if "def __getattr__" in p.read_text()]
+    assert faces == [], faces

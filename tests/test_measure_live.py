@@ -8,7 +8,8 @@ import torch
 
 from dspark_lab import strategies
 from dspark_lab.config import LabConfig
-from dspark_lab.measure import measure_step, probe, syncs
+from dspark_lab.measure import probe, syncs
+from dspark_lab.measure.step import measure_step
 from dspark_lab.run.point import measure_point, point_id
 from dspark_lab.results.record.schema import HOST_PARTS, ROW_COLUMNS
 

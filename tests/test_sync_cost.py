@@ -325,7 +325,7 @@ def test_cuda_a_users_item_is_charged_the_idle_of_the_host_work_after_it():
 
     import torch
 
-    from dspark_lab.measure import measure_step
+    from dspark_lab.measure.step import measure_step
 
     x = torch.randn(2048, 2048, device="cuda")
 

@@ -20,7 +20,8 @@ import pandas as pd
 import torch
 
 from dspark_lab import guard
-from dspark_lab.measure import breakdown, measure_step, probe, syncs, trace
+from dspark_lab.measure import breakdown, probe, syncs, trace
+from dspark_lab.measure.step import measure_step
 from dspark_lab.gallery import cases as C
 from dspark_lab.config import choose_mode
 from dspark_lab.gallery.registry import CASES, Case, get

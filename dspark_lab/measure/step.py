@@ -1,6 +1,6 @@
 """`measure_step(fn)`: the lab's accounting (syncs, breakdown, timing) for any step callable.
 
-Import it as `dspark_lab.measure.measure_step` (loaded lazily, with torch)."""
+Import it as `from dspark_lab.measure.step import measure_step` (it loads torch)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

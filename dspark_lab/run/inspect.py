@@ -21,7 +21,8 @@ import pandas as pd
 import torch
 
 from dspark_lab import guard
-from dspark_lab.measure import breakdown, loop, measure_step, probe, syncs, trace
+from dspark_lab.measure import breakdown, loop, probe, syncs, trace
+from dspark_lab.measure.step import measure_step
 from dspark_lab.results.rules.stats import median_ci
 from dspark_lab.results.record.sync_sites import distinct_lines, merge_sites, try_parse
 
