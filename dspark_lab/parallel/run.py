@@ -11,7 +11,8 @@ from dspark_lab.config import LabConfig
 from dspark_lab.measure.probe import fingerprint as fp
 from dspark_lab.model.dispatch import DISPATCH_MODES, check_mode
 from dspark_lab.parallel import checks
-from dspark_lab.parallel.measure import RankCase, RanksResult, delay_rank0, measure_ranks, only_rank0, uniform
+from dspark_lab.parallel.measure import RankCase, delay_rank0, measure_ranks, only_rank0, uniform
+from dspark_lab.parallel.spec import PointResult
 from dspark_lab.parallel.workers import WorkerError, WorkerGroup, device_count, resolve_backend
 
 
@@ -63,11 +64,11 @@ def create_writer(out, cfg: LabConfig, world: int, dispatches: Sequence[str], ca
 
 def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODES, cases: Optional[Sequence[RankCase]] = None,
            *, out=None, backend: str = "auto", batch_sizes=None, group: Optional[WorkerGroup] = None,
-           profile_steps: int = 12, on_point: Optional[Callable[[str, RanksResult], None]] = None,
+           profile_steps: int = 12, on_point: Optional[Callable[[str, PointResult], None]] = None,
            fingerprint: Optional[dict] = None, timeout_s: Optional[float] = None, check_reference: bool = False) -> dict:
     """Measure every dispatch mode x case on `world` real ranks; write one run file (under `out`,
     default data/runs/) with world size, backend, NCCL version and dispatch modes in its header.
-    Returns {dispatch: RanksResult} and the run file's path under "path". `check_reference` first
+    Returns {dispatch: PointResult} and the run file's path under "path". `check_reference` first
     compares every rank's output with the one-process reference (header `reference_check`)."""
     for d in dispatches:
         check_mode(d)
@@ -156,7 +157,7 @@ class EPLive:
 
     def measure(self, cfg: LabConfig, strategies: Sequence[str], *, profile_steps: Optional[int] = None,
                 dispatch: Optional[str] = None, on_trial: Optional[Callable] = None,
-                cancel: Optional[threading.Event] = None) -> RanksResult:
+                cancel: Optional[threading.Event] = None) -> PointResult:
         """All strategies on every rank (live_cases) with `dispatch` (default: this EPLive's).
         `on_trial(strategy, timing)` gets rank 0's trials of the uniform cases as they end; an
         exception it raises, or `cancel` being set, cancels the ranks at their next trial boundary,
