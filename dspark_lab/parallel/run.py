@@ -169,7 +169,7 @@ class EPLive:
                 self.group = WorkerGroup(cfg.ep_size, self.backend).start()
             group = self.group
             cases = live_cases(strategies, cfg.ep_size)
-            uniform_names = {c.name: c.strategies[0] for c in cases if len(set(c.strategies)) == 1}
+            uniform_names = {c.name: c.point_strategy for c in cases if c.point_strategy is not None}
             stop: list = []
 
             def on_partial(item) -> None:  # on the group's reader thread: never raises
@@ -202,3 +202,19 @@ class EPLive:
         if self.group is not None:
             self.group.close()
             self.group = None
+
+
+class RanksExecutor:
+    """A point on the live panel's real ranks (EPLive), as run.orchestrator.PointRun drives it: the
+    ranks build their own steps; rank 0's trials of the cases that stand for the point reach the
+    observer as they end; `cancel` stops every rank at its next trial boundary."""
+
+    def __init__(self, ep_live: EPLive, cancel: Optional[threading.Event] = None):
+        self.ep_live, self.cancel = ep_live, cancel
+
+    def build(self, plan, built=None) -> None:
+        return None
+
+    def execute(self, plan, observer, steps=None) -> PointResult:
+        return self.ep_live.measure(plan.spec.cfg, list(plan.names), dispatch=plan.spec.dispatch,
+                                    on_trial=observer.on_trial, cancel=self.cancel)

@@ -89,11 +89,6 @@ class PointRun:
         self.plan, self.executor = plan, executor
         self.observers = _Observers(observers, plan.names)
 
-    @property
-    def timings(self) -> dict:
-        """{strategy: [TrialTiming]} of the rounds so far (the first look's trial not among them)."""
-        return self.observers.timings
-
     def run(self, built: Optional[dict] = None, look_first: bool = False) -> PointResult:
         """`built`: steps made ahead ({strategy: LabStep}); with `look_first`, the one step there
         gives a first look before the others are built."""
