@@ -63,6 +63,10 @@ def test_trials_stream_from_rank0_in_order(two_gpus, ep_live):
         assert set(u.data.rows.ep_mode) == {"real"} and set(u.data.rows.dispatch) == {"a2a_fixed"}
         assert len(u.data.rows) == u.trials
     assert list(got[1].data.rows.strategy) == NAMES  # round 1, in the order run
+    # The point is fixed before it is measured: the partial rows carry the same identity as the
+    # ranks' complete ones (nothing fills it in afterwards).
+    for u in got[:-1]:
+        assert set(u.data.rows.point_id) == set(final.data.rows.point_id) and set(u.data.rows.world_size) == {2}
     # The complete update: rank 0 of the uniform cases for the figures; every rank for the per-rank view.
     assert set(final.data.rows["rank"]) == {0} and set(final.data.rows.strategy) == set(NAMES)
     assert set(final.ranks["rank"]) == {0, 1} and set(final.ranks.dispatch) == {"a2a_fixed"}

@@ -13,9 +13,8 @@ different cost it.
 """
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
@@ -24,11 +23,12 @@ from dspark_lab import strategies as strategy_registry
 from dspark_lab.config import LabConfig
 from dspark_lab.measure import intervals as iv
 from dspark_lab.measure import loop, syncs, trace
-from dspark_lab.predicate import enable_num_token_non_padded
 from dspark_lab.measure.profile import DEBUG_STEPS, PROFILE_STEPS, STRATEGY_RANGE, analyse, profile_strategies
 from dspark_lab.results.record.schema import RANK_COLUMNS, ROW_COLUMNS
+from dspark_lab.results.record import rows as rowbuild
 from dspark_lab.model.dispatch import check_mode
 from dspark_lab.parallel.ranks import RankContext, nccl_version
+from dspark_lab.parallel.spec import PointResult, PointSpec, TrialRecord
 from dspark_lab.parallel.step import RankStep
 
 # Host-side names of collective calls in a CPU trace (c10d ops, gloo ranges, torch's comms record).
@@ -69,6 +69,14 @@ class RankCase:
             name += " jitter=" + ",".join(f"{j:g}" for j in self.host_jitter_ms)
         return name
 
+    @property
+    def point_strategy(self) -> Optional[str]:
+        """The strategy when every rank runs it as it is (no delay, no jitter): such a case stands
+        for the point (PointResult.point_cases); None when the ranks differ."""
+        if len(set(self.strategies)) == 1 and not any(self.host_delay_ms) and not any(self.host_jitter_ms):
+            return self.strategies[0]
+        return None
+
     def rank_settings(self, rank: int) -> tuple:
         return self.strategies[rank], self.host_delay_ms[rank], self.host_jitter_ms[rank]
 
@@ -91,19 +99,6 @@ def delay_rank0(strategy: str, world: int, delay_ms: float) -> RankCase:
     return RankCase((strategy,) * world, (delay_ms,) + (0.0,) * (world - 1))
 
 
-def ep_mode_for(ep_size: int, world_size: int) -> str:
-    if world_size > 1:
-        return "real"
-    return "predicate_only" if ep_size > 1 else "single"
-
-
-def rank_point_id(cfg: LabConfig, world_size: int, dispatch: str) -> str:
-    d = cfg.to_dict()
-    d.pop("strategy")
-    d.update(world_size=world_size, dispatch=dispatch)
-    return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
-
-
 def collective_ms_per_step(ev, cuda: bool) -> float:
     """Time inside collectives per step: NCCL kernels on the GPU, else collective calls' host wall time."""
     wins = syncs.step_windows(ev)
@@ -119,28 +114,11 @@ def collective_ms_per_step(ev, cuda: bool) -> float:
     return inside / 1e3 / len(wins)
 
 
-@dataclass
-class RanksResult:
-    rows: list
-    timelines: list
-    samples: dict = field(default_factory=dict)  # case -> rank -> per-step host-clock ms (all trials)
-    info: dict = field(default_factory=dict)
-
-
-def _row_base(cfg: LabConfig, ctx: RankContext, dispatch: str, case: RankCase, pid: str) -> dict:
+def _where(ctx: RankContext, case: RankCase) -> dict:
+    """This rank's own columns of a case's rows (PointSpec.columns lays them over the point's)."""
     s, d, j = case.rank_settings(ctx.rank)
-    r = {c: None for c in ROW_COLUMNS + RANK_COLUMNS}
-    r.update(
-        point_id=pid, ep_size=cfg.ep_size, batch_size=cfg.batch_size, gamma=cfg.gamma, strategy=s, model=cfg.model,
-        workload=cfg.workload, graph=cfg.graph, device=ctx.device, query_token_num=cfg.query_token_num,
-        bucket_batch_size=cfg.bucket_batch_size, num_tokens=cfg.num_tokens,
-        target_verify_ms=cfg.workload_costs.target_verify_ms, predicate=enable_num_token_non_padded(cfg.parallel),
-        rank=ctx.rank, world_size=ctx.world_size, node=ctx.node, node_rank=ctx.node_rank, local_rank=ctx.local_rank,
-        ep_mode=ep_mode_for(cfg.ep_size, ctx.world_size),
-        dispatch=dispatch if ctx.world_size > 1 else "", rank_case=case.name,
-        rank_strategies=",".join(case.strategies), host_delay_ms=d, host_jitter_ms=j,
-    )
-    return r
+    return dict(rank=ctx.rank, node=ctx.node, node_rank=ctx.node_rank, local_rank=ctx.local_rank, rank_case=case.name,
+                rank_strategies=",".join(case.strategies), host_delay_ms=d, host_jitter_ms=j)
 
 
 def _check_cases(cases: Sequence, world: int) -> list[RankCase]:
@@ -184,27 +162,24 @@ def _case_stats(tr: dict, step: RankStep, cuda: bool, debug_sites: bool, sync) -
     return stats, tl
 
 
-def _case_rows(base: dict, graph: bool, stats: dict, timings: list) -> list[dict]:
-    rows = []
-    for t in timings:
-        r = dict(base, graph=graph)  # a2a_dynamic and CPU run eagerly
-        r.update(status="ok", error="", trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50,
-                 step_ms_p90=t.p90)
-        r.update({k: v for k, v in stats.items() if k in r})
-        r["sync_sites"] = stats.get("sync_sites", "{}")
-        rows.append(r)
-    return rows
+def _case_rows(spec: PointSpec, my_cfg: LabConfig, ctx: RankContext, case: RankCase, graph: bool, stats: dict,
+               timings: list) -> list[dict]:
+    """A case's rows on this rank: its trials, with the case's profiled columns."""
+    measured = {k: v for k, v in stats.items() if k in ROW_COLUMNS + RANK_COLUMNS}
+    measured.update(graph=graph, sync_sites=stats.get("sync_sites", "{}"))  # a2a_dynamic and CPU run eagerly
+    where = _where(ctx, case)
+    return [TrialRecord(spec, case.rank_settings(ctx.rank)[0], t, measured, where, my_cfg).row() for t in timings]
 
 
 def _point_setup(ctx: RankContext, cfg: LabConfig, dispatch: str, batch_sizes: Optional[Sequence[int]]) -> tuple:
-    """Every rank's batch, the common capture bucket, this rank's config and the point's id."""
+    """Every rank's batch, the common capture bucket, this rank's config and the point's spec."""
     world = ctx.world_size
     batch_sizes = list(batch_sizes or [cfg.batch_size] * world)
     if len(batch_sizes) != world:
         raise ValueError(f"batch_sizes must give one batch per rank ({world}); got {batch_sizes!r}")
-    base = cfg.with_(ep_size=world if world > 1 else cfg.ep_size, device=ctx.device)
-    bucket = max(base.with_(batch_size=b).bucket_batch_size for b in batch_sizes)
-    return batch_sizes, bucket, base.with_(batch_size=batch_sizes[ctx.rank]), rank_point_id(base, world, dispatch)
+    spec = PointSpec.on_ranks(cfg, world, dispatch, ctx.device)
+    bucket = max(spec.cfg.with_(batch_size=b).bucket_batch_size for b in batch_sizes)
+    return batch_sizes, bucket, spec.cfg.with_(batch_size=batch_sizes[ctx.rank]), spec
 
 
 def unfinished_rows(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequence[RankCase], error: BaseException, *,
@@ -212,22 +187,22 @@ def unfinished_rows(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequ
     """The point id and this rank's failed rows (one per case) for a point that did not finish:
     what the writer records instead of rows, so an unfinished point is never read as ok."""
     cases = _check_cases(cases, ctx.world_size)
-    _, _, my_cfg, pid = _point_setup(ctx, cfg, dispatch, batch_sizes)
+    _, _, my_cfg, spec = _point_setup(ctx, cfg, dispatch, batch_sizes)
     msg = f"{type(error).__name__}: {error}"
-    return pid, [dict(_row_base(my_cfg, ctx, dispatch, c, pid), status="failed", error=msg) for c in cases]
+    return spec.point_id, [rowbuild.build_row(**spec.columns(c.rank_settings(ctx.rank)[0], my_cfg, _where(ctx, c)),
+                                              status="failed", error=msg) for c in cases]
 
 
 def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequence[RankCase], *,
                   batch_sizes: Optional[Sequence[int]] = None, profile_steps: int = PROFILE_STEPS,
-                  debug_sites: bool = True, on_progress=None, on_trial=None) -> Optional[RanksResult]:
+                  debug_sites: bool = True, on_progress=None, on_trial=None) -> Optional[PointResult]:
     """Run on every rank (or once, with `RankContext.single()`). Returns the rows of all ranks on
     rank 0 and None elsewhere. `on_trial(case, timing)` runs after each timed trial, on every rank
     at the same trial boundary (measure.loop.run_rounds). `batch_sizes` gives each rank its own real batch (they pad to the
     largest one's capture bucket); by default every rank runs `cfg.batch_size`."""
     check_mode(dispatch)
-    world, rank = ctx.world_size, ctx.rank
-    cases = _check_cases(cases, world)
-    batch_sizes, bucket, my_cfg, pid = _point_setup(ctx, cfg, dispatch, batch_sizes)
+    cases = _check_cases(cases, ctx.world_size)
+    batch_sizes, bucket, my_cfg, spec = _point_setup(ctx, cfg, dispatch, batch_sizes)
     progress = on_progress or (lambda msg, frac: None)
     steps = _rank_steps(ctx, cfg, my_cfg, dispatch, bucket, cases)
     first = next(iter(steps.values()))
@@ -242,6 +217,20 @@ def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequen
                             on_trial=on_trial)
     sync()
     progress("profiling", 0.9)
+    rows, timelines = _profiled_rows(ctx, spec, my_cfg, cases, steps, timed, profile_steps, debug_sites, sync)
+    samples = {c.name: np.concatenate([t.per_step_ms for t in timed.timings[c.name]]).tolist() for c in cases}
+    gathered = ctx.all_gather_object((rows, timelines, samples))
+    if ctx.rank != 0:
+        return None
+    info = {"world_size": ctx.world_size, "backend": ctx.backend, "dispatch": dispatch, "nccl_version": nccl_version(),
+            "bucket_batch_size": bucket, "batch_sizes": batch_sizes, "point_id": spec.point_id,
+            "graph": bool(first.runner.use_graph)}
+    return _gathered(gathered, cases, info)
+
+
+def _profiled_rows(ctx: RankContext, spec: PointSpec, my_cfg: LabConfig, cases: Sequence[RankCase], steps: dict,
+                   timed, profile_steps: int, debug_sites: bool, sync) -> tuple[list, list]:
+    """This rank's profiled pass over every case, then its rows and timelines."""
     whole = profile_strategies(steps, profile_steps)
     sync()
     rows, timelines = [], []
@@ -249,22 +238,20 @@ def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequen
         tr = trace.window(whole, STRATEGY_RANGE + c.name)
         stats, tl = _case_stats(tr, steps[c.name], ctx.device == "cuda", debug_sites, sync)
         # One process: timelines keyed by the strategy, as the one-process figures and panel expect.
-        name = c.name if world == 1 else f"{c.name} · rank {rank}"
-        timelines.append({"kind": "timeline", "point_id": pid, "strategy": name, "rank": rank, "rank_case": c.name,
-                          "segments": tl})
-        rows += _case_rows(_row_base(my_cfg, ctx, dispatch, c, pid), bool(steps[c.name].runner.use_graph), stats,
-                           timed.timings[c.name])
-    samples = {c.name: np.concatenate([t.per_step_ms for t in timed.timings[c.name]]).tolist() for c in cases}
-    gathered = ctx.all_gather_object((rows, timelines, samples))
-    if rank != 0:
-        return None
-    all_rows = [r for g in gathered for r in g[0]]
-    _cross_rank_columns(all_rows, cases)
-    info = {"world_size": world, "backend": ctx.backend, "dispatch": dispatch, "nccl_version": nccl_version(),
-            "bucket_batch_size": bucket, "batch_sizes": batch_sizes, "point_id": pid,
-            "graph": bool(first.runner.use_graph)}
-    return RanksResult(all_rows, [t for g in gathered for t in g[1]],
-                       {c.name: {r: g[2][c.name] for r, g in enumerate(gathered)} for c in cases}, info)
+        name = c.name if ctx.world_size == 1 else f"{c.name} · rank {ctx.rank}"
+        timelines.append({"kind": "timeline", "point_id": spec.point_id, "strategy": name, "rank": ctx.rank,
+                          "rank_case": c.name, "segments": tl})
+        rows += _case_rows(spec, my_cfg, ctx, c, bool(steps[c.name].runner.use_graph), stats, timed.timings[c.name])
+    return rows, timelines
+
+
+def _gathered(gathered: list, cases: Sequence[RankCase], info: dict) -> PointResult:
+    """Every rank's (rows, timelines, samples) as one result, with the columns that compare ranks."""
+    rows = [r for g in gathered for r in g[0]]
+    _cross_rank_columns(rows, cases)
+    return PointResult(rows, [t for g in gathered for t in g[1]], analysed_in=None,  # each rank analysed its own
+                       samples={c.name: {r: g[2][c.name] for r, g in enumerate(gathered)} for c in cases}, info=info,
+                       point_cases={c.name: c.point_strategy for c in cases if c.point_strategy is not None})
 
 
 def _mean(rows: list, key: str) -> Optional[float]:
@@ -299,7 +286,7 @@ def _cross_rank_columns(rows: list, cases: Sequence[RankCase]) -> None:
             r["blocked_from_others_ms"], r["collective_from_others_ms"] = blocked, coll
 
 
-def measure_single(cfg: LabConfig, dispatch: str, strategies: Sequence[str], **kw) -> RanksResult:
+def measure_single(cfg: LabConfig, dispatch: str, strategies: Sequence[str], **kw) -> PointResult:
     """The world-size-1 case of the same code, in this process (ep_mode "single" or "predicate_only")."""
     return measure_ranks(RankContext.single(cfg.resolved_device()), cfg, dispatch,
                          [uniform(s, 1) for s in strategies], **kw)

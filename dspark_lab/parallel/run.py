@@ -11,7 +11,8 @@ from dspark_lab.config import LabConfig
 from dspark_lab.measure.probe import fingerprint as fp
 from dspark_lab.model.dispatch import DISPATCH_MODES, check_mode
 from dspark_lab.parallel import checks
-from dspark_lab.parallel.measure import RankCase, RanksResult, delay_rank0, measure_ranks, only_rank0, uniform
+from dspark_lab.parallel.measure import RankCase, delay_rank0, measure_ranks, only_rank0, uniform
+from dspark_lab.parallel.spec import PointResult
 from dspark_lab.parallel.workers import WorkerError, WorkerGroup, device_count, resolve_backend
 
 
@@ -63,11 +64,11 @@ def create_writer(out, cfg: LabConfig, world: int, dispatches: Sequence[str], ca
 
 def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODES, cases: Optional[Sequence[RankCase]] = None,
            *, out=None, backend: str = "auto", batch_sizes=None, group: Optional[WorkerGroup] = None,
-           profile_steps: int = 12, on_point: Optional[Callable[[str, RanksResult], None]] = None,
+           profile_steps: int = 12, on_point: Optional[Callable[[str, PointResult], None]] = None,
            fingerprint: Optional[dict] = None, timeout_s: Optional[float] = None, check_reference: bool = False) -> dict:
     """Measure every dispatch mode x case on `world` real ranks; write one run file (under `out`,
     default data/runs/) with world size, backend, NCCL version and dispatch modes in its header.
-    Returns {dispatch: RanksResult} and the run file's path under "path". `check_reference` first
+    Returns {dispatch: PointResult} and the run file's path under "path". `check_reference` first
     compares every rank's output with the one-process reference (header `reference_check`)."""
     for d in dispatches:
         check_mode(d)
@@ -156,7 +157,7 @@ class EPLive:
 
     def measure(self, cfg: LabConfig, strategies: Sequence[str], *, profile_steps: Optional[int] = None,
                 dispatch: Optional[str] = None, on_trial: Optional[Callable] = None,
-                cancel: Optional[threading.Event] = None) -> RanksResult:
+                cancel: Optional[threading.Event] = None) -> PointResult:
         """All strategies on every rank (live_cases) with `dispatch` (default: this EPLive's).
         `on_trial(strategy, timing)` gets rank 0's trials of the uniform cases as they end; an
         exception it raises, or `cancel` being set, cancels the ranks at their next trial boundary,
@@ -168,7 +169,7 @@ class EPLive:
                 self.group = WorkerGroup(cfg.ep_size, self.backend).start()
             group = self.group
             cases = live_cases(strategies, cfg.ep_size)
-            uniform_names = {c.name: c.strategies[0] for c in cases if len(set(c.strategies)) == 1}
+            uniform_names = {c.name: c.point_strategy for c in cases if c.point_strategy is not None}
             stop: list = []
 
             def on_partial(item) -> None:  # on the group's reader thread: never raises
@@ -201,3 +202,19 @@ class EPLive:
         if self.group is not None:
             self.group.close()
             self.group = None
+
+
+class RanksExecutor:
+    """A point on the live panel's real ranks (EPLive), as run.orchestrator.PointRun drives it: the
+    ranks build their own steps; rank 0's trials of the cases that stand for the point reach the
+    observer as they end; `cancel` stops every rank at its next trial boundary."""
+
+    def __init__(self, ep_live: EPLive, cancel: Optional[threading.Event] = None):
+        self.ep_live, self.cancel = ep_live, cancel
+
+    def build(self, plan, built=None) -> None:
+        return None
+
+    def execute(self, plan, observer, steps=None) -> PointResult:
+        return self.ep_live.measure(plan.spec.cfg, list(plan.names), dispatch=plan.spec.dispatch,
+                                    on_trial=observer.on_trial, cancel=self.cancel)

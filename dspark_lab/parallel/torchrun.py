@@ -24,7 +24,8 @@ from dspark_lab.config import LabConfig
 from dspark_lab.measure.probe import fingerprint as fp
 from dspark_lab.model.dispatch import check_mode
 from dspark_lab.parallel import checks
-from dspark_lab.parallel.measure import RankCase, RanksResult, measure_ranks, unfinished_rows
+from dspark_lab.parallel.measure import RankCase, measure_ranks, unfinished_rows
+from dspark_lab.parallel.spec import PointResult
 from dspark_lab.parallel.ranks import DEFAULT_TIMEOUT_S, RankContext, init_rank
 from dspark_lab.parallel.run import create_writer, reference_args
 from dspark_lab.parallel.workers import apply_nccl_safe_env, die_with_parent, resolve_backend
@@ -93,10 +94,10 @@ def _agree(ctx: RankContext, error: Optional[BaseException]) -> None:
 def run_ranks(ctx: RankContext, cfg: LabConfig, dispatches: Sequence[str], cases: Sequence[RankCase], *,
               ranks: Sequence[dict], out=None, batch_sizes=None, profile_steps: int = 12,
               check_reference: bool = False, fingerprint: Optional[dict] = None,
-              on_point: Optional[Callable[[str, RanksResult], None]] = None) -> Optional[dict]:
+              on_point: Optional[Callable[[str, PointResult], None]] = None) -> Optional[dict]:
     """Run on every rank: each dispatch mode x case measured by all ranks, written by rank 0 alone.
     `ranks` are the ranks' descriptions (check_same_options). Returns, on rank 0, {dispatch:
-    RanksResult} and the run file's path under "path"; None on the other ranks."""
+    PointResult} and the run file's path under "path"; None on the other ranks."""
     for d in dispatches:
         check_mode(d)
     world = ctx.world_size

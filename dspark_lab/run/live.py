@@ -38,20 +38,21 @@ import torch
 
 from dspark_lab import strategies
 from dspark_lab.config import CAPTURE_BUCKETS, MODEL_PRESETS, WORKLOAD_PRESETS, LabConfig, choose_mode
-from dspark_lab.measure import diagnostics, loop
+from dspark_lab.measure import loop
 from dspark_lab.measure.analysis_worker import AnalysisWorker
 from dspark_lab.measure.probe import fingerprint as machine_fingerprint
-from dspark_lab.measure.timing import time_trial
 from dspark_lab.model.dispatch import DISPATCH_MODES, check_mode
 from dspark_lab.model.workload import LabStep
 from dspark_lab.parallel import workers
-from dspark_lab.parallel.run import EPLive, RanksCancelled
+from dspark_lab.parallel.run import EPLive, RanksCancelled, RanksExecutor
+from dspark_lab.parallel.spec import PointPlan, PointResult, PointSpec
 from dspark_lab.results.viewmodels import frames
 from dspark_lab.results.rules import noise
 from dspark_lab.results.viewmodels.backend import PointData, load_recorded
 from dspark_lab.results.viewmodels.backend_protocol import STREAMS
 from dspark_lab.results.query.runs import gpu_name, point_label
-from dspark_lab.run.point import build_steps, measure_point, timing_rows
+from dspark_lab.run.orchestrator import PointObserver, PointRun
+from dspark_lab.run.point import LocalExecutor, build_steps, timing_rows
 
 
 # Live measurement size: 3 interleaved trials (the fewest the noise rule judges) of 5 steps per
@@ -84,7 +85,7 @@ class LiveUpdate:
     half_width_pct: Optional[float]  # the headline's CI half-width over the rounds so far
     ranks: Optional[pd.DataFrame] = None  # real EP, final: every rank's rows (the per-rank view)
     first_look: bool = False  # one trial of one strategy, before the others are built (not a round's)
-    analysed_in: Optional[str] = None  # final: where the profiled pass was analysed (run.point.PointResult)
+    analysed_in: Optional[str] = None  # final: where the profiled pass was analysed (parallel.spec.PointResult)
 
     def line(self) -> str:
         """The progress line: trials so far and the current CI."""
@@ -119,8 +120,8 @@ class LiveBackend:
         # The real runner profiles after the first round and has the trace analysed in a worker
         # process while the other rounds are timed (measure.analysis_worker; run.point).
         self._analysis: Optional[AnalysisWorker] = AnalysisWorker() if measure is None else None
-        self._measure = measure or partial(measure_point, profile_steps=profile_steps, keep_traces=False,
-                                           profile_after_round=PROFILE_AFTER_ROUND, analysis_worker=self._analysis)
+        self._measure = measure  # None: the real runner (run.point.LocalExecutor)
+        self._profile_steps = profile_steps
         self._fingerprint = fingerprint
         self._ep_live = ep_live
         self.run_id = "live-" + datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -230,10 +231,7 @@ class LiveBackend:
         (timing rows so far), then once complete. Returns the complete update.
         Raises Cancelled when `cancel` is set (checked at every trial and progress report)."""
         cancel = cancel or threading.Event()
-
-        def check() -> None:
-            if cancel.is_set():
-                raise Cancelled(f"cancelled: {settings}")
+        check = partial(_check, cancel, settings)
 
         def progress(msg, frac=None, *args):
             check()
@@ -244,77 +242,36 @@ class LiveBackend:
             progress("warming up (CUDA, calibrations, first graphs)", 0.0)
             self.wait_warm()
         check()
-        cfg = self.config(settings)
-        names = self.names
-        planned = cfg.trials * len(names)
-        real_ep = self.runs_real_ep(cfg.ep_size)
-        dispatch = check_mode(settings.get("dispatch") or DEFAULT_DISPATCH) if real_ep else ""
-        timings: dict = {n: [] for n in names}
-        looked: dict = {}  # the first look's trial, shown until its strategy's rounds have one
-
-        def on_trial(name, timing) -> None:
-            check()
-            timings[name].append(timing)
-            done = sum(len(v) for v in timings.values())
-            # Drawn here, between trials: in one process on the measuring thread, outside every
-            # timed span, so drawing never competes with a timed step for the GIL (real ranks run
-            # in their own processes; this runs on the group's reader thread). The first trial
-            # (the first figure), then each whole round but the last (the complete update follows
-            # it at once): drawing stays a small share of the time.
-            if on_update is not None and (done == 1 or (done % len(names) == 0 and done < planned)):
-                rows = timing_rows(cfg, {n: ts or looked[n] for n, ts in timings.items() if ts or n in looked})
-                if real_ep:  # rank 0's trials so far (the ranks run in lockstep)
-                    for r in rows:
-                        r.update(ep_mode="real", world_size=cfg.ep_size, dispatch=dispatch)
-                hw = loop.headline_half_width(timings) if done % len(names) == 0 else None
-                on_update(LiveUpdate(self._data(rows, None, settings, "measuring now"), False, done, planned, hw))
-            check()
-
-        analysed_in = None
-        if real_ep:
-            try:
-                res = self._ep().measure(cfg, names, dispatch=dispatch, on_trial=on_trial, cancel=cancel)
-            except RanksCancelled as e:
-                raise Cancelled(str(e)) from None
-            ranks = pd.DataFrame(res.rows)
-            # Rank 0's rows and timelines of the cases where every rank runs one strategy stand
-            # for the point (the ranks run in lockstep; every row also carries step_ms_max_rank);
-            # timelines are keyed by strategy as the figures expect. All ranks: the per-rank view.
-            same = {f"{n}," * (cfg.ep_size - 1) + n: n for n in names}
-            rows = [r for r in res.rows if r["rank"] == 0 and r["rank_case"] in same]
-            tls = [dict(t, strategy=same[t["rank_case"]]) for t in res.timelines
-                   if t["rank"] == 0 and t["rank_case"] in same]
-        else:
+        spec = self.spec(settings)
+        built = None
+        if spec.world_size == 1:
             pre, self._steps = self._steps, None  # the warm-up's step serves one measurement
-            kw = {}
-            if pre is not None and pre[0] == cfg:
-                if on_update is not None:
-                    looked.update(self._first_look(cfg, pre[1], settings, planned, on_update))
-                    check()
-                t1 = time.perf_counter()
-                kw["steps"] = build_steps(cfg, names, built=pre[1])
-                self.warm_parts.setdefault("other_steps_s", time.perf_counter() - t1)
-            res = self._measure(cfg, names, on_progress=progress, on_trial=on_trial, **kw)
-            rows, tls, ranks = res.rows, getattr(res, "timelines", None), None
-            analysed_in = getattr(res, "analysed_in", None)
-        check()
-        data = self._data(rows, tls, settings, "measured now")
-        ok = data.rows[data.rows["status"] == "ok"] if "status" in data.rows.columns else data.rows
-        hw = loop.headline_half_width(timings) if any(timings.values()) else _half_width_of(ok)
-        update = LiveUpdate(data, True, int(len(ok)), planned, hw, self._with_fingerprint(ranks), analysed_in=analysed_in)
-        if on_update is not None:
-            on_update(update)
-        return update
+            built = pre[1] if pre is not None and pre[0] == spec.cfg else None
+        view = _LiveView(self, spec, settings, on_update, check, built_ahead=built is not None)
+        run = PointRun(PointPlan(spec, self.names), self._executor(spec, progress, cancel), [view])
+        try:
+            run.run(built=built, look_first=on_update is not None)
+        except RanksCancelled as e:
+            raise Cancelled(str(e)) from None
+        return view.final
 
-    def _first_look(self, cfg: LabConfig, built: dict, settings: dict, planned: int, on_update: Callable) -> dict:
-        """One timed trial of the warm-up's strategy, drawn before the other strategies are built;
-        returns {strategy: [its TrialTiming]}."""
-        (name, s), = built.items()
-        timing = time_trial(s.step, cfg.steps, cfg.warmup, s.drain, trial=0,
-                            diag=diagnostics.TrialDiagnostics(s, nvml=diagnostics.nvml_of(s.device)))
-        rows = timing_rows(cfg, {name: [timing]})
-        on_update(LiveUpdate(self._data(rows, None, settings, "first look"), False, 0, planned, None, first_look=True))
-        return {name: [timing]}
+    def spec(self, settings: dict) -> PointSpec:
+        """The point `settings` name, fixed before it is measured: on real ranks (runs_real_ep) with
+        its dispatch, else in this process."""
+        cfg = self.config(settings)
+        if not self.runs_real_ep(cfg.ep_size):
+            return PointSpec(cfg)
+        dispatch = check_mode(settings.get("dispatch") or DEFAULT_DISPATCH)
+        return PointSpec.on_ranks(cfg, cfg.ep_size, dispatch, cfg.resolved_device())
+
+    def _executor(self, spec: PointSpec, progress: Callable, cancel: threading.Event):
+        """Who measures the point: the real ranks, this process's runner, or the given measurer."""
+        if spec.world_size > 1:
+            return RanksExecutor(self._ep(), cancel)
+        if self._measure is None:
+            return LocalExecutor(on_progress=progress, profile_steps=self._profile_steps, keep_traces=False,
+                                 profile_after_round=PROFILE_AFTER_ROUND, analysis_worker=self._analysis)
+        return MeasureExecutor(self._measure, progress)
 
     def close(self) -> None:
         """End the real-rank workers and the analysis worker, if any (the panel's close)."""
@@ -345,6 +302,92 @@ class LiveBackend:
             raise RuntimeError(str(failed["error"].iloc[0]))
         tl = frames.flatten_timelines(timelines or [])
         return PointData(frame, tl, f"{what}: {point_label(frame.iloc[0])}", dict(settings))
+
+
+def _check(cancel: threading.Event, settings: dict) -> None:
+    if cancel.is_set():
+        raise Cancelled(f"cancelled: {settings}")
+
+
+class _LiveView(PointObserver):
+    """The live backend's subscriber to a point run: the first look, the first trial and each round
+    but the last (the complete update follows it at once) as partial updates, then the complete one.
+    Drawn between trials: in one process on the measuring thread, outside every timed span, so
+    drawing never competes with a timed step for the GIL (real ranks run in their own processes;
+    this runs on the group's reader thread). Drawing stays a small share of the time."""
+
+    def __init__(self, backend: "LiveBackend", spec: PointSpec, settings: dict, on_update: Optional[Callable],
+                 check: Callable[[], None], built_ahead: bool):
+        self.backend, self.spec, self.settings, self.on_update, self.check = backend, spec, settings, on_update, check
+        self.built_ahead = built_ahead
+        self.planned = spec.cfg.trials * len(backend.names)
+        self.timings: dict = {n: [] for n in backend.names}
+        self.looked: dict = {}  # the first look's trial, shown until its strategy's rounds have one
+        self.final: Optional[LiveUpdate] = None
+
+    @property
+    def done(self) -> int:
+        return sum(len(v) for v in self.timings.values())
+
+    def on_first_look(self, strategy, timing) -> None:
+        self.looked[strategy] = [timing]
+        if self.on_update is not None:
+            data = self.backend._data(timing_rows(self.spec, self.looked), None, self.settings, "first look")
+            self.on_update(LiveUpdate(data, False, 0, self.planned, None, first_look=True))
+        self.check()
+
+    def on_built(self, seconds) -> None:
+        if self.built_ahead:
+            self.backend.warm_parts.setdefault("other_steps_s", seconds)
+
+    def on_trial(self, strategy, timing) -> None:
+        self.check()
+        self.timings[strategy].append(timing)
+        if self.done == 1:  # the first figure
+            self._draw()
+        self.check()
+
+    def on_round(self, rounds, timings) -> None:
+        if 1 < self.done < self.planned:
+            self._draw()
+            self.check()
+
+    def _draw(self) -> None:
+        if self.on_update is None:
+            return
+        shown = {n: ts or self.looked[n] for n, ts in self.timings.items() if ts or n in self.looked}
+        hw = loop.headline_half_width(self.timings) if self.done % len(self.timings) == 0 else None
+        data = self.backend._data(timing_rows(self.spec, shown), None, self.settings, "measuring now")
+        self.on_update(LiveUpdate(data, False, self.done, self.planned, hw))
+
+    def on_done(self, result: PointResult) -> None:
+        self.check()
+        data = self.backend._data(result.point_rows(), result.point_timelines(), self.settings, "measured now")
+        ok = data.rows[data.rows["status"] == "ok"] if "status" in data.rows.columns else data.rows
+        hw = loop.headline_half_width(self.timings) if any(self.timings.values()) else _half_width_of(ok)
+        ranks = pd.DataFrame(result.rows) if self.spec.world_size > 1 else None
+        self.final = LiveUpdate(data, True, int(len(ok)), self.planned, hw, self.backend._with_fingerprint(ranks),
+                                analysed_in=result.analysed_in)
+        if self.on_update is not None:
+            self.on_update(self.final)
+
+
+class MeasureExecutor:
+    """A measurer shaped as measure_point, `(cfg, names, *, on_progress, on_trial[, steps]) -> result`
+    (a test's stand-in), as the executor of a point run; its result read as a PointResult."""
+
+    def __init__(self, measure: Callable, on_progress: Callable):
+        self.measure, self.on_progress = measure, on_progress
+
+    def build(self, plan: PointPlan, built: Optional[dict] = None) -> Optional[dict]:
+        return build_steps(plan.spec.cfg, plan.names, built) if built else None
+
+    def execute(self, plan: PointPlan, observer: PointObserver, steps: Optional[dict]) -> PointResult:
+        kw = {"steps": steps} if steps is not None else {}
+        res = self.measure(plan.spec.cfg, list(plan.names), on_progress=self.on_progress, on_trial=observer.on_trial,
+                           **kw)
+        return PointResult(list(res.rows), getattr(res, "timelines", None) or [],
+                           analysed_in=getattr(res, "analysed_in", None))
 
 
 # CPython hands the GIL to a thread that asks for it back only after the holder has run for the

@@ -1,13 +1,11 @@
-"""Measure one config point (all strategies together, trials interleaved) into tidy rows."""
+"""Measure one config point in this process (all strategies together, trials interleaved) into tidy
+rows: the executor of run.orchestrator.PointRun here, and `measure_point`, its public entry."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import time
-from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, Union
 
 import pandas as pd
 import torch
@@ -18,54 +16,28 @@ from dspark_lab.measure import diagnostics, loop, syncs
 from dspark_lab.measure.timing import TrialTiming
 from dspark_lab.measure.analysis_worker import WorkerFailed
 from dspark_lab.measure.profile import DEBUG_STEPS, PROFILE_STEPS, analyse, profile_strategies, strategy_windows
-from dspark_lab.predicate import enable_num_token_non_padded
 from dspark_lab.results.rules import noise
 from dspark_lab.model.workload import LabStep
-from dspark_lab.results.record import rows as rowbuild
-
-
-@dataclass
-class PointResult:
-    rows: list[dict]
-    timelines: list[dict]
-    traces: dict[str, dict] = field(default_factory=dict)
-    outputs_identical: Optional[bool] = None  # draft tokens equal across strategies after the trials
-    analysed_in: str = "this process"  # or "a worker process" (measure.analysis_worker), or why not
+from dspark_lab.parallel.spec import PointPlan, PointResult, PointSpec, TrialRecord
+from dspark_lab.results.record import schema
+from dspark_lab.run.orchestrator import PointObserver, PointRun
 
 
 def point_id(cfg: LabConfig) -> str:
-    d = cfg.to_dict()
-    d.pop("strategy")
-    return hashlib.sha1(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def config_columns(cfg: LabConfig, strategy: str) -> dict:
-    return dict(
-        point_id=point_id(cfg), ep_size=cfg.ep_size, batch_size=cfg.batch_size, gamma=cfg.gamma,
-        strategy=strategy, model=cfg.model, workload=cfg.workload, graph=cfg.graph,
-        device=cfg.resolved_device(), query_token_num=cfg.query_token_num,
-        bucket_batch_size=cfg.bucket_batch_size, num_tokens=cfg.num_tokens,
-        target_verify_ms=cfg.workload_costs.target_verify_ms, predicate=enable_num_token_non_padded(cfg.parallel),
-        # One process: EP > 1 only flips the predicate (schema.RANK_COLUMNS; parallel/ runs real ranks).
-        rank=0, world_size=1, ep_mode="predicate_only" if cfg.ep_size > 1 else "single", dispatch="",
-    )
+    """The one-process point's id (parallel.spec.PointSpec.point_id)."""
+    return PointSpec(cfg).point_id
 
 
 def failed_rows(cfg: LabConfig, strategies: Optional[Sequence[str]], error: BaseException) -> list[dict]:
-    return rowbuild.failed_rows(config_columns(cfg, ""), strategies or strategy_registry.BUILTIN, error)
+    return PointSpec(cfg).failed_rows(strategies or strategy_registry.BUILTIN, error)
 
 
-def _trial_row(cfg: LabConfig, name: str, t: TrialTiming, **measured) -> dict:
-    """The one row of a timed trial (results.rows.build_row), its diagnostics and `measured` added."""
-    return rowbuild.build_row(
-        **config_columns(cfg, name), **measured, **t.diag, status="ok", error="",
-        trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50, step_ms_p90=t.p90)
-
-
-def timing_rows(cfg: LabConfig, timings: dict) -> list[dict]:
-    """Rows of the timed trials so far ({strategy: [TrialTiming]}), before the profiled pass: step
-    times, diagnostics and the noise verdict, profiled columns None (a live update in progress)."""
-    return _with_noise_verdict([_trial_row(cfg, n, t) for n, ts in timings.items() for t in ts])
+def timing_rows(point: Union[LabConfig, PointSpec], timings: dict) -> list[dict]:
+    """Rows of the timed trials so far ({strategy: [TrialTiming]}) of `point` (a spec, or a config
+    measured in one process), before the profiled pass: step times, diagnostics and the noise
+    verdict, profiled columns None (a live update in progress)."""
+    spec = point if isinstance(point, PointSpec) else PointSpec(point)
+    return _with_noise_verdict([TrialRecord(spec, n, t).row() for n, ts in timings.items() for t in ts])
 
 
 def _with_noise_verdict(rows: list[dict]) -> list[dict]:
@@ -169,6 +141,90 @@ class _ProfiledPass:
             self.path = None
 
 
+class LocalExecutor:
+    """A point in this process: build its steps, time the rounds, the profiled pass, the rows
+    (run.orchestrator.PointRun drives it). Options as measure_point's."""
+
+    def __init__(self, *, on_progress: Optional[Callable[[str, float], None]] = None, profile_steps: int = PROFILE_STEPS,
+                 keep_traces: bool = True, with_stack: bool = False, diagnose: bool = True,
+                 target_ci_pct: Optional[float] = None, time_cap_s: Optional[float] = None,
+                 clock: Optional[Callable[[], float]] = None, profile_after_round: Optional[int] = None,
+                 analysis_worker=None):
+        if profile_after_round is not None and (not isinstance(profile_after_round, int) or profile_after_round < 1):
+            raise ValueError(f"profile_after_round must be a whole number of rounds >= 1; got {profile_after_round!r}")
+        self.progress = on_progress or (lambda msg, frac: None)
+        self.profile_steps, self.keep_traces, self.with_stack, self.diagnose = profile_steps, keep_traces, with_stack, diagnose
+        self.target_ci_pct, self.time_cap_s, self.clock = target_ci_pct, time_cap_s, clock or time.monotonic
+        self.profile_after_round, self.analysis_worker = profile_after_round, analysis_worker
+
+    def build(self, plan: PointPlan, built: Optional[dict] = None) -> dict:
+        return build_steps(plan.spec.cfg, plan.names, built)
+
+    def execute(self, plan: PointPlan, observer: PointObserver, steps: dict) -> PointResult:
+        cfg, names = plan.spec.cfg, plan.names
+        # The bar: the trials' share, then one step per strategy profiled.
+        self._total, self._trial_part = cfg.trials * len(names) + len(names), cfg.trials * len(names)
+        passes: list = []
+        try:
+            timed, identical = self._rounds(cfg, steps, observer, passes)
+            if not passes:
+                self._profile(steps, observer, passes)
+            analysed, where = passes[0].analysed(), passes[0].where
+            windows = passes[0].windows() if self.keep_traces else {}
+        finally:
+            for pp in passes:
+                pp.discard()
+        result = self._result(plan, timed, analysed, windows)
+        result.outputs_identical, result.analysed_in = identical, where
+        return result
+
+    def _rounds(self, cfg: LabConfig, steps: dict, observer: PointObserver, passes: list) -> tuple:
+        """The timed rounds (measure.loop.run_rounds), the profiled pass after `profile_after_round`
+        of them where asked; then whether every strategy's draft tokens came out the same."""
+        first = next(iter(steps.values()))
+        nvml = diagnostics.nvml_of(first.device) if self.diagnose else None
+        diag = {n: diagnostics.TrialDiagnostics(s, nvml=nvml) for n, s in steps.items()} if self.diagnose else None
+
+        def after_round(done: int) -> None:
+            if done == self.profile_after_round and not passes:
+                self._profile(steps, observer, passes)
+
+        share = self._trial_part / self._total
+        timed = loop.run_rounds({n: s.step for n, s in steps.items()}, stop_rule(cfg, self.target_ci_pct, self.time_cap_s),
+                                steps=cfg.steps, warmup=cfg.warmup, sync=first.drain, diag=diag, clock=self.clock,
+                                on_trial=observer.on_trial, progress=lambda msg, f: self.progress(msg, f * share),
+                                after_round=after_round if self.profile_after_round is not None else None)
+        first.drain()
+        outs = [s.last_output for s in steps.values()]
+        return timed, all(torch.equal(outs[0], o) for o in outs[1:])
+
+    def _profile(self, steps: dict, observer: PointObserver, passes: list) -> None:
+        self.progress("profiling", self._trial_part / self._total)
+        passes.append(_ProfiledPass(steps, self.profile_steps, self.with_stack, self.analysis_worker))
+        observer.on_profiled()
+
+    def _result(self, plan: PointPlan, timed, analysed: dict, windows: dict) -> PointResult:
+        """The rows phase: every trial's record as a row, with its strategy's profiled columns."""
+        spec, rows, timelines, traces = plan.spec, [], [], {}
+        for i, n in enumerate(plan.names):
+            stats, tl = analysed[n]
+            self.progress(f"measured {n}", min((self._trial_part + i + 1) / self._total, 1.0))
+            if self.keep_traces:
+                traces[n] = windows[n]
+            timelines.append({"kind": "timeline", "point_id": spec.point_id, "strategy": n, "segments": tl})
+            measured = {k: v for k, v in stats.items() if k in schema.ROW_COLUMNS}
+            measured.update(stop_reason=timed.stop_reason, ci_half_width_pct=timed.half_width_pct)
+            rows += [TrialRecord(spec, n, t, measured).row() for t in timed.timings[n]]
+        return PointResult(_with_noise_verdict(rows), timelines, traces)
+
+
+class _OnTrial(PointObserver):
+    """A plain `on_trial(strategy, timing)` callback as an observer."""
+
+    def __init__(self, on_trial: Callable[[str, TrialTiming], None]):
+        self.on_trial = on_trial
+
+
 def measure_point(
     cfg: LabConfig,
     strategies: Optional[Sequence[str]] = None,
@@ -186,7 +242,7 @@ def measure_point(
     profile_after_round: Optional[int] = None,
     analysis_worker=None,
 ) -> PointResult:
-    """Measure every strategy at one config point.
+    """Measure every strategy at one config point (run.orchestrator.PointRun on a LocalExecutor).
 
     Timing trials run first, without the profiler, interleaved across strategies (measure/loop.py).
     Then one profiler session over the strategies in turn gives counts, the breakdown and a
@@ -204,56 +260,15 @@ def measure_point(
     them, and sends the trace to `analysis_worker` (measure.analysis_worker.AnalysisWorker), so that
     its analysis runs in another process while the remaining rounds are timed; without a worker
     (or when it fails) the trace is analysed here."""
-    stop = stop_rule(cfg, target_ci_pct, time_cap_s)
+    stop_rule(cfg, target_ci_pct, time_cap_s)  # a bad pair is refused before anything is built
     names = list(strategies or strategy_registry.BUILTIN)
     for n in names:
         strategy_registry.get(n)
-    progress = on_progress or (lambda msg, frac: None)
     if steps is not None and list(steps) != names:
         raise ValueError(f"steps must hold one LabStep per strategy, in order {names}; got {list(steps)}")
-    if profile_after_round is not None and (not isinstance(profile_after_round, int) or profile_after_round < 1):
-        raise ValueError(f"profile_after_round must be a whole number of rounds >= 1; got {profile_after_round!r}")
-    steps = steps or build_steps(cfg, names)
-    first = steps[names[0]]
-    # The bar: the trials' share, then one step per strategy profiled.
-    total, trial_part = cfg.trials * len(names) + len(names), cfg.trials * len(names)
-    nvml = diagnostics.nvml_of(first.device) if diagnose else None
-    diag = {n: diagnostics.TrialDiagnostics(s, nvml=nvml) for n, s in steps.items()} if diagnose else None
-    passes: list = []
-
-    def profile_now() -> None:
-        progress("profiling", trial_part / total)
-        passes.append(_ProfiledPass(steps, profile_steps, with_stack, analysis_worker))
-
-    def after_round(done: int) -> None:
-        if done == profile_after_round and not passes:
-            profile_now()
-
-    try:
-        timed = loop.run_rounds({n: s.step for n, s in steps.items()}, stop, steps=cfg.steps, warmup=cfg.warmup,
-                                sync=first.drain, diag=diag, clock=clock or time.monotonic, on_trial=on_trial,
-                                progress=lambda msg, share: progress(msg, share * trial_part / total),
-                                after_round=after_round if profile_after_round is not None else None)
-        first.drain()
-        outs = [s.last_output for s in steps.values()]
-        identical = all(torch.equal(outs[0], o) for o in outs[1:])
-        if not passes:
-            profile_now()
-        pp = passes[0]
-        analysed = pp.analysed()
-        where = pp.where
-        windows = pp.windows() if keep_traces else {}
-    finally:
-        for pp in passes:
-            pp.discard()
-    rows, timelines, traces = [], [], {}
-    for i, n in enumerate(names):
-        stats, tl = analysed[n]
-        progress(f"measured {n}", min((trial_part + i + 1) / total, 1.0))
-        if keep_traces:
-            traces[n] = windows[n]
-        timelines.append({"kind": "timeline", "point_id": point_id(cfg), "strategy": n, "segments": tl})
-        measured = {k: v for k, v in stats.items() if k in rowbuild.schema.ROW_COLUMNS}
-        rows += [_trial_row(cfg, n, t, **measured, stop_reason=timed.stop_reason,
-                            ci_half_width_pct=timed.half_width_pct) for t in timed.timings[n]]
-    return PointResult(_with_noise_verdict(rows), timelines, traces, identical, analysed_in=where)
+    executor = LocalExecutor(on_progress=on_progress, profile_steps=profile_steps, keep_traces=keep_traces,
+                             with_stack=with_stack, diagnose=diagnose, target_ci_pct=target_ci_pct,
+                             time_cap_s=time_cap_s, clock=clock, profile_after_round=profile_after_round,
+                             analysis_worker=analysis_worker)
+    observers = [_OnTrial(on_trial)] if on_trial is not None else []
+    return PointRun(PointPlan(PointSpec(cfg), names), executor, observers).run(built=steps)

@@ -181,6 +181,13 @@ class SweepSummary:
     failed: int = 0  # measured now, recorded as failed
     failures: list[tuple[str, str]] = field(default_factory=list)  # (point label, error)
 
+    def note_failure(self, label: str, error: Exception) -> str:
+        """Count a point recorded as failed; the line that says so."""
+        msg = f"{type(error).__name__}: {error}"
+        self.failed += 1
+        self.failures.append((label, msg))
+        return f"point {label} failed and was recorded as failed: {msg.splitlines()[0] if msg else ''}"
+
     def __str__(self) -> str:
         return f"{self.measured} measured, {self.failed} failed, {self.skipped} already recorded, of {self.total} points"
 
@@ -233,13 +240,7 @@ def run_sweep(
     measure = measure or point.measure_point
     failed_rows = failed_rows or point.failed_rows
     tqdm = _progress_class()
-
-    def say(msg: str) -> None:
-        if log is not None:
-            log(msg)
-        elif progress:
-            tqdm.write(msg, file=sys.stderr)
-
+    say = _say(log, tqdm if progress else None)
     summary = SweepSummary(total=len(spec))
     todo = _pending(spec, writer, point_id or point.point_id, retry_failed)
     summary.skipped = summary.total - len(todo)
@@ -258,20 +259,33 @@ def run_sweep(
             except Exception as e:  # noqa: BLE001 - a failed point is recorded, the sweep goes on
                 _free_cuda_memory()
                 writer.write_point(pid, _failed_point_rows(cfg, pid, strategies, e, failed_rows), [], status="failed")
-                summary.failed += 1
-                msg = f"{type(e).__name__}: {e}"
-                summary.failures.append((label, msg))
-                say(f"point {label} failed and was recorded as failed: {msg.splitlines()[0] if msg else ''}")
+                say(summary.note_failure(label, e))
             else:
-                writer.write_point(pid, rows, timelines, status="ok")
-                baseline.keep(writer.fingerprint, rows)  # the machine's quietest host work here, for lone runs
-                if save_traces and getattr(result, "traces", None):
-                    writer.write_traces(pid, result.traces)
+                _write_point(writer, pid, rows, timelines, getattr(result, "traces", None) if save_traces else None)
                 summary.measured += 1
             bar.update(max(i + 1 - bar.n, 0.0))
     finally:
         bar.close()
     return summary
+
+
+def _say(log: Callable[[str], None] | None, tqdm) -> Callable[[str], None]:
+    """The sweep's message lines: to `log` where given, else above the bar (none without progress)."""
+    def say(msg: str) -> None:
+        if log is not None:
+            log(msg)
+        elif tqdm is not None:
+            tqdm.write(msg, file=sys.stderr)
+
+    return say
+
+
+def _write_point(writer, pid: str, rows: list, timelines: list, traces: dict | None) -> None:
+    """A measured point on disk: its rows and timelines, its traces where asked for."""
+    writer.write_point(pid, rows, timelines, status="ok")
+    baseline.keep(writer.fingerprint, rows)  # the machine's quietest host work here, for lone runs
+    if traces:
+        writer.write_traces(pid, traces)
 
 
 def _progress_class():

@@ -1,0 +1,103 @@
+"""One point run in explicit phases, whoever starts it (measure_point, the sweep, the live panel,
+real ranks), and the observers told as it goes.
+
+The phases: the first look (one timed trial of a step built ahead, drawn before the others exist;
+live only), build (the point's steps), rounds (interleaved timed trials), the profiled pass, rows.
+An executor does the measuring: run.point.LocalExecutor in this process, parallel.run.RanksExecutor
+on real ranks, or any `(cfg, names, ...) -> result` measurer (run.live.MeasureExecutor). An
+executor has `build(plan, built) -> steps or None` and `execute(plan, observer, steps) -> PointResult`;
+it tells the observer of each trial and of the profiled pass, and this object derives the rounds.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional, Sequence
+
+from dspark_lab.measure import diagnostics
+from dspark_lab.measure.timing import TrialTiming, time_trial
+from dspark_lab.parallel.spec import PointPlan, PointResult
+
+
+class PointObserver:
+    """What a point run tells as it goes; a subscriber overrides what it watches (each does nothing here).
+    An exception raised by one ends the run there (a cancel)."""
+
+    def on_first_look(self, strategy: str, timing: TrialTiming) -> None:
+        """One timed trial of the step built ahead, before the others are built."""
+
+    def on_built(self, seconds: float) -> None:
+        """The point's steps were built, in `seconds`."""
+
+    def on_trial(self, strategy: str, timing: TrialTiming) -> None:
+        """A timed trial ended (in the order run)."""
+
+    def on_round(self, rounds: int, timings: dict) -> None:
+        """Every strategy has `rounds` trials ({strategy: [TrialTiming]} so far)."""
+
+    def on_profiled(self) -> None:
+        """The profiled pass ran (its analysis may still be under way)."""
+
+    def on_done(self, result: PointResult) -> None:
+        """The point's result, rows built."""
+
+
+class _Observers(PointObserver):
+    """Every subscriber in turn; keeps the trials so far and tells a round when each strategy has one more."""
+
+    def __init__(self, observers: Sequence[PointObserver], names: Sequence[str]):
+        self.observers = list(observers)
+        self.timings: dict = {n: [] for n in names}
+        self.rounds = 0
+
+    def on_first_look(self, strategy, timing) -> None:
+        for o in self.observers:
+            o.on_first_look(strategy, timing)
+
+    def on_built(self, seconds) -> None:
+        for o in self.observers:
+            o.on_built(seconds)
+
+    def on_trial(self, strategy, timing) -> None:
+        self.timings[strategy].append(timing)
+        for o in self.observers:
+            o.on_trial(strategy, timing)
+        if min(len(ts) for ts in self.timings.values()) > self.rounds:
+            self.rounds += 1
+            for o in self.observers:
+                o.on_round(self.rounds, self.timings)
+
+    def on_profiled(self) -> None:
+        for o in self.observers:
+            o.on_profiled()
+
+    def on_done(self, result) -> None:
+        for o in self.observers:
+            o.on_done(result)
+
+
+def first_look(cfg, built: dict) -> tuple[str, TrialTiming]:
+    """One timed trial of the one step built ahead ({strategy: LabStep}), with its diagnostics."""
+    (name, s), = built.items()
+    return name, time_trial(s.step, cfg.steps, cfg.warmup, s.drain, trial=0,
+                            diag=diagnostics.TrialDiagnostics(s, nvml=diagnostics.nvml_of(s.device)))
+
+
+class PointRun:
+    """Runs `plan` on `executor`, telling `observers`: first look, build, rounds, profiled pass, rows."""
+
+    def __init__(self, plan: PointPlan, executor, observers: Sequence[PointObserver] = ()):
+        self.plan, self.executor = plan, executor
+        self.observers = _Observers(observers, plan.names)
+
+    def run(self, built: Optional[dict] = None, look_first: bool = False) -> PointResult:
+        """`built`: steps made ahead ({strategy: LabStep}); with `look_first`, the one step there
+        gives a first look before the others are built."""
+        if built and look_first:
+            self.observers.on_first_look(*first_look(self.plan.spec.cfg, built))
+        t0 = time.perf_counter()
+        steps = self.executor.build(self.plan, built)
+        if steps is not None:
+            self.observers.on_built(time.perf_counter() - t0)
+        result = self.executor.execute(self.plan, self.observers, steps)
+        self.observers.on_done(result)
+        return result
