@@ -2,6 +2,8 @@
 function and its row alone shows up in the card, the advice, the figures and the CLI."""
 import subprocess
 import sys
+import types
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -85,6 +87,27 @@ def test_a_function_without_a_row_fails_naming_it():
 def test_a_row_without_a_function_fails_naming_it():
     with pytest.raises(T.StrategyTableError, match=r"strategy 'staged_copy' has a row in .* but no function"):
         strategies.bind([strategies.device_direct], (T.BUILTIN_ROWS[0], STAGED))
+
+
+def _import_strategies_changed(monkeypatch, old: str, new: str) -> None:
+    """strategies.py's source with `old` replaced by `new`, imported as a module of its own (the real
+    one and the table are left as they are)."""
+    source = Path(strategies.__file__).read_text()
+    assert source.count(old) == 1
+    module = types.ModuleType("strategies_changed")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(source.replace(old, new), "strategies_changed.py", "exec"), module.__dict__)
+
+
+def test_the_import_fails_naming_a_function_without_a_row(monkeypatch):
+    extra = "\n\ndef pinned_twice(num_tokens, device, parallel, *, buffer=None):\n    return None\n\n\nStrategyFn ="
+    with pytest.raises(T.StrategyTableError, match=r"strategy 'pinned_twice' has a function in strategies.py but no row"):
+        _import_strategies_changed(monkeypatch, "\n\nStrategyFn =", extra)
+
+
+def test_the_import_fails_naming_a_row_without_a_function(monkeypatch):
+    with pytest.raises(T.StrategyTableError, match=r"strategy 'persistent_fill' has a row in .* but no function"):
+        _import_strategies_changed(monkeypatch, "def persistent_fill(num_tokens: int,", "def _gone(count: int,")
 
 
 def test_the_import_binds_every_strategy_shaped_function_of_the_module():
