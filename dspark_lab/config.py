@@ -5,8 +5,8 @@ import os
 from dataclasses import Field, asdict, dataclass, field, fields, replace
 from typing import Any, Callable, Collection
 
-from dspark_lab import strategies
 from dspark_lab.predicate import MOE_A2A_BACKENDS, ParallelSettings
+from dspark_lab.results.facts import strategy_table  # names without torch (registered ones included)
 
 MODE_ENV = "DSPARK_LAB_MODE"  # "recorded" forces recorded mode (e.g. headless notebook runs)
 
@@ -156,8 +156,8 @@ class LabConfig:
     ep_size: int = _about(1, "MoE EP size (a divisor of the model's expert count)", range=(1, None))
     batch_size: int = _about(8, "batch size (padded up to a capture bucket)", range=(1, CAPTURE_BUCKETS[-1]))
     gamma: int = _about(4, "draft block size", range=(1, MAX_GAMMA))
-    strategy: str = _about("device_direct", "allocation strategy of num_token_non_padded",
-                           choices=strategies.names)
+    strategy: str = _about(strategy_table.BASELINE, "allocation strategy of num_token_non_padded",
+                           choices=strategy_table.names)
     model: str = _about("small", "draft model size preset", choices=MODEL_PRESETS)
     workload: str = _about("sglang_profile", "work around the draft step: sglang_profile mimics PR #34782's "
                            "8.4 ms step; gpu_bound / host_bound show when the sync costs little; tiny is for "

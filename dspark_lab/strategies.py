@@ -7,15 +7,15 @@ the file and line that caused a sync) points at exactly one of them.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import torch
 
 from dspark_lab.predicate import ParallelSettings, enable_num_token_non_padded
-from dspark_lab.results.facts.strategy_table import BUILTIN_INFO
-
-StrategyFn = Callable[..., Optional[torch.Tensor]]
+from dspark_lab.results.facts import strategy_table
+# Every function here of the strategy signature is a built-in, bound to its table row at import (bind).
 
 
 def device_direct(num_tokens: int, device, parallel: ParallelSettings, *, buffer=None):
@@ -56,6 +56,10 @@ def persistent_fill(num_tokens: int, device, parallel: ParallelSettings, *, buff
         buffer = torch.zeros((), dtype=torch.int32, device=device)
     return buffer.fill_(num_tokens)
 
+StrategyFn = Callable[..., Optional[torch.Tensor]]
+StrategyRow, StrategyTableError = strategy_table.StrategyRow, strategy_table.StrategyTableError
+STRATEGY_PARAMETERS = ("num_tokens", "device", "parallel")  # what makes a function of this module a strategy
+
 
 @dataclass(frozen=True)
 class Strategy:
@@ -64,19 +68,64 @@ class Strategy:
     description: str  # one line, for widgets and the CLI
     source: str  # the PR or release it comes from
 
-
-_REGISTRY: dict[str, Strategy] = {}
-
-
-def register(strategy: Strategy) -> None:
-    _REGISTRY[strategy.name] = strategy
+    @classmethod
+    def of(cls, fn: StrategyFn, row: StrategyRow) -> "Strategy":
+        return cls(row.name, fn, row.description, row.source)
 
 
-_FUNCTIONS = {f.__name__: f for f in (device_direct, non_blocking, on_demand, on_demand_pinned, persistent_fill)}
-for _name, (_description, _source) in BUILTIN_INFO.items():  # names and lines live torch-free
-    register(Strategy(_name, _FUNCTIONS[_name], _description, _source))
+def strategy_functions(namespace: dict, module: str) -> list[StrategyFn]:
+    """The functions defined in `module` (its namespace) whose first parameters are a strategy's."""
+    return [f for f in namespace.values() if callable(f) and getattr(f, "__module__", None) == module
+            and getattr(getattr(f, "__code__", None), "co_varnames", ())[:3] == STRATEGY_PARAMETERS]
 
+
+def bind(functions: Iterable[StrategyFn], rows: Iterable[StrategyRow]) -> dict[str, Strategy]:
+    """name -> Strategy, each function paired with the row of its name, in the rows' order;
+    StrategyTableError naming the strategy when a function has no row or a row has no function."""
+    fns = {f.__name__: f for f in functions}
+    by_name = {r.name: r for r in rows}
+    no_row = [n for n in fns if n not in by_name]
+    if no_row:
+        raise StrategyTableError(f"strategy {', '.join(map(repr, no_row))} has a function in strategies.py but no "
+                                 "row in results/facts/strategy_table.py (BUILTIN_ROWS): add its row there")
+    no_fn = [n for n in by_name if n not in fns]
+    if no_fn:
+        raise StrategyTableError(f"strategy {', '.join(map(repr, no_fn))} has a row in results/facts/"
+                                 "strategy_table.py (BUILTIN_ROWS) but no function of that name in strategies.py")
+    return {n: Strategy.of(fns[n], r) for n, r in by_name.items()}
+
+
+_REGISTRY: dict[str, Strategy] = bind(strategy_functions(dict(globals()), __name__), strategy_table.BUILTIN_ROWS)
 BUILTIN = tuple(_REGISTRY)
+
+
+def register(fn: StrategyFn, row: StrategyRow) -> Strategy:
+    """Add a strategy by its function and its row (StrategyTableError when the row does not fit); it
+    then appears wherever the table is read: the CLI's choices, the figures, the card and the advice."""
+    if not callable(fn):
+        raise StrategyTableError(f"strategy {getattr(row, 'name', row)!r}: its function must be callable; got {fn!r}")
+    strategy_table.add(row)
+    _REGISTRY[row.name] = Strategy.of(fn, row)
+    return _REGISTRY[row.name]
+
+
+@contextmanager
+def registered(fn: StrategyFn, row: StrategyRow) -> Iterator[Strategy]:
+    """`register(fn, row)` for the block only: the table and the registry are as before afterwards."""
+    with restored():
+        yield register(fn, row)
+
+
+@contextmanager
+def restored() -> Iterator[None]:
+    """What is registered inside the block is undone after it (tests register freely)."""
+    rows_before, registry_before = strategy_table.rows(), dict(_REGISTRY)
+    try:
+        yield
+    finally:
+        strategy_table.reset(rows_before)
+        _REGISTRY.clear()
+        _REGISTRY.update(registry_before)
 
 
 def names() -> tuple[str, ...]:

@@ -131,7 +131,7 @@ def main() -> int:
     t = time.perf_counter()
     single = measure_single(cfg.with_(ep_size=world), "allreduce", strategies.BUILTIN, profile_steps=profile_steps)
     with store.RunWriter.create(runs, fingerprint=fp, sweep={"base": cfg.to_dict(), "world_size": 1},
-                                world_size=1, ep_mode="predicate_only") as w:
+                                world_size=1, ep_mode="predicate_only", run_kind="ep_one_gpu") as w:
         w.write_point(single.info["point_id"], single.rows, single.timelines)
     # The one-process model (no collective, graph mode): kept for comparison, it misses the dispatch's cost.
     one = predict.one_rank_from(single.rows, single.samples)
@@ -151,7 +151,7 @@ def main() -> int:
             pred_rows += predict.predicted_rows(one_d, pcases, dict(base, predicate=False, dispatch=d))
     with store.RunWriter.create(runs, fingerprint=fp, sweep={"base": cfg.to_dict(), "predicted_sizes": list(PREDICTED_SIZES),
                                                              "model": predict.MODEL},
-                                ep_mode="predicted") as w:
+                                ep_mode="predicted", run_kind="ep_predicted") as w:
         for r in pred_rows:
             r["point_id"] = f"predicted-ep{r['world_size']}-{r['dispatch']}"
         for d in modes:

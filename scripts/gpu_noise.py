@@ -72,7 +72,7 @@ def reference_one(smoke: bool, index: int) -> dict:
     folder = OUT / "reference"
     folder.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    with store.RunWriter.create(folder, fingerprint=probe.fingerprint(), sweep=spec.to_dict(),
+    with store.RunWriter.create(folder, fingerprint=probe.fingerprint(), sweep=spec.to_dict(), run_kind="reference",
                                 adaptive={"target_ci_pct": TARGET_CI_PCT, "time_cap_s": z["cap_s"]},
                                 stage=f"reference run {index + 1} of 3") as w:
         r = measure_point(cfg, target_ci_pct=TARGET_CI_PCT, time_cap_s=z["cap_s"], keep_traces=False)

@@ -160,7 +160,7 @@ def run_stage_check() -> str:
     traces_dir.mkdir(exist_ok=True)
     from dspark_lab.results.record import store
 
-    with store.RunWriter.create(OUT / "presets.jsonl", fingerprint=probe.fingerprint(),
+    with store.RunWriter.create(OUT / "presets.jsonl", fingerprint=probe.fingerprint(), run_kind="preset_check",
                                 sweep={"preset": "sglang_profile", "ep_size": [1, 8], "batch_size": [8], "gamma": [4]},
                                 probe=probe.run_probe(), draft_check=dc) as writer:
         summary = {ep: preset(ep, f"sglang_profile_ep{ep}", traces_dir, writer) for ep in (1, 8)}

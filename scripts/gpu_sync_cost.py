@@ -76,7 +76,7 @@ def main() -> int:
     run_id = store.new_run_id()
     label = "sync-cost-smoke" if args.smoke else "sync-cost"
     timings = {}
-    with store.RunWriter.create(out / f"{label}-{run_id}.jsonl", fingerprint=fp, run_id=run_id,
+    with store.RunWriter.create(out / f"{label}-{run_id}.jsonl", fingerprint=fp, run_id=run_id, run_kind="sync_cost",
                                 sweep={"points": [c.to_dict() for c in cfgs], "stage": "gpu_sync_cost"}) as writer:
         for cfg in cfgs:
             t0 = time.time()

@@ -78,7 +78,7 @@ def write_synthetic_runs(folder) -> Path:
     folder = Path(folder)
     for h in headers:
         fp = {k: h[k] for k in ("gpu", "driver", "cuda", "torch")}
-        with store.RunWriter.create(folder / "runs", fingerprint=fp, sweep={}, run_id=h["run_id"]) as w:
+        with store.RunWriter.create(folder / "runs", fingerprint=fp, sweep={}, run_kind="sweep", run_id=h["run_id"]) as w:
             r = rows[rows.run_id == h["run_id"]]
             t = tl[tl.run_id == h["run_id"]]
             for pid, g in r.groupby("point_id", sort=False):

@@ -355,7 +355,7 @@ def _row(cfg: LabConfig, strategy: str, trial: int, step_ms: float, syncs: float
 
 def _recorded(tmp_path: Path) -> Path:
     w = RunWriter.create(tmp_path / "data" / "runs", fingerprint={"gpu": "NVIDIA H200", "driver": "580.1",
-                         "cuda": "13.0", "torch": "2.11.0"}, sweep={})
+                         "cuda": "13.0", "torch": "2.11.0"}, sweep={}, run_kind="sweep")
     for ep in (1, 8):
         cfg = LabConfig(ep_size=ep, batch_size=8, gamma=4)
         rows = [_row(cfg, s, t, 7.1 if s == "device_direct" else 5.96, 1.0 if s == "device_direct" else 0.0)

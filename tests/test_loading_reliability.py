@@ -37,7 +37,7 @@ def timelines_of(pid):
 
 
 def base(folder: Path, name: str, points=("p1", "p2"), **header) -> Path:
-    with store.RunWriter.create(folder / f"{name}.jsonl", fingerprint=FP, sweep={}, **header) as w:
+    with store.RunWriter.create(folder / f"{name}.jsonl", fingerprint=FP, sweep={}, run_kind="single_point", **header) as w:
         for p in points:
             w.write_point(p, rows_of(p), timelines_of(p))
     return w.path
@@ -118,7 +118,7 @@ def _drop_header(folder):
 
 def _script_everywhere(folder):
     s = "<script>alert(1)</script>"
-    with store.RunWriter.create(folder / "script.jsonl", fingerprint={k: s for k in FP}, sweep={}, name=s) as w:
+    with store.RunWriter.create(folder / "script.jsonl", fingerprint={k: s for k in FP}, sweep={}, run_kind="single_point", name=s) as w:
         rs = [dict(r, model=s, workload=s, device=s, sync_site=s + ":1 " + s, error="") for r in rows_of("p1")]
         tl = [{"kind": "timeline", "point_id": "p1", "strategy": st, "segments": [["host", s, 0.0, 1.0, s]]} for st in STRATS]
         w.write_point("p1", rs, tl)

@@ -90,7 +90,7 @@ def test_two_concurrent_resumes_give_one_writer_and_one_clear_refusal(tmp_path):
 
     spec = SweepSpec(ep_sizes=(1,), batch_sizes=(1, 4), gammas=(2,), strategies=("device_direct", "persistent_fill"),
                      base=LabConfig(model="tiny", workload="tiny", steps=2, warmup=0, trials=2, device="cpu"))
-    with store.RunWriter.create(tmp_path / "run.jsonl", fingerprint=FP, sweep=spec.to_dict()) as w:
+    with store.RunWriter.create(tmp_path / "run.jsonl", fingerprint=FP, sweep=spec.to_dict(), run_kind="sweep") as w:
         path = w.path
     script = tmp_path / "resume.py"
     script.write_text(RESUMER)
@@ -117,7 +117,7 @@ def test_two_concurrent_resumes_give_one_writer_and_one_clear_refusal(tmp_path):
 
 
 def test_a_held_file_refuses_a_second_writer_in_process(tmp_path):
-    with store.RunWriter.create(tmp_path / "run.jsonl", fingerprint=FP, sweep={}) as w:
+    with store.RunWriter.create(tmp_path / "run.jsonl", fingerprint=FP, sweep={}, run_kind="single_point") as w:
         with pytest.raises(store.RunFileBusy, match="being written by another"):
             store.RunWriter.open(w.path)
     with store.RunWriter.open(w.path):  # released on close: the next writer gets it
@@ -129,7 +129,7 @@ def test_a_held_file_refuses_a_second_writer_in_process(tmp_path):
 def recorded(tmp_path):
     from dspark_lab.results.record.rows import build_row
 
-    with store.RunWriter.create(tmp_path / "data" / "runs", fingerprint=FP, sweep={}) as w:
+    with store.RunWriter.create(tmp_path / "data" / "runs", fingerprint=FP, sweep={}, run_kind="single_point") as w:
         w.write_point("p", [build_row(point_id="p", strategy=s, trial=t, step_ms=1.0 + t, ep_size=8, batch_size=8,
                                       gamma=4, workload="sglang_profile")
                             for s in ("device_direct", "persistent_fill") for t in range(3)])
@@ -207,7 +207,7 @@ def test_help_documents_the_exit_codes(command, capsys):
 def test_sweep_name_labels_the_run(tmp_path, capsys, monkeypatch):
     from dspark_lab.results import Runs
 
-    with store.RunWriter.create(tmp_path / "a.jsonl", fingerprint=FP, sweep={}, name="baseline box") as w:
+    with store.RunWriter.create(tmp_path / "a.jsonl", fingerprint=FP, sweep={}, run_kind="single_point", name="baseline box") as w:
         pass
     assert json.loads(w.path.read_text().splitlines()[0])["name"] == "baseline box"
     from dspark_lab.results.record.rows import build_row

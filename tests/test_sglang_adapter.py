@@ -268,13 +268,14 @@ def test_source_is_the_installed_helper():
 
 @pytest.mark.sglang
 @requires_sglang
-def test_register_strategy(quiet, monkeypatch):
-    monkeypatch.setattr(strategies, "_REGISTRY", dict(strategies._REGISTRY))
+def test_register_strategy(quiet):
     assert sa.STRATEGY_NAME not in strategies.names()  # not registered at import time
-    s = sa.register_strategy()
-    assert strategies.get("sglang") is s
-    assert s.description == "sglang (installed version)" and sa.MODELED_VERSION in s.source
-    assert s.fn(12, "cpu", ParallelSettings(ep_size=8)).item() == 12
-    from dspark_lab.config import LabConfig
+    with strategies.restored():
+        s = sa.register_strategy()
+        assert strategies.get("sglang") is s
+        assert s.description == "sglang (installed version)" and sa.MODELED_VERSION in s.source
+        assert s.fn(12, "cpu", ParallelSettings(ep_size=8)).item() == 12
+        from dspark_lab.config import LabConfig
 
-    assert LabConfig(strategy="sglang").strategy == "sglang"
+        assert LabConfig(strategy="sglang").strategy == "sglang"
+    assert sa.STRATEGY_NAME not in strategies.names()

@@ -45,7 +45,7 @@ def make_timelines(point_id: str, strategies=("device_direct", "persistent_fill"
 
 
 def new_run(tmp_path, points=("p1", "p2"), **kw) -> RunWriter:
-    w = RunWriter.create(tmp_path / "runs", fingerprint=FP, sweep=SWEEP, **kw)
+    w = RunWriter.create(tmp_path / "runs", fingerprint=FP, sweep=SWEEP, run_kind="single_point", **kw)
     for p in points:
         w.write_point(p, make_rows(p), make_timelines(p))
     return w
@@ -102,7 +102,7 @@ def test_missing_path_is_an_error(tmp_path):
 def test_nan_and_numpy_values_round_trip(tmp_path):
     import numpy as np
 
-    w = RunWriter.create(tmp_path / "r.jsonl", fingerprint=FP, sweep=SWEEP)
+    w = RunWriter.create(tmp_path / "r.jsonl", fingerprint=FP, sweep=SWEEP, run_kind="single_point")
     rows = make_rows("p")
     rows[0]["step_ms"] = float("nan")
     rows[1]["step_ms"] = np.float32(2.5)
@@ -118,7 +118,7 @@ def test_create_never_overwrites(tmp_path):
     w = new_run(tmp_path)
     w.close()
     with pytest.raises(FileExistsError, match="resume"):
-        RunWriter.create(w.path, fingerprint=FP, sweep=SWEEP)
+        RunWriter.create(w.path, fingerprint=FP, sweep=SWEEP, run_kind="single_point")
 
 
 def test_default_data_dir_is_package_relative_and_env_overridable(monkeypatch, tmp_path):
@@ -242,7 +242,7 @@ def test_resume_after_truncated_point_neither_loses_nor_doubles(tmp_path):
 
 
 def test_retried_failed_point_supersedes_its_failed_rows(tmp_path):
-    w = RunWriter.create(tmp_path / "r.jsonl", fingerprint=FP, sweep=SWEEP)
+    w = RunWriter.create(tmp_path / "r.jsonl", fingerprint=FP, sweep=SWEEP, run_kind="single_point")
     w.write_point("p1", make_rows("p1", trials=1, status="failed"))
     assert w.points["p1"] == "failed"
     assert w.is_complete("p1") and not w.is_complete("p1", retry_failed=True)
@@ -263,7 +263,7 @@ def test_rows_of_several_files_and_folders(tmp_path):
 
 
 def test_sigint_during_a_write_waits_until_the_point_is_on_disk(tmp_path):
-    w = RunWriter.create(tmp_path / "r.jsonl", fingerprint=FP, sweep=SWEEP)
+    w = RunWriter.create(tmp_path / "r.jsonl", fingerprint=FP, sweep=SWEEP, run_kind="single_point")
     with pytest.raises(KeyboardInterrupt):
         with store._sigint_deferred():
             os.kill(os.getpid(), signal.SIGINT)
@@ -276,7 +276,7 @@ def test_last_modified_run_and_machine_differences(tmp_path):
     a = new_run(tmp_path, points=())
     a.close()
     os.utime(a.path, (1, 1))
-    b = RunWriter.create(tmp_path / "runs", fingerprint=FP, sweep=SWEEP, run_id="zzz")
+    b = RunWriter.create(tmp_path / "runs", fingerprint=FP, sweep=SWEEP, run_kind="single_point", run_id="zzz")
     b.close()
     assert store.last_modified_run(tmp_path / "runs") == b.path
     with pytest.raises(FileNotFoundError):

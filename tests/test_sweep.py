@@ -21,6 +21,7 @@ from dspark_lab.run.sweep import (
     SweepSpecError,
     check_resume,
     progress_label,
+    run_kind,
     run_sweep,
 )
 
@@ -78,7 +79,7 @@ def sweep(spec, writer, measure, **kw):
 
 
 def writer(tmp_path, spec=SPEC) -> RunWriter:
-    return RunWriter.create(tmp_path / "run.jsonl", fingerprint=FP, sweep=spec.to_dict())
+    return RunWriter.create(tmp_path / "run.jsonl", fingerprint=FP, sweep=spec.to_dict(), run_kind=run_kind(spec))
 
 
 def load(path):
@@ -240,7 +241,7 @@ def test_traces_saved_only_when_asked(tmp_path):
     with writer(tmp_path) as w:
         sweep(SPEC, w, FakeMeasure())
     assert not w.path.with_suffix(".traces").exists()
-    w2 = RunWriter.create(tmp_path / "b.jsonl", fingerprint=FP, sweep=SPEC.to_dict())
+    w2 = RunWriter.create(tmp_path / "b.jsonl", fingerprint=FP, sweep=SPEC.to_dict(), run_kind=run_kind(SPEC))
     sweep(SPEC, w2, FakeMeasure(), save_traces=True)
     w2.close()
     saved = sorted(w2.path.with_suffix(".traces").glob("*.json.gz"))

@@ -143,7 +143,7 @@ def test_cpu_rows_hold_nan_and_the_note(cpu_rows):
 
 def _write(tmp_path, rows: pd.DataFrame):
     fp = {"gpu": "none", "driver": "", "cuda": "", "torch": torch.__version__, "python": "3", "platform": "x"}
-    w = RunWriter.create(tmp_path / "runs", fingerprint=fp, sweep={})
+    w = RunWriter.create(tmp_path / "runs", fingerprint=fp, sweep={}, run_kind="single_point")
     pid = rows["point_id"].iloc[0]
     w.write_point(pid, rows.to_dict("records"))
     w.close()

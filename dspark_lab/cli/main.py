@@ -23,13 +23,13 @@ from dspark_lab.cli.inspect import add_inspect_parser
 from dspark_lab.cli.options import OPTION_OF, SPEC_KEYWORDS, HelpFormatter, add_sweep_config_options, float_in
 from dspark_lab.cli.summary import summary_table
 from dspark_lab.measure import probe
-from dspark_lab.results.query import kinds
 from dspark_lab.results.record import paths
 from dspark_lab.results.record import store
 from dspark_lab.results.record.output import OutputError, check_output
 from dspark_lab.results.query.runs import Runs
 from dspark_lab.run import baseline as run_baseline, point
 from dspark_lab.run.sweep import PRESETS, ResumeError, SweepSpec, SweepSpecError, check_resume, run_sweep
+from dspark_lab.run.sweep import run_kind as sweep_kind
 
 DEFAULT_REPORT = Path("out") / "report.html"
 # Per point with --target-ci alone: 24 default points x 8 s of trials stays within a few minutes.
@@ -260,8 +260,8 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
     extra.update(run_baseline.header_fields(fp))  # what this run is judged against when loaded alone
     if args.name:
         extra["name"] = args.name
-    extra["run_kind"] = kinds.derive_kind({"sweep": spec.to_dict(), **extra})  # said in the header, not guessed later
-    writer = _create_run(parser, args.out, fingerprint=fp, sweep=spec.to_dict(), **extra)
+    writer = _create_run(parser, args.out, fingerprint=fp, sweep=spec.to_dict(),
+                         run_kind=sweep_kind(spec, adaptive=bool(adaptive)), **extra)
     if writer is None:
         return EXIT_CANNOT_WRITE
     return _run(spec, writer, progress=args.progress, save_traces=args.save_traces, measure=measure)
@@ -351,7 +351,7 @@ def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=
         print(f"CUDA device: {fp.get('gpu')} (driver {fp.get('driver')}, torch {fp.get('torch')}); "
               f"running the {args.preset} sweep", file=sys.stderr)
         writer = _create_run(parser, paths.runs_dir(data), fingerprint=fp, sweep=spec.to_dict(), probe=run_probe(),
-                             run_kind=kinds.derive_kind({"sweep": spec.to_dict()}), **run_baseline.header_fields(fp))
+                             run_kind=sweep_kind(spec), **run_baseline.header_fields(fp))
         if writer is None:
             return EXIT_CANNOT_WRITE
         status = _run(spec, writer, progress=args.progress, measure=measure)

@@ -46,6 +46,7 @@ from dspark_lab import strategies
 from dspark_lab.model.draft import DraftForwardBatch
 from dspark_lab.predicate import MOE_A2A_BACKENDS, ParallelSettings
 from dspark_lab.predicate import enable_num_token_non_padded as lab_enable_num_token_non_padded
+from dspark_lab.results.facts import strategy_table
 
 MODELED_VERSION = "0.5.23"
 INSTALL_HINT = "pip install -e .[sglang]"
@@ -65,9 +66,9 @@ FIELD_ALIASES: dict[str, str] = {
     "num_token_non_padded_cpu": "global_num_token_non_padded_cpu",
 }
 
-# Lab strategies that re-implement SGLang's helper (None exactly when SGLang returns None).
-# The others always return a tensor by design (device_direct, non_blocking, persistent_fill).
-MIRRORS_SGLANG = ("on_demand", "on_demand_pinned")
+# Lab strategies that re-implement SGLang's helper (None exactly when SGLang returns None), by their
+# rows' mirrors_sglang; the others always return a tensor by design.
+MIRRORS_SGLANG = tuple(r.name for r in strategy_table.BUILTIN_ROWS if r.mirrors_sglang)
 
 CONFORMANCE_EP_SIZES = (1, 2, 4, 8)
 CONFORMANCE_NUM_TOKENS = (1, 5, 40, 1280)
@@ -178,14 +179,8 @@ def make_num_token_non_padded(num_tokens: int, device, parallel: ParallelSetting
 
 def register_strategy() -> strategies.Strategy:
     """Register SGLang's helper as the strategy "sglang" (not done at import time)."""
-    s = strategies.Strategy(
-        STRATEGY_NAME,
-        make_num_token_non_padded,
-        "sglang (installed version)",
-        f"installed sglang {sglang_version()}",
-    )
-    strategies.register(s)
-    return s
+    row = strategy_table.StrategyRow(STRATEGY_NAME, "sglang (installed version)", f"installed sglang {sglang_version()}")
+    return strategies.register(make_num_token_non_padded, row)
 
 
 # -- source ----------------------------------------------------------------------------------
@@ -352,13 +347,13 @@ def strategy_mismatches(device="cpu", cases: Optional[Iterable[ParallelSettings]
     for p in cases:
         for n in CONFORMANCE_NUM_TOKENS:
             ref = make_num_token_non_padded(n, device, p)
-            for name in strategies.BUILTIN:
-                s = strategies.get(name)
-                buffer = torch.zeros((), dtype=torch.int32, device=device) if name == "persistent_fill" else None
-                got = s.fn(n, device, p, buffer=buffer)
+            for row in strategy_table.BUILTIN_ROWS:
+                name = row.name
+                buffer = torch.zeros((), dtype=torch.int32, device=device) if row.needs_persistent_buffer else None
+                got = strategies.get(name).fn(n, device, p, buffer=buffer)
                 where = f"strategy {name!r} at num_tokens={n}, {p}"
                 if ref is None:
-                    if name in MIRRORS_SGLANG and got is not None:
+                    if row.mirrors_sglang and got is not None:
                         msgs.append(f"value drift: {where}: sglang returns None, the lab {_describe_value(got)}")
                     continue
                 ok = (

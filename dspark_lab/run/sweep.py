@@ -168,6 +168,21 @@ QUICK_SWEEP = SweepSpec(
     base=LabConfig(steps=30, warmup=5, trials=3),
 )
 PRESETS: dict[str, SweepSpec] = {"default": DEFAULT_SWEEP, "quick": QUICK_SWEEP}
+PRESET_KINDS = {"default": "default_sweep", "quick": "quick_sweep"}  # preset -> its run kind (results.facts.run_kinds)
+
+
+def run_kind(spec: SweepSpec, *, adaptive: bool = False) -> str:
+    """The kind of run a sweep of `spec` records: the preset's whose grid it measures, else a reference
+    point (one point measured to a target CI), a sweep (two points or more) or one point."""
+    def grid(s: SweepSpec) -> tuple:
+        return s.ep_sizes, s.batch_sizes, s.gammas
+
+    preset = next((name for name, p in PRESETS.items() if grid(p) == grid(spec)), None)
+    if preset is not None:
+        return PRESET_KINDS[preset]
+    if len(spec) > 1:
+        return "sweep"
+    return "reference" if adaptive else "single_point"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from typing import Iterable, Optional, Sequence
 
 import pandas as pd
 
+from dspark_lab.results.facts import strategy_table
 from dspark_lab.results.record import machine_files
 from dspark_lab.results.record.paths import machine_file_name
 
@@ -59,12 +60,20 @@ VERDICT_RULE = (f"verdict of a cell, from the median host time of the call over 
 # size, or that some repeats do not pay (the idle GPU's calls are bimodal: 7 or 50 µs for a fill_),
 # is not the copy.
 
-# How each of the kit's strategies makes the scalar, as a cell of the card (4 bytes). The source
-# of the forms: PR #34782 (device_direct, non_blocking), PR #34759 (on_demand), sglang 0.5.23
-# (on_demand_pinned, persistent_fill).
-STRATEGY_CELLS = {"device_direct": ("h2d", "tensor_device"), "non_blocking": ("h2d", "pageable_to_nb"),
-                  "on_demand": ("h2d", "pageable_to_nb"), "on_demand_pinned": ("h2d", "pinned_to_nb"),
-                  "persistent_fill": ("d2d", "fill")}
+# How each of the kit's strategies makes the scalar, as a cell of the card (4 bytes): strategy ->
+# (direction, source), from each row's card_cell (strategies without one are not on the card).
+STRATEGY_CELLS = strategy_table.Column(lambda row: row.card_cell)
+
+
+def check_strategy_cells() -> None:
+    """Every strategy's card_cell names a cell this card measures (checked at import for the built-ins)."""
+    for s, (d, src) in STRATEGY_CELLS.items():
+        if src not in SOURCES or SOURCES[src][0] != d:
+            raise ValueError(f"strategy {s!r}: card_cell ({d!r}, {src!r}) is not a cell of the card; allowed: "
+                             + ", ".join(f"({v[0]!r}, {k!r})" for k, v in SOURCES.items()))
+
+
+check_strategy_cells()
 SCALAR_BYTES = 4
 
 # A verdict at the rule's edge: a repeat alone would get another verdict, or a quantity the verdict

@@ -1,8 +1,9 @@
 """What each recorded run is (its kind, from results.facts.run_kinds), and which runs are parts of
 one EP recording. Views pick runs by kind so each lesson draws data that can show it.
 
-A run says its kind in its header (`run_kind`, written since schema 2's run headers gained it); an
-older file's kind is guessed from its recorded shape: the header's grid, its EP mode, its stage.
+A run says its kind in its header (`run_kind`: the code that starts it states it and the writer checks
+it, results/record/header.py); only a file older than the field has its kind guessed from its recorded
+shape (derive_kind): the header's grid, its EP mode, its stage.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _grid(sweep: dict) -> Optional[tuple]:
 
 
 def derive_kind(header: dict, run_rows: Optional[pd.DataFrame] = None) -> str:
-    """The kind of one run: its header's `run_kind`, else what its recorded shape says."""
+    """The kind of one run: its header's `run_kind`, else (a file older than the field) what its shape says."""
     given = header.get("run_kind")
     if isinstance(given, str) and given in KINDS:
         return given

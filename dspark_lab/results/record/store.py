@@ -3,7 +3,7 @@
 A run file holds, one JSON object a line:
 
     {"kind": "header", "schema_version", "run_id", "created_at", "fingerprint": {...}, "sweep": {...},
-     "name" (optional: the run's label, `dspark-lab sweep --name`)}
+     "run_kind" (what the run is: results/record/header.py), "name" (optional: the run's label)}
     {"kind": "row", "attempt", <schema.ROW_COLUMNS>}                 one per strategy x trial
     {"kind": "timeline", "attempt", "point_id", "strategy", "segments": [...]}
     {"kind": "point", "attempt", "point_id", "status", "n_rows", "n_timelines", "recorded_at"}
@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from dspark_lab.results.record import schema
+from dspark_lab.results.record.header import RunHeader
 from dspark_lab.results.record.paths import runs_dir
 from dspark_lab.results.record import records
 # DataWarning: what reading a damaged run file warns with (tests and the CLI catch it from here).
@@ -158,24 +159,19 @@ class RunWriter:
         *,
         fingerprint: dict,
         sweep: dict,
+        run_kind: str | None = None,
         run_id: str | None = None,
         **extra: Any,
     ) -> "RunWriter":
         """Start a new run file. `out` is a file path (must not exist) or a folder (default:
         data/runs/), where the file is named <run_id>.jsonl (see new_run_path: RunPathError when
-        there is no such place; OSError when the OS refuses). `extra` goes into the header."""
+        there is no such place; OSError when the OS refuses). `run_kind` (required: a key of
+        results.facts.run_kinds) says what the run is; a ValueError naming it and the allowed kinds
+        before anything is created otherwise. `extra` goes into the header."""
         run_id = run_id or new_run_id()
+        header = RunHeader(run_kind, run_id, _now(), fingerprint, sweep, extra).record()
         path = new_run_path(out, run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
-        header = {
-            "kind": "header",
-            "schema_version": schema.SCHEMA_VERSION,
-            "run_id": run_id,
-            "created_at": _now(),
-            "fingerprint": dict(fingerprint),
-            "sweep": dict(sweep),
-            **extra,
-        }
         # Exclusive create: two writers never share a file.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:

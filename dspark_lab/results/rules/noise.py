@@ -42,6 +42,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from dspark_lab.results.facts.strategy_table import BASELINE
 from dspark_lab.results.record.schema import MACHINE_KEYS
 from dspark_lab.results.rules.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 
@@ -56,7 +57,6 @@ MAD_K = 3.0
 STEP_FRACTION = 0.10  # of the group's median step time
 CLOCK_DROP = 0.10  # SM clock below (1 - CLOCK_DROP) x the group's median
 MIN_TRIALS = 3
-BASELINE = "device_direct"
 HEADLINE_PAIR = ("device_direct", "non_blocking")
 LEVEL = 0.95
 # The fewest quiet rounds a headline CI is formed from, and the fewest an adaptive point must have

@@ -10,18 +10,12 @@ import pandas as pd
 
 from dspark_lab.results.loading.load import TIMELINE_COLUMNS as LOADED_TIMELINE_COLUMNS
 from dspark_lab.results.rules.labels import gpu_name
-from dspark_lab.results.facts.strategy_table import strategy_order
+from dspark_lab.results.facts.strategy_table import default_strategy  # noqa: F401 - the backends and the live run read it here
 
 # One definition of a timeline frame's columns: the loader's (run_id, point_id, strategy, then a
 # segment's fields). It lives in load because load cannot import this module (frames -> runs -> load).
 TIMELINE_COLUMNS = tuple(c for c in LOADED_TIMELINE_COLUMNS if c != "run_id")  # a run file's own timelines
 SEGMENT_FIELDS = TIMELINE_COLUMNS[TIMELINE_COLUMNS.index("strategy") + 1:]  # lane, part, start_ms, end_ms, label
-
-
-def default_strategy(present) -> str:
-    """The strategy first inspected: the last fix (persistent_fill), shown against the baseline."""
-    order = strategy_order(present)
-    return "persistent_fill" if "persistent_fill" in order else order[-1]
 
 
 def run_key(rows: pd.DataFrame) -> pd.Series:

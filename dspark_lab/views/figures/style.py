@@ -1,6 +1,8 @@
 """Names and colours every figure shares: sync kinds, step parts, strategies, runs, timeline parts."""
 from __future__ import annotations
 
+from dspark_lab.results.facts import strategy_table
+
 SYNC_KINDS = (  # (column, legend name); the first four add up to syncs_per_step
     ("stream_syncs_per_step", "stream sync"),
     ("device_syncs_per_step", "device sync"),
@@ -28,8 +30,7 @@ PART_COLORS = {
     "gpu_idle_sync_caused_ms": "#f4a582",
 }
 
-STRATEGY_COLORS = {"device_direct": "#d62728", "non_blocking": "#ff7f0e", "on_demand": "#2ca02c",
-                   "on_demand_pinned": "#17becf", "persistent_fill": "#1f77b4"}
+STRATEGY_COLORS = strategy_table.Column(lambda row: row.colour)  # each strategy's row says its colour
 # Runs side by side: 24 distinct colours (the first eight as before, then plotly's Dark24 and
 # Light24 less near-repeats), so runs stay apart well past ten; beyond 24 a colour repeats.
 RUN_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
