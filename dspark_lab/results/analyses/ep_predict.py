@@ -158,7 +158,7 @@ def one_rank_from_uniform(real_rows, samples: Optional[Mapping] = None) -> dict:
     """strategy -> OneRank from the uniform cases of one real EP run (one dispatch mode).
 
     level_ms: the median over trials of the max-rank step (what validate() measures). per_step_ms:
-    rank 0's per-step times (`samples[case][0]`, RanksResult.samples) where given, for the per-step
+    rank 0's per-step times (`samples[case][0]`, PointResult.samples) where given, for the per-step
     noise; else just the level. slack_by_rank: each rank's median host_readback_ms in that case (a
     host delay on rank r is absorbed by rank r's own readback wait first); slack_ms, used for ranks
     beyond those measured (EP 4, 8), the smallest of them."""
