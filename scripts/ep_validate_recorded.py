@@ -3,9 +3,9 @@
   python scripts/ep_validate_recorded.py [RUNS_DIR]   # default data/runs, files h200x2-ep2-*.jsonl
 
 Two models, both with inputs that exclude the case they predict:
-  held-out      results.ep_predict.validate_held_out: inputs = the uniform cases of the same dispatch's run,
+  held-out      results.analyses.ep_predict.validate_held_out: inputs = the uniform cases of the same dispatch's run,
                 predicted = its mixed-strategy and host-delay cases.
-  one process   results.ep_predict.validate on the one-process (predicate only) run, plus the dispatch's
+  one process   results.analyses.ep_predict.validate on the one-process (predicate only) run, plus the dispatch's
                 per-step cost measured once (all non_blocking EP run minus one-process non_blocking);
                 predicted = every other case (the non_blocking uniform case is its input).
 """

@@ -180,7 +180,7 @@ def assert_ep_section_drawn(cells, data: Path, run_id: str, dispatch: str) -> st
     assert any(t.startswith("One rank's sync costs every rank") for t in titles), titles
     assert any(t.startswith("Who waits for whom") for t in titles), titles
     text = printed(cells)
-    # the EP recording is named by its first file's label, with the dispatch drawn first (results.picks.real_ep)
+    # the EP recording is named by its first file's label, with the dispatch drawn first (results.viewmodels.picks.real_ep)
     assert f"the EP recording that starts with {Runs.load(data).labels()[run_id]} " in text, text
     assert f"drawn first: {dispatch}" in text
     assert f"{dispatch}, 2 ranks:" in text  # the share table read out, from the run's numbers
@@ -192,7 +192,7 @@ def assert_ep_section_drawn(cells, data: Path, run_id: str, dispatch: str) -> st
 
 def synthetic_card(gpu="SYNTH-GPU-A", driver="1.0", waits_from=4 << 20, queued_ms=10.0, reps=3,
                    recorded="2026-01-01T10:00:00+00:00") -> dict:
-    """A platform card in results.card's format with made-up times (clearly not GPU data): the copy runs
+    """A platform card in results.analyses.card's format with made-up times (clearly not GPU data): the copy runs
     at 20 KB/µs; the blocking forms wait for the queue at every size, a pageable non-blocking H2D
     copy (and the pinned non-contiguous one, staged through pageable memory) from `waits_from` bytes up,
     every other form returns in 8 µs."""
@@ -224,7 +224,7 @@ SYNTH_FINGERPRINT = {"gpu": "SYNTH-GPU", "driver": "0.0", "cuda": "0.0", "torch"
 
 def inspect_record(label: str, sites=(), *, trials=(2.0, 2.1, 1.9, 2.0, 2.05), pair=None, syncs=None,
                    blocked=None, idle=None, device="cuda") -> dict:
-    """A record in results.step_record's format. `sites`: (site, per_step, exact, blocked_ms, idle_ms, code)."""
+    """A record in results.record.inspect_record's format. `sites`: (site, per_step, exact, blocked_ms, idle_ms, code)."""
     syncs = sum(s[1] for s in sites) if syncs is None else syncs
     blocked = sum(s[3] for s in sites) if blocked is None else blocked
     idle = sum(s[4] for s in sites) if idle is None else idle

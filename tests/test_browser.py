@@ -164,7 +164,7 @@ def _expected(backend, settings: dict):
     labels = backend.runs.labels()  # results.Runs: one short unique label per run
     traces = []  # in the panel's order (runs as first seen)
     for rid, g in ok.groupby("run_id", sort=False):
-        # Disturbed trials (results.noise) are left out of the bars, unless all of a strategy's are.
+        # Disturbed trials (results.rules.noise) are left out of the bars, unless all of a strategy's are.
         med = g.groupby("strategy").apply(lambda t: t.step_ms[~t.disturbed].median() if (~t.disturbed).any()
                                           else t.step_ms.median())
         order = strategy_order(med.index)
@@ -472,7 +472,7 @@ def test_lab_sh_kit_runs_every_notebook_and_every_control_moves_the_figures(lab)
     assert all(p.read_bytes() == b for p, b in committed.items()), "the browser run wrote into a tracked notebook"
     for name in PANEL_NOTEBOOKS:
         assert (OUT / f"browser_{name.split('_')[0]}_panel.png").stat().st_size > 20_000
-    # Every run label names its kind (results.kinds): "H200 · default sweep · 11-30 17:12".
+    # Every run label names its kind (results.query.kinds): "H200 · default sweep · 11-30 17:12".
     from dspark_lab.results.facts.run_kinds import KINDS
     for name, opts in labels.items():
         unnamed = [o for o in opts[1:] if not any(f" {k} " in f" {o} " or f"· {k}" in o for k in KINDS.values())]

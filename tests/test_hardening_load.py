@@ -21,7 +21,7 @@ from dspark_lab.results.loading.load import DataWarning, load
 from dspark_lab.results.record.paths import SettingError
 from test_loading_reliability import base, lines, patch_row, put
 
-PAST = 1_700_000_000  # file times long past: cacheable (results.cache.racy)
+PAST = 1_700_000_000  # file times long past: cacheable (results.loading.cache.racy)
 ROWS_PER_FILE = 8  # base(): two points x two strategies x two trials
 
 

@@ -316,7 +316,7 @@ def test_report_on_good_runs_plus_bad_ones_exits_0_and_says_what_it_skipped(fold
 
 def test_the_verdict_of_an_older_rule_is_replaced_flag_and_reason_together(tmp_path):
     """A run recorded under an older rule: its recorded `disturbed` and `disturbed_reason` are both
-    replaced by the current rule's (results.noise), from the file and from the cache alike."""
+    replaced by the current rule's (results.rules.noise), from the file and from the cache alike."""
     from dspark_lab.results import Runs
 
     p = base(tmp_path / "runs", "old-rule")

@@ -465,7 +465,7 @@ def test_adaptive_point_through_the_runner_on_a_fake_clock():
 
 def test_the_ci_rule_judges_the_half_width_the_rows_headline_gives():
     """The CI target through the runner: the half-width the stop rule computed on the trials'
-    arrays is recorded, and equals results.noise.headline on the final rows."""
+    arrays is recorded, and equals results.rules.noise.headline on the final rows."""
     from dspark_lab.run.point import measure_point
 
     cfg = LabConfig(model="tiny", workload="tiny", steps=3, warmup=1, trials=2, device="cpu")
@@ -478,7 +478,7 @@ def test_the_ci_rule_judges_the_half_width_the_rows_headline_gives():
     assert h["half_width_pct"] is not None and df.ci_half_width_pct.eq(h["half_width_pct"]).all()
 
 
-# -- run-long disturbance (results.noise.RUN_RULE) -------------------------------------------------------
+# -- run-long disturbance (results.rules.noise.RUN_RULE) -------------------------------------------------------
 
 REFERENCE_RUNS = sorted((REPO / "data" / "runs").glob("h200-reference-*.jsonl"))
 

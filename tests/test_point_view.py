@@ -1,4 +1,4 @@
-"""results.point_view: one point's trials, verdicts, labels, note and timeline segments, derived once
+"""results.viewmodels.point_view: one point's trials, verdicts, labels, note and timeline segments, derived once
 and drawn the same by every figure (synthetic rows: the numbers are inputs)."""
 from __future__ import annotations
 

@@ -86,7 +86,7 @@ def test_headline_takes_the_most_recent_run_per_machine_not_pooled():
 
 
 def test_disturbed_trials_are_left_out_and_counted():
-    # trial 0 of device_direct runs 3 ms per step slower: the rule (results.noise) marks it
+    # trial 0 of device_direct runs 3 ms per step slower: the rule (results.rules.noise) marks it
     runs = make((header("a"), {"slow": lambda ep, t, s: 3.0 if (t == 0 and s == "device_direct") else 0.0}))
     summ = runs.summary(runs.reference())
     dd = summ[summ.strategy == "device_direct"].iloc[0]

@@ -27,7 +27,7 @@ from dspark_lab.results.query.runs import MAX_COMPARED
 from helpers import write_synthetic_runs
 
 MACHINES = ("SYNTH-GPU-A", "SYNTH-GPU-B", "SYNTH-GPU-C")
-PAST = time.time() - 3600  # file times an hour back: not "racy" (results.cache.racy), so cacheable
+PAST = time.time() - 3600  # file times an hour back: not "racy" (results.loading.cache.racy), so cacheable
 
 
 @pytest.fixture(scope="module")
@@ -252,7 +252,7 @@ def test_a_changed_file_is_parsed_again(one_run, monkeypatch):
 def test_a_file_written_just_now_is_not_cached(one_run, monkeypatch):
     folder, cache_dir = one_run
     written = next(folder.glob("*.jsonl")).stat().st_mtime
-    # a fake clock (results.cache reads it): "now" is just after the write, then long after it
+    # a fake clock (results.loading.cache reads it): "now" is just after the write, then long after it
     monkeypatch.setattr(run_cache, "_clock", lambda: written + run_cache.RACY_S / 2)
     calls = count_parses(monkeypatch)
     Runs.load(folder)
@@ -265,7 +265,7 @@ def test_a_file_written_just_now_is_not_cached(one_run, monkeypatch):
 
 
 def count_verdicts(monkeypatch) -> list:
-    """Every time the disturbed-trial rule judges rows (results.noise.mark_disturbed): their count."""
+    """Every time the disturbed-trial rule judges rows (results.rules.noise.mark_disturbed): their count."""
     calls = []
     real = noise.mark_disturbed
     monkeypatch.setattr(noise, "mark_disturbed", lambda rows: calls.append(len(rows)) or real(rows))

@@ -21,7 +21,7 @@ SWEEP = {"ep_size": [1], "batch_size": [1], "gamma": [2], "strategy": ["a"], "ba
 
 
 def read_back(paths):
-    """(rows, timelines, headers) of run files as the loader gives them (results.load.load)."""
+    """(rows, timelines, headers) of run files as the loader gives them (results.loading.load.load)."""
     loaded = run_load.load(paths)
     return loaded.rows, loaded.timelines, loaded.headers
 

@@ -1,13 +1,13 @@
-"""Measure the platform card on this device: every kind of copy in results.card.SOURCES, at each
+"""Measure the platform card on this device: every kind of copy in results.analyses.card.SOURCES, at each
 size, with the GPU queue empty and with calibrated work queued ahead.
 
     card = measure_card()                    # needs CUDA; card["wall_s"] is how long it took
-    results.card.save(card, "data/machines/" + results.card.file_name(card))
+    results.analyses.card.save(card, "data/machines/" + results.analyses.card.file_name(card))
 
 Per cell: the host time of each call (perf_counter around the call alone), the copy's GPU time
 (CUDA events around it), and, once per source and size with the queue empty, what sync debug
 mode flags and which blocking CUDA calls and GPU copies the profiler's trace shows. The verdicts
-are derived from these when the card is read (results.card.frame), never stored.
+are derived from these when the card is read (results.analyses.card.frame), never stored.
 """
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def _measure_cells(source: str, size: int, dev, queued_ms: Sequence[float], reps
 
 def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[float] = (0.0, 10.0), reps: int = 5,
                  sources: Optional[Sequence[str]] = None, progress: Callable[[str], None] = lambda s: None) -> dict:
-    """The card of this device (a dict in the results.card format). Raises RuntimeError without CUDA."""
+    """The card of this device (a dict in the results.analyses.card format). Raises RuntimeError without CUDA."""
     sources = list(sources or card_results.SOURCES)
     _check_card_args(sizes, queued_ms, reps, sources)
     if not torch.cuda.is_available():

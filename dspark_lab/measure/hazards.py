@@ -1,4 +1,4 @@
-"""Run each hazard form of results.hazards.FORMS under deliberate host run-ahead and count the
+"""Run each hazard form of results.analyses.hazards.FORMS under deliberate host run-ahead and count the
 wrong values; and the kit's own strategies under the same run-ahead (none may deliver one).
 
 Run-ahead: before every step a calibrated `torch.cuda._sleep` of `queued_ms` is queued, so the
@@ -143,7 +143,7 @@ def strategy_under_run_ahead(name: str, n: int, queued_ms: float, dev) -> int:
 
 
 def measure_hazards(n: int = 200, queued_ms: float = 0.2) -> dict:
-    """Every form and every strategy, n steps each with `queued_ms` queued per step (results.hazards format)."""
+    """Every form and every strategy, n steps each with `queued_ms` queued per step (results.analyses.hazards format)."""
     if not torch.cuda.is_available():
         raise RuntimeError("the hazards need a CUDA device (pinned memory, CUDA graphs); none is visible here")
     if not isinstance(n, int) or n < 2:

@@ -11,7 +11,7 @@ diagnostics. After each round the rule says whether to stop and why (the `stop_r
                                       at least min_rounds QUIET rounds
                                       or cap_s seconds since the first trial     "time_cap"
 
-The CI rule judges the trials' step-time arrays and diagnostics as results.noise does (its
+The CI rule judges the trials' step-time arrays and diagnostics as results.rules.noise does (its
 disturbed-trial rule and headline, on a small frame of just those columns), never built rows, and
 only in rounds where it may stop the point. The single-process point (run/point.py), every rank of
 an EP run (parallel/measure.py) and `measure_step` use this loop.
@@ -34,7 +34,7 @@ STOP_REASONS = ("ci_target", "time_cap", "fixed_trials")
 # prefixes of three H200 runs of the reference point that ran to the 40 s cap (48-50 rounds each;
 # data/runs/h200-reference-run*): after 6 rounds the prefixes were up to 3.7% off their full-run
 # ratio, after 8 up to 1.1%, and from 10 rounds on every prefix stayed within 1% of it. (A run
-# disturbed from start to end is a different matter: results.noise.RUN_RULE.) Ten sglang_profile
+# disturbed from start to end is a different matter: results.rules.noise.RUN_RULE.) Ten sglang_profile
 # rounds (5 strategies x 20 steps) take ~7 s on an H200, inside the 8 s per-point cap of
 # `sweep --target-ci`. The floor counts quiet rounds (neither trial of the headline pair disturbed):
 # counting every round, a point under pinned host interference stopped on a CI formed from 2 quiet
@@ -45,14 +45,14 @@ Timings = dict  # name -> list[TrialTiming], one per round
 
 
 def trial_frame(timings: Mapping[str, list]) -> pd.DataFrame:
-    """One row per trial with the columns results.noise judges: strategy, trial, step_ms and the
+    """One row per trial with the columns results.rules.noise judges: strategy, trial, step_ms and the
     trial's diagnostics (the same values the point's rows will carry)."""
     return pd.DataFrame.from_records(
         [{"strategy": n, "trial": t.trial, "step_ms": t.step_ms, **t.diag} for n, ts in timings.items() for t in ts])
 
 
 def headline_state(timings: Mapping[str, list]) -> Optional[dict]:
-    """The headline (results.noise.headline) over the rounds so far: its `half_width_pct` (None below
+    """The headline (results.rules.noise.headline) over the rounds so far: its `half_width_pct` (None below
     noise.MIN_QUIET_ROUNDS quiet rounds) and `quiet_rounds`; None when there is no headline (fewer
     than two strategies, no baseline)."""
     try:
@@ -149,7 +149,7 @@ class LoopResult:
 
     @property
     def half_width_pct(self) -> Optional[float]:
-        """The headline CI half-width over all rounds (what results.noise.headline gives on the rows;
+        """The headline CI half-width over all rounds (what results.rules.noise.headline gives on the rows;
         None below noise.MIN_QUIET_ROUNDS quiet rounds)."""
         h = self._headline()
         return None if h is None else h["half_width_pct"]

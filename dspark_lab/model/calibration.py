@@ -1,6 +1,6 @@
 """Calibrations kept on disk, so a new session skips them: one JSON file of small dicts, keyed by
 what makes a calibration valid (e.g. GPU name + driver + torch version for the target verify's
-layers per ms). $DSPARK_CACHE names the folder (results.paths.cache_setting checks it; off turns
+layers per ms). $DSPARK_CACHE names the folder (results.record.paths.cache_setting checks it; off turns
 this cache off too, and an unusable setting is treated as off), else ~/.cache/dspark-lab. A file
 that cannot be read or parsed is ignored (a warning-free miss) and rewritten whole on the next
 store. The file is not trusted: `value` gives a number only when it is finite and within the
@@ -95,9 +95,9 @@ def host_key(cpu: str, python: str) -> str:
     return f"host|{cpu}|python {python}"
 
 
-# --- the machine's quietest host work per point (results.noise.RUN_RULE's baseline) ---------------
+# --- the machine's quietest host work per point (results.rules.noise.RUN_RULE's baseline) ---------------
 def baseline_key(fingerprint: dict) -> str:
-    """One machine as results.noise.RUN_RULE sees it: GPU, driver, CUDA, torch."""
+    """One machine as results.rules.noise.RUN_RULE sees it: GPU, driver, CUDA, torch."""
     return "host-baseline|" + "|".join(f"{k} {fingerprint.get(k, 'unknown')}" for k in ("gpu", "driver", "cuda", "torch"))
 
 
@@ -108,7 +108,7 @@ def host_baselines(fingerprint: dict) -> dict:
 
 def keep_quietest(fingerprint: dict, measured: dict) -> dict:
     """Keep, per point key, the entry with the lowest `host_work_ms` among the cached one and
-    `measured` (results.noise.quiet_baselines of a run); returns what is kept. A run disturbed as a
+    `measured` (results.rules.noise.quiet_baselines of a run); returns what is kept. A run disturbed as a
     whole has more host work than the quietest and never replaces it."""
     kept = host_baselines(fingerprint)
     better = {k: e for k, e in measured.items()

@@ -1,6 +1,6 @@
 """The lone-run baseline: the machine's quietest host work per point, read from the calibration
 cache into each new run's header (the baseline that run is judged against when loaded alone,
-results.noise.RUN_RULE), and kept lower after each point a run measures."""
+results.rules.noise.RUN_RULE), and kept lower after each point a run measures."""
 from __future__ import annotations
 
 from typing import Iterable

@@ -1,9 +1,9 @@
 """Inspect a user's step: `measure_step` plus the guard, turned into an inspect record
-(results.step_record): `inspect_step(fn)`, or two steps with their trials interleaved,
+(results.record.inspect_record): `inspect_step(fn)`, or two steps with their trials interleaved,
 `inspect_pair(a, b)`. For a named target in a worker process that a time limit can stop, see
 run/worker.py.
 
-Sites are counted by line, each line once (results.sync_sites): sync debug mode's exact lines,
+Sites are counted by line, each line once (results.record.sync_sites): sync debug mode's exact lines,
 and the trace's blocking calls by function only where debug mode saw no line of that function (a
 blocking pageable copy, another library's sync); never the guard's records, whose number per sync
 is the guard's business. Each site's host blocked time and the GPU idle it caused come from

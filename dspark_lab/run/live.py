@@ -1,7 +1,7 @@
 """The live backend of the panel, without plotly or ipywidgets (so it runs on a bare GPU box):
 `LiveBackend().stream(settings, on_update, cancel)` measures all strategies at one setting and
 hands over what it has as it goes; `get(settings)` is the same without the partial updates;
-`open_backend()` picks it on a CUDA machine, else the recorded runs (results.backend).
+`open_backend()` picks it on a CUDA machine, else the recorded runs (results.viewmodels.backend).
 
 A setting's measurement streams (issue 24): the timed trials (run.point.measure_point,
 measure.loop.run_rounds), each one passed on as it ends, so the first strategies' bars are drawn

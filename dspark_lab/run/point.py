@@ -41,7 +41,7 @@ def timing_rows(point: Union[LabConfig, PointSpec], timings: dict) -> list[dict]
 
 
 def _with_noise_verdict(rows: list[dict]) -> list[dict]:
-    """The noise verdict at record time (results.noise re-computes the same from the rows)."""
+    """The noise verdict at record time (results.rules.noise re-computes the same from the rows)."""
     if rows:
         marked = noise.mark_disturbed(pd.DataFrame(rows))
         for r, d, why in zip(rows, marked["disturbed"], marked["disturbed_reason"]):
@@ -250,7 +250,7 @@ def measure_point(
     time, and the sync's exact source line comes from torch's sync debug mode instead.
 
     Every trial carries measure.diagnostics fields (`diagnose=False` leaves them None) and the
-    noise verdict of results.noise (`disturbed`, `disturbed_reason`). With `target_ci_pct` and
+    noise verdict of results.rules.noise (`disturbed`, `disturbed_reason`). With `target_ci_pct` and
     `time_cap_s`, rounds go on past `cfg.trials` until the headline ratio's CI half-width is at
     most `target_ci_pct` % or `time_cap_s` seconds (`clock`) have passed; rows say which (`stop_reason`).
     `on_trial(strategy, timing)` sees each timed trial as it ends (measure.loop.run_rounds); `steps`

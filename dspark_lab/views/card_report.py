@@ -1,6 +1,6 @@
 """The report's platform-card and hazards sections: each machine's latest card drawn with its
 threshold and the seeds' claims in words, two machines side by side, and the hazard counts.
-Everything comes from the recorded files under data/machines/ (results.card, results.hazards)."""
+Everything comes from the recorded files under data/machines/ (results.analyses.card, results.analyses.hazards)."""
 from __future__ import annotations
 
 import html

@@ -1,4 +1,4 @@
-"""The page and the terminal report of one inspected step (a results.step_record record).
+"""The page and the terminal report of one inspected step (a results.record.inspect_record record).
 
 The page is standalone HTML (plotly.js inline once, opens offline) with the kit's own per-point
 figures drawn for the step (timeline, step-time breakdown, syncs per step), the sync sites with

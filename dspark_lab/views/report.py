@@ -330,5 +330,5 @@ def _all_runs(all_runs: Runs, ids: list) -> list[str]:
 
 
 def write_html(path, runs: Runs, **kwargs) -> Path:
-    """Write the report of a results.Runs; returns its path. Refuses to overwrite a run file (results.output)."""
+    """Write the report of a results.Runs; returns its path. Refuses to overwrite a run file (results.record.output)."""
     return write_text_safely(Path(path), build_html(runs, **kwargs))

@@ -10,7 +10,7 @@ outside the readback) and not measurably slower than the fastest strategy at tha
 by trial round, 95% CI; results.Runs.compare). The recommendation is the fastest strategy at the
 EP > 1 point among those good at every regime. A probe saying that a pageable non-blocking copy
 blocks on this GPU + driver rules out the strategies that copy from pageable memory.
-With platform cards (results.card, CARD_RULE): a strategy's copy that waits on this machine's card
+With platform cards (results.analyses.card, CARD_RULE): a strategy's copy that waits on this machine's card
 rules it out here too, and among the kept strategies one that is sync-free on every recorded card
 ranks above one that waits on some platform, however much faster it is here.
 torch-free: the notebooks and the report can ask it without a GPU.
@@ -80,7 +80,7 @@ class PointVerdict:
     copies: pd.Series  # strategy -> H2D copies per step (pageable + pinned)
     predicate: Optional[bool]
     fastest: str
-    versus_fastest: dict  # strategy -> results.stats.compare dict (strategy against the fastest)
+    versus_fastest: dict  # strategy -> results.rules.stats.compare dict (strategy against the fastest)
     rows: Optional[pd.DataFrame] = None  # the point's successful rows, for comparisons the rule asks later
 
     def sync_free(self, s: str) -> Optional[bool]:
@@ -174,7 +174,7 @@ def pageable_blocks(probe: Optional[dict]) -> Optional[bool]:
 
 
 def measured_in_one_process(runs: RunData) -> RunData:
-    """`runs` without the rows of real ranks and predictions (results.runs.SEPARATE_EP_MODES): the
+    """`runs` without the rows of real ranks and predictions (results.query.runs.SEPARATE_EP_MODES): the
     strategy comparisons here are one-process measurements; notebook 01 shows EP on real ranks apart."""
     keep = one_process(runs.rows)
     return runs if len(keep) == len(runs.rows) else runs.with_rows(keep)

@@ -415,7 +415,7 @@ def latest_of(cards: Iterable[dict], fingerprint: dict) -> Optional[dict]:
 
 
 def save(card: dict, path) -> Path:
-    """Write a validated card as JSON (never over a run file: results.output)."""
+    """Write a validated card as JSON (never over a run file: results.record.output)."""
     return machine_files.save_json(validate(card), path)
 
 

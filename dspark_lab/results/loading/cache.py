@@ -8,7 +8,7 @@ view asks for them. The cache is verified, never trusted (issue 22). An entry is
     its key matches the run file as it is now: resolved path, size, modification time (ns), the
         SHA-256 of the file's bytes (an edit that restores size and time is still seen),
         LOADER_VERSION, the schema versions read, and the disturbed-trial rule's version
-        (results.noise.RULE_VERSION: the rows hold its verdict);
+        (results.rules.noise.RULE_VERSION: the rows hold its verdict);
     the entry's own bytes match the SHA-256 in its sidecar (<entry>.sha256, written after it): an
         entry rewritten or cut by anything but this module is rebuilt;
     and its row count is the one recorded in its metadata (a bundle: the sum over its files).
@@ -22,7 +22,7 @@ Loading a set of files also writes a bundle: every kept row of that set in one P
 each file's key and what its loading said. A later load of the same paths reads the bundle in one go
 when every file's key still matches (500 runs: one read instead of 500), else the per-file entries.
 
-Where: $DSPARK_CACHE (checked once by results.paths.cache_setting: a usable folder path, or off),
+Where: $DSPARK_CACHE (checked once by results.record.paths.cache_setting: a usable folder path, or off),
 else $XDG_CACHE_HOME/dspark-lab/runs, else ~/.cache/dspark-lab/runs; never inside or equal to a
 folder being loaded, nor the folder of a run file being loaded (ValueError naming DSPARK_CACHE).
 DSPARK_CACHE=off (or 0, none, no, false) turns it off. Without pyarrow there is no cache: loading

@@ -115,7 +115,7 @@ def _row_dicts(recs, rows: list, fpv: dict) -> list:
 def parse_file(path: Path):
     """One run file read, validated and reduced to its last committed attempts: a cache.Entry with
     its rows and timelines. The rows are judged here, once per run: `disturbed` and
-    `disturbed_reason` set together by the current rule (results.noise), replacing what was recorded
+    `disturbed_reason` set together by the current rule (results.rules.noise), replacing what was recorded
     (a run recorded under an older rule must not show a flag and a reason that disagree)."""
     import pandas as pd
 

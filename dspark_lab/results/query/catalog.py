@@ -134,7 +134,7 @@ def run_table(rows: pd.DataFrame, headers: Sequence[dict], labels: dict, run_ids
             "failed points": int(failed.get(rid, 0)),
             "model / workload": ", ".join(sorted(mw.get(rid, ()))),
             "sweep": _grid_text(sweep if isinstance(sweep, dict) else {}, by_run.get(rid)),
-            # results.noise.RUN_RULE: points where this whole run is disturbed, of those with a peer run to judge by
+            # results.rules.noise.RUN_RULE: points where this whole run is disturbed, of those with a peer run to judge by
             "disturbed run at": (f"{int(disturbed_at.get(rid, 0))} of {int(judged[rid])} points"
                                  if rid in judged else "not judged"),
         })

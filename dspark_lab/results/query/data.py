@@ -81,7 +81,7 @@ class RunData:
             keep &= tl["point_id"] == point_id
         return tl[keep]
 
-    # -- runs (results.catalog) ------------------------------------------------------------------
+    # -- runs (results.query.catalog) ------------------------------------------------------------------
     def labels(self) -> dict:
         """run_id -> short unique label, oldest run first."""
         return {rid: self._labels[rid] for rid in self.run_ids()}
@@ -227,7 +227,7 @@ class RunData:
         """One row per machine (GPU, driver, CUDA, torch): how many runs, first and last, the latest run."""
         return catalog.machines(self.run_info())
 
-    # -- selecting (results.selection) -----------------------------------------------------------
+    # -- selecting (results.rules.selection) -----------------------------------------------------------
     @property
     def ok(self) -> pd.DataFrame:
         """The successful rows (formed once per rows: each view asks for them)."""
@@ -258,7 +258,7 @@ class RunData:
         return selection.featured_points(self.reference)
 
     def run_disturbance(self) -> pd.DataFrame:
-        """Per (run, point) of the one-process rows: the run-level verdict (results.noise.RUN_RULE),
+        """Per (run, point) of the one-process rows: the run-level verdict (results.rules.noise.RUN_RULE),
         from the rows' trial verdicts and the baselines in the runs' headers; formed once per Runs."""
         baselines = {str(h.get("run_id")): h.get(noise.BASELINE_HEADER) for h in self.headers
                      if isinstance(h.get(noise.BASELINE_HEADER), dict)}

@@ -69,7 +69,7 @@ class Runs(RunData):
                             workload=r0["workload"])
         return list(dict.fromkeys(first + hold))[:limit]
 
-    # -- summarising (results.summaries) ---------------------------------------------------------
+    # -- summarising (results.rules.summaries) ---------------------------------------------------------
     summary = staticmethod(summaries.summary)
     paired_times = staticmethod(summaries.paired_times)
     compare = staticmethod(summaries.compare)
@@ -79,7 +79,7 @@ class Runs(RunData):
         """Per run holding these rows' point: the baseline against that run's best fix."""
         return summaries.cross_run(rows, self._labels, baseline)
 
-    # -- the headline (results.headline) ---------------------------------------------------------
+    # -- the headline (results.query.headline) ---------------------------------------------------------
     def headline(self, baseline: str = BASELINE) -> Headline:
         """The reference point's numbers by HEADLINE_RULE (printed with them)."""
         return _headline(self, baseline)

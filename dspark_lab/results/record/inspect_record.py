@@ -70,7 +70,7 @@ def _nan_to_none(v):
 
 
 def save(rec: dict, path: Union[str, Path]) -> Path:
-    """Write the record (never over a run file; see results.output)."""
+    """Write the record (never over a run file; see results.record.output)."""
     return write_text_safely(Path(path), to_json(validate(rec)))
 
 

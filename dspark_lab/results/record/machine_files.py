@@ -47,5 +47,5 @@ def load_all(kind: str, load: Callable[[Path], dict], data_dir=None) -> list[dic
 
 
 def save_json(rec: dict, path) -> Path:
-    """Write a record as indented JSON (never over a run file: results.output)."""
+    """Write a record as indented JSON (never over a run file: results.record.output)."""
     return write_text_safely(Path(path), json.dumps(rec, indent=1, default=str) + "\n")

@@ -72,7 +72,7 @@ def header_problems(rec: dict) -> list[str]:
     for key in ("created_at", "name"):
         if rec.get(key) is not None and not isinstance(rec.get(key), str):
             out.append(f"{key} must be a string")
-    for key in ("fingerprint", "sweep", "host_baseline"):  # host_baseline: results.noise.BASELINE_HEADER
+    for key in ("fingerprint", "sweep", "host_baseline"):  # host_baseline: results.rules.noise.BASELINE_HEADER
         if rec.get(key) is not None and not isinstance(rec.get(key), dict):
             out.append(f"{key} must be an object")
     fp = rec.get("fingerprint") or {}

@@ -4,7 +4,7 @@ A recorded run is a JSON-lines file, written by results/record/store.py (RunWrit
 machine fingerprint, then per point its `row` records (the columns below), `timeline` records (a few
 profiled steps as segments) and a closing `point` record that marks the point finished. Read them with
 `dspark_lab.results.Runs.load()` (results/loading/load.py reads and validates them); rows are built by
-`results.rows.build_row`.
+`results.record.rows.build_row`.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ class ReferencePoint:
 REFERENCE = ReferencePoint()
 
 # Rows of the one-process measurement (EP flips the predicate); "real" rows come from rank processes
-# and "predicted" rows from results.ep_predict: neither stands for the reference point.
+# and "predicted" rows from results.analyses.ep_predict: neither stands for the reference point.
 SEPARATE_EP_MODES = ("real", "predicted")
 
 

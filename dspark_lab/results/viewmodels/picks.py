@@ -25,7 +25,7 @@ PREFERRED_DISPATCH = ("a2a_fixed", "allreduce", "a2a_dynamic")
 class Pick:
     rows: pd.DataFrame
     run_ids: list = field(default_factory=list)
-    kind: str = ""  # results.kinds key of the picked run(s)
+    kind: str = ""  # results.query.kinds key of the picked run(s)
     note: str = ""  # what was picked and why, one sentence
     dispatch: str = ""  # real_ep only: the dispatch mode to draw first
 

@@ -7,7 +7,7 @@ subtitle, the GPU, driver, torch and date of the rows it shows (`schema.FINGERPR
 The per-point figures (`sync_counts`, `step_breakdown`, `sync_cost`, `strategy_comparison`,
 `timeline`) show ONE config point per recorded run (several runs of the same point are set side by
 side, e.g. two GPUs); pick a point with `results.Runs` (nearest / reference). Each takes the point's
-rows or its `results.point_view.PointView`. `sweep` shows many points. Trace sets are stable (one
+rows or its `results.viewmodels.point_view.PointView`. `sweep` shows many points. Trace sets are stable (one
 trace per part or kind, present even when empty) so a widget can update data in place.
 
 Modules, one concern each: style (names, colours), layout (title block, legend, notes), point (the

@@ -1,6 +1,6 @@
 """The platform card drawn: a heatmap per direction (source × size; the colour is the verdict, the
 text the median host time of the call), and two machines' cards side by side with the cells whose
-verdicts differ marked. Takes card dicts (results.card format); every number comes from them."""
+verdicts differ marked. Takes card dicts (results.analyses.card format); every number comes from them."""
 from __future__ import annotations
 
 from typing import Optional
@@ -15,7 +15,7 @@ from dspark_lab.views.figures.layout import titled
 VERDICT_COLORS = {card_results.AT_ONCE: "#a1d99b", card_results.FOR_COPY: "#fdd49e", card_results.WAITS: "#ef6548"}
 FAILED_COLOR = "#d9d9d9"
 DIFFERS_MARK = "≠"  # the verdicts of two cards differ, neither at the rule's edge
-EDGE_DIFFERS_MARK = "(≠)"  # they differ, and one of them is at the edge (results.card.EDGE_RULE)
+EDGE_DIFFERS_MARK = "(≠)"  # they differ, and one of them is at the edge (results.analyses.card.EDGE_RULE)
 EDGE_MARK = "~"  # this cell's verdict is at the rule's edge
 
 

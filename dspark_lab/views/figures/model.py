@@ -1,4 +1,4 @@
-"""The step model's figure (results.step_model): modelled step time with and without the sync over
+"""The step model's figure (results.analyses.step_model): modelled step time with and without the sync over
 the target verify's GPU time, at one host-prep scale. A model's numbers, titled as such."""
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The figures of one config point (one or several runs side by side): syncs per step, the step's
 breakdown, what a sync costs, step time by strategy. Each takes the point's rows or its
-results.point_view.PointView (the panel and the report build that once and draw every figure from it)."""
+results.viewmodels.point_view.PointView (the panel and the report build that once and draw every figure from it)."""
 from __future__ import annotations
 
 from typing import Union
@@ -176,8 +176,8 @@ def sync_cost(point: Point, level: float = 0.95) -> go.Figure:
 
 def strategy_comparison(point: Point) -> go.Figure:
     """Median step time across trials per strategy with a 95% bootstrap CI of the median
-    (results.stats.median_ci); several runs of the point are set side by side (e.g. two GPUs).
-    Disturbed trials (results.noise) are left out of the bars and drawn as red crosses beside them."""
+    (results.rules.stats.median_ci); several runs of the point are set side by side (e.g. two GPUs).
+    Disturbed trials (results.rules.noise) are left out of the bars and drawn as red crosses beside them."""
     view = as_view(point, "strategy_comparison")
     fig = go.Figure()
     n_disturbed = 0
