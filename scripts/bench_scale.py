@@ -30,8 +30,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-# At 500 runs on 2 cores: warm load and report (issue 14), cold load (issue 18); headline and table
-# (issue 18) at 100 and 500 runs.
+# The targets: at 500 runs on 2 cores, the warm load, the report and the cold load; the headline and
+# the table at 100 and 500 runs.
 TARGETS = {"warm_load_s": 3.0, "cold_load_s": 60.0, "report_s": 15.0, "report_mb": 15.0}
 VIEW_TARGETS_S = {100: 1.0, 500: 5.0}  # Runs.headline() and Runs.table(), each
 

@@ -3,7 +3,7 @@
 # under $OUT/w/, packed into $OUT/results.tar.gz (the device tool returns at most 8 files), and
 # each stage's table printed last.
 #   bash scripts/device_call.sh ep gallery cuda_tests      (stages below; default: all, in order)
-# Stages: ep (2 GPUs, scripts/gpu_ep.py), gallery, sync_cost, cuda_tests, reference, noise (reference, live,
+# Stages: ep (2 GPUs, studies.ep.real_ranks), gallery, sync_cost, cuda_tests, reference, noise (reference, live,
 # overhead), sweep (the default sweep), notebooks (01 and 04 live; carried wheels in .whl/).
 set -u
 cd "$(dirname "$0")/.."
@@ -32,12 +32,12 @@ stages=("$@")
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader >"$W/gpus.txt" 2>&1
 for s in "${stages[@]}"; do
   case $s in
-    ep) stage ep 330 $py scripts/gpu_ep.py ;;
+    ep) stage ep 330 $py -m studies.ep.real_ranks ;;
     gallery) stage gallery 150 $py scripts/gpu_gallery.py ;;
-    sync_cost) stage sync_cost 150 $py scripts/gpu_sync_cost.py ;;
+    sync_cost) stage sync_cost 150 $py -m studies.sync_cost.point_types ;;
     cuda_tests) stage cuda_tests 240 $py scripts/gpu_session.py cuda_tests ;;
-    noise) stage noise 190 $py scripts/gpu_noise.py reference live overhead ;;
-    reference) stage reference 150 $py scripts/gpu_noise.py reference ;;
+    noise) stage noise 190 $py -m studies.noise.stages reference live overhead ;;
+    reference) stage reference 150 $py -m studies.noise.stages reference ;;
     sweep) stage sweep 260 $py scripts/gpu_session.py sweep ;;
     notebooks) DSPARK_NOTEBOOKS=01_onboarding.ipynb,04_sync_gallery.ipynb stage notebooks 120 $py scripts/gpu_session.py notebooks ;;
     *) echo "unknown stage $s" | tee -a "$W/summary.txt" ;;

@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -200,10 +201,14 @@ STAGES = {"check": run_stage_check, "sweep": run_stage_sweep, "cuda_tests": run_
           "live": run_stage_live, "notebooks": run_stage_notebooks}
 
 
-def main(stages: list[str]) -> None:
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("stages", nargs="*", default=["check"], metavar="STAGE",
+                    help=f"one or more of {', '.join(STAGES)} (default: check)")
+    stages = ap.parse_args(argv).stages
     unknown = [s for s in stages if s not in STAGES]
-    if unknown:
-        sys.exit(f"unknown stage(s) {unknown}; stages: {', '.join(STAGES)}")
+    if unknown:  # checked here: argparse's choices would refuse the default list itself
+        ap.error(f"unknown stage(s) {', '.join(unknown)}; stages: {', '.join(STAGES)}")
     t_start = time.time()
     pr = probe.run_probe()
     dump("fingerprint.json", {"fingerprint": probe.fingerprint(), "probe": pr})
@@ -219,7 +224,8 @@ def main(stages: list[str]) -> None:
         print(tail[-1], flush=True)
     print("\n==== summary\n" + "\n".join(tail))
     print(f"\ntotal {time.time() - t_start:.1f} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["check"])
+    sys.exit(main())

@@ -83,16 +83,11 @@ def test_cuda_charged_idle_agrees_with_the_profiler_free_loss_within_its_toleran
 
 def test_the_h200_traces_of_chained_syncs_are_charged_within_ten_percent_of_the_measured_loss():
     """Traces profiled on an H200 (tests/fixtures/known_idle_h200/) read by the rule, against the
-    profiler-free loss measured there (data/machines/h200-issue21-20261201.json). Before `.item()`'s
-    own copy was kept from ending a chain, two syncs charged 0.72 ms against a 1.95 ms loss."""
-    import importlib.util
-    from pathlib import Path
+    profiler-free loss measured there (studies/interference/h200-summary-20261201.json). Before
+    `.item()`'s own copy was kept from ending a chain, two syncs charged 0.72 ms against a 1.95 ms loss."""
+    from studies.known_idle import recheck
 
-    path = Path(__file__).resolve().parents[1] / "scripts" / "recheck_known_idle.py"
-    spec = importlib.util.spec_from_file_location("recheck_known_idle", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    rows = {r["case"]: r for r in mod.recheck()}
+    rows = {r["case"]: r for r in recheck.recheck()}
     assert set(rows) == {"one_mid", "two_syncs", "three_syncs"}
     for r in rows.values():
         assert r["within"], r

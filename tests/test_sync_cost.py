@@ -304,11 +304,8 @@ def test_figures_show_the_charged_idle_beside_the_loss():
 
 
 def test_gpu_stage_table_reports_each_point_type():
-    import importlib.util
+    from studies.sync_cost import point_types as stage
 
-    spec = importlib.util.spec_from_file_location("gpu_sync_cost", ROOT / "scripts" / "gpu_sync_cost.py")
-    stage = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(stage)
     rows, extra, _ = synthetic_rows()
     both = pd.concat([rows.assign(workload="sglang_profile", device="cuda"),
                       rows[rows.strategy != "sync_one"].assign(workload="gpu_bound", point_id="q", device="cpu")])

@@ -2,7 +2,7 @@
 
 Turning a trace into counts, the breakdown and a timeline (profile.analyse_strategies) is pure
 Python and pandas: about 0.4-0.9 s for the live panel's five strategies on an H200's host, the
-largest part of a live update after the timed steps (scripts/gpu_issue24_where.py). In a thread it
+largest part of a live update after the timed steps (studies/live_panel/where_time_goes.py). In a thread it
 would take the GIL from the timed steps and inflate their host time; in its own process it runs on
 another core. run.live starts one worker per backend; run.point.measure_point sends it the trace's
 file after the profiled pass and collects the result after the remaining timed rounds.

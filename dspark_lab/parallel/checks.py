@@ -1,4 +1,4 @@
-"""Checks run on every rank of a group (by tests on gloo, and by scripts/gpu_ep.py on GPUs).
+"""Checks run on every rank of a group (by tests on gloo, and by studies/ep/real_ranks.py on GPUs).
 
 `equivalence` runs each dispatch mode on this rank's own batch and compares it with the
 single-process model (all experts local, no group) built from the same seed on the same input.

@@ -1,4 +1,4 @@
-"""Headless EP runs on real ranks (the CLI's `dspark-lab ep` and scripts/gpu_ep.py), and the
+"""Headless EP runs on real ranks (the CLI's `dspark-lab ep` and studies/ep/real_ranks.py), and the
 persistent group the live panel drives (`EPLive`)."""
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ PRESET_GRIDS = {
     "quick_sweep": ((1, 8), (1, 32), (4,)),
 }
 # EP files of one machine started within this many seconds of the previous one are one recording
-# (scripts/gpu_ep.py wrote one file per dispatch mode, then the one-GPU twin and the prediction).
+# (studies/ep/real_ranks.py wrote one file per dispatch mode, then the one-GPU twin and the prediction).
 RECORDING_GAP_S = 180
 
 

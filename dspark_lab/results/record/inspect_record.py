@@ -28,7 +28,7 @@ REQUIRED = ("target", "label", "device", "fingerprint", "options", "counts", "pa
 SITE_KEYS = ("site", "per_step", "exact", "host_blocked_ms", "gpu_idle_ms", "code")
 POINT_ID = "inspect"
 NO_EXAMPLE = ("no recorded example yet: data/inspect/ holds no recorded diff of a gallery case and its fix "
-              "(scripts/gpu_issue23.py records them on a GPU)")
+              "(studies/inspect/katas_and_diffs.py records them on a GPU)")
 
 
 class RecordError(ValueError):

@@ -1,6 +1,6 @@
-"""GPU stage: what a sync costs at three point types, measured two ways (issue 15).
+"""GPU stage: what a sync costs at three point types, measured two ways.
 
-  python scripts/gpu_sync_cost.py [--smoke]
+  python -m studies.sync_cost.point_types [--smoke]
 
 Measures EP 8, batch 8, gamma 4 with the workloads sglang_profile, gpu_bound and host_bound
 (run.point.measure_point, all strategies), writes the three points into one run file under $OUT
@@ -24,7 +24,7 @@ from pathlib import Path
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ.setdefault(_k, _v)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dspark_lab.results.loading import load as run_load  # noqa: E402
 from dspark_lab.results.record import store  # noqa: E402
 from dspark_lab.config import LabConfig  # noqa: E402
@@ -64,10 +64,10 @@ def table(rows) -> list[str]:
     return lines
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="tiny model, few steps (a CPU check of the code path)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     out = Path(os.environ.get("OUT", "out/gpu"))
     traces_dir = out / "traces"
     traces_dir.mkdir(parents=True, exist_ok=True)

@@ -1,8 +1,8 @@
-"""GPU stage of issue 25: the EP measurement launched by torchrun (one node, one process, NCCL) on
-one H200, its run file under $OUT/issue25/data/runs/ (commit it to data/runs/).
+"""GPU stage: the EP measurement launched by torchrun (one node, one process, NCCL) on
+one H200, its run file under $OUT/torchrun/data/runs/ (commit it to data/runs/).
 
-  python scripts/gpu_issue25.py             # on a CUDA machine (< 45 s)
-  python scripts/gpu_issue25.py --dry-run   # without CUDA: the same launch with gloo and tiny sizes
+  python -m studies.ep.torchrun_launch             # on a CUDA machine (< 45 s)
+  python -m studies.ep.torchrun_launch --dry-run   # without CUDA: the same launch with gloo and tiny sizes
 
 It runs `python -m torch.distributed.run --nnodes=1 --nproc-per-node=1 --rdzv-backend=c10d
 --rdzv-endpoint=127.0.0.1:PORT -m dspark_lab.cli ep --launcher torchrun --backend nccl ...`,
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 LAUNCH_LIMIT_S = 38.0  # the torchrun job; the whole script stays under 45 s
@@ -84,10 +84,10 @@ def summarize(run_file: Path) -> list[str]:
     return lines
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dry-run", action="store_true", help="without CUDA: gloo and tiny sizes (nothing to commit)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     t0 = time.monotonic()
     import torch
 
@@ -95,22 +95,22 @@ def main() -> int:
     if not cuda and not args.dry_run:
         print("CUDA is not available: this script runs on the H200 (use --dry-run to check the launch on CPU)")
         return 2
-    out = Path(os.environ.get("OUT", "out/gpu")) / "issue25"
+    out = Path(os.environ.get("OUT", "out/gpu")) / "torchrun"
     runs = out / "data" / "runs"
     runs.mkdir(parents=True, exist_ok=True)
     before = set(runs.glob("*.jsonl"))
     log = out / "torchrun.log"  # beside data/, not to be committed
-    print(f"[issue25] {'GPU' if cuda else 'dry run (CPU, gloo)'}: torchrun, 1 node x 1 process -> {runs}/", flush=True)
+    print(f"[torchrun] {'GPU' if cuda else 'dry run (CPU, gloo)'}: torchrun, 1 node x 1 process -> {runs}/", flush=True)
     # A folder: rank 0's writer names the file by its run id, as every recorded run is named.
     rc = launch(runs, GPU_ARGS if cuda and not args.dry_run else DRY_ARGS, log, LAUNCH_LIMIT_S)
     made = sorted(set(runs.glob("*.jsonl")) - before)
     run_file = made[-1] if made else None
     if rc != 0 or run_file is None:
-        print(f"[issue25] torchrun job failed (exit {rc}); the end of {log}:")
+        print(f"[torchrun] job failed (exit {rc}); the end of {log}:")
         print(log.read_text(errors="replace")[-4000:])
         return 1
     lines = summarize(run_file)
-    print(f"[issue25] done in {time.monotonic() - t0:.1f} s; commit {run_file.name} to data/runs/"
+    print(f"[torchrun] done in {time.monotonic() - t0:.1f} s; commit {run_file.name} to data/runs/"
           + (" (dry run: do not commit)" if not cuda or args.dry_run else ""))
     print("\n".join(lines))
     return 0

@@ -1,4 +1,4 @@
-"""Where the cold first figure's second goes (issue 24's diagnosis, not its benchmark). Each case is
+"""Where the cold first figure's second goes (a diagnosis; studies.live_panel.benchmark is the benchmark). Each case is
 a fresh Python process with an empty calibration cache, after one primer process (OS and driver
 caches as after any earlier torch process):
 
@@ -12,9 +12,9 @@ caches as after any earlier torch process):
   backend  LiveBackend() then stream(defaults) at once, no panel: first update and its parts;
   panel    the same through views.panel.Panel when ipywidgets is importable (as the benchmark).
 
-  OUT=/tmp/o python scripts/gpu_issue24_cold.py            # CUDA machine, about 60 s
-  OUT=/tmp/o python scripts/gpu_issue24_cold.py --cpu-dry-run
-Writes $OUT/issue24-cold/cold.json and prints a table last.
+  OUT=/tmp/o python -m studies.live_panel.cold_start            # CUDA machine, about 60 s
+  OUT=/tmp/o python -m studies.live_panel.cold_start --cpu-dry-run
+Writes $OUT/cold-start/cold.json and prints a table last.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 CASE_TIMEOUT_S = 60
 
@@ -149,7 +149,7 @@ def detail(cpu: bool, variant: str, with_cprofile: bool) -> dict:
             part("driver version (NVML)", driver_version)
         part("fingerprint", fingerprint)
         part("spin calibration", workload._iters_per_us)
-        if variant == "warmed":  # the warm-up's path: target verify on a helper thread (issue 24)
+        if variant == "warmed":  # the warm-up's path: target verify on a helper thread
             st = part("LabStep.warmed", lambda: workload.LabStep.warmed(cfg, name))
         else:
             st = part("LabStep made", lambda: workload.LabStep(cfg, name))
@@ -266,13 +266,13 @@ def run_child(args: list, env_extra: dict) -> dict:
         return json.loads(out.read_text())
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cpu-dry-run", action="store_true")
-    ap.add_argument("--child")
-    ap.add_argument("--case", default="detail")
-    ap.add_argument("--variant", default="as-is")
-    a = ap.parse_args()
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu-dry-run", action="store_true", help="tiny model on CPU: the code path, no GPU numbers")
+    ap.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--case", default="detail", help="detail, cprofile, backend or panel (default: %(default)s)")
+    ap.add_argument("--variant", default="as-is", help="the detail path with one change (default: %(default)s)")
+    a = ap.parse_args(argv)
     if a.child:
         if os.environ.get("DSPARK_COLD_SWITCH_S"):  # a shorter GIL switch interval (CPython's default: 5 ms)
             sys.setswitchinterval(float(os.environ["DSPARK_COLD_SWITCH_S"]))
@@ -314,10 +314,10 @@ def main() -> int:
         print(f"[{label}] {results[label]['wall_s']:.1f} s", flush=True)
     from dspark_lab.measure.probe import fingerprint  # after the cases: this process stays torch-free till now
 
-    record = {"what": "issue 24: where the cold first figure's time goes (scripts/gpu_issue24_cold.py)",
+    record = {"what": "where the cold first figure's time goes (studies/live_panel/cold_start.py)",
               "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "fingerprint": fingerprint(), "cases": results}
-    out = Path(os.environ.get("OUT", "out")) / "issue24-cold"
+    out = Path(os.environ.get("OUT", "out")) / "cold-start"
     out.mkdir(parents=True, exist_ok=True)
     (out / "cold.json").write_text(json.dumps(record, indent=1))
     for label, r in results.items():

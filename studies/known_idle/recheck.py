@@ -1,26 +1,27 @@
 """Re-read the known-idle cases' H200 traces (tests/fixtures/known_idle_h200/, profiled on an H200 on
 2026-12-01) with the current charging rule, beside the profiler-free loss measured on the same H200
-(data/machines/h200-issue21-20261201.json), and write the table to
-data/machines/h200-issue21-recheck-20261201.json. No GPU needed: the traces and losses are measured,
+(studies/interference/h200-summary-20261201.json), and write the table to
+studies/known_idle/h200-recheck-20261201.json. No GPU needed: the traces and losses are measured,
 the charge is the rule read on them.
 
-    python scripts/recheck_known_idle.py
+    python -m studies.known_idle.recheck [--out FILE]
 """
 from __future__ import annotations
 
+import argparse
 import gzip
 import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from dspark_lab.gallery.known_idle import within  # noqa: E402
 from dspark_lab.measure import breakdown, trace  # noqa: E402
 
 TRACES = ROOT / "tests" / "fixtures" / "known_idle_h200"
-MEASURED = ROOT / "data" / "machines" / "h200-issue21-20261201.json"
-OUT = ROOT / "data" / "machines" / "h200-issue21-recheck-20261201.json"
+MEASURED = ROOT / "studies" / "interference" / "h200-summary-20261201.json"
+OUT = Path(__file__).resolve().parent / "h200-recheck-20261201.json"
 
 
 def recheck() -> list[dict]:
@@ -36,13 +37,21 @@ def recheck() -> list[dict]:
     return out
 
 
-if __name__ == "__main__":
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=OUT, help=f"where the table goes (default {OUT.relative_to(ROOT)})")
+    out = ap.parse_args(argv).out
     rows = recheck()
     doc = json.loads(MEASURED.read_text())
-    OUT.write_text(json.dumps({"kind": "known_idle_recheck", "fingerprint": doc["fingerprint"],
+    out.write_text(json.dumps({"kind": "known_idle_recheck", "fingerprint": doc["fingerprint"],
                                "traces": str(TRACES.relative_to(ROOT)), "rule": breakdown.SYNC_COST_RULE,
                                "cases": rows}, indent=1) + "\n")
     print(f"{'case':<14}{'charged before':>16}{'charged now':>13}{'loss':>9}  within 10%?")
     for r in rows:
         print(f"{r['case']:<14}{r['charged_before_ms']:>13.2f} ms{r['charged_idle_ms']:>10.2f} ms"
               f"{r['loss_ms']:>6.2f} ms  {'yes' if r['within'] else 'NO'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

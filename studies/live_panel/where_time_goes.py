@@ -1,11 +1,11 @@
-"""Where a live update's seconds go (issue 24's diagnosis, not its benchmark): one fresh process,
+"""Where a live update's seconds go (a diagnosis; studies.live_panel.benchmark is the benchmark): one fresh process,
 `LiveBackend` with an empty calibration cache, its warm-up run on the main thread, then three
 settings streamed one after the other. Wall time is summed per part (the functions below are
 wrapped, no profiler of our own on top), and the second setting is also run under cProfile for
-the detail. Prints two tables; writes $OUT/issue24-where/<n>.txt.
+the detail. Prints two tables; writes $OUT/where-time-goes/<n>.txt.
 
-  OUT=/tmp/o python scripts/gpu_issue24_where.py [--tag first]     # on a CUDA machine
-  OUT=/tmp/o python scripts/gpu_issue24_where.py --cpu-dry-run     # the path on CPU, tiny model
+  OUT=/tmp/o python -m studies.live_panel.where_time_goes [--tag first]     # on a CUDA machine
+  OUT=/tmp/o python -m studies.live_panel.where_time_goes --cpu-dry-run     # the path on CPU, tiny model
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 T_IMPORT = time.perf_counter()
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ["DSPARK_CACHE"] = tempfile.mkdtemp(prefix="dspark-where-cache-")
 
@@ -47,11 +47,11 @@ def wrap(owner, attr: str, part: str) -> None:
     setattr(owner, attr, timed)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cpu-dry-run", action="store_true")
-    ap.add_argument("--tag", default="run")
-    a = ap.parse_args()
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cpu-dry-run", action="store_true", help="tiny model on CPU: the code path, no GPU numbers")
+    ap.add_argument("--tag", default="run", help="the name of this process's table (default: %(default)s)")
+    a = ap.parse_args(argv)
     import torch
 
     from dspark_lab.config import LabConfig
@@ -134,7 +134,7 @@ def main() -> int:
     lines.append("--- cProfile of setting 2 (cumulative, top 40)")
     lines.append(prof_text)
     text = "\n".join(x for x in lines if x is not None)
-    out = Path(os.environ.get("OUT", "out")) / "issue24-where"
+    out = Path(os.environ.get("OUT", "out")) / "where-time-goes"
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{a.tag}.txt").write_text(text)
     print(text[:6000])

@@ -1,21 +1,22 @@
-"""GPU stage for the platform card and the hazards (issue 20): measure this GPU's card and its hazard
+"""GPU stage for the platform card and the hazards: measure this GPU's card and its hazard
 counts, compare the card with the one just recorded (`dspark-lab doctor --card --compare`), run
 notebook 02's card section and notebook 04's hazards section live, run the CUDA tests, and print a
 summary table last. Bounded to about 110 s of wall time; each later step is skipped, and says so,
 when too little time is left.
 
-    OUT=/some/folder python scripts/gpu_issue20.py
+    OUT=/some/folder python -m studies.card.card_and_hazards
 
-Writes under $OUT/issue20/ laid out as the repository (commit data/ as it is):
+Writes under $OUT/card/ laid out as the repository (commit data/ as it is):
     data/machines/<gpu>-card-<date>.json      the card, with the fingerprint
     data/machines/<gpu>-hazards-<date>.json   the hazard counts, with the fingerprint
     evidence/...                              doctor's output, the executed sections, pytest's output,
                                               the report's card section (evidence for the note, not data)
-and the same tree as $OUT/issue20.tar.gz (extract it at the repository root; evidence/ is not for commit).
+and the same tree as $OUT/card.tar.gz (extract it at the repository root; evidence/ is not for commit).
 Without CUDA it writes the fingerprint, says that nothing can be measured, and exits 2.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -29,7 +30,7 @@ from pathlib import Path
 
 T0 = time.perf_counter()
 BUDGET_S = 108.0
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
@@ -108,8 +109,9 @@ def run_cuda_tests(evidence: Path, summary: dict, timeout_s: float) -> None:
     summary["CUDA tests (rc)"] = f"{rc}: {text.strip().splitlines()[-1] if text.strip() else ''}"
 
 
-def main() -> int:
-    out = Path(os.environ.get("OUT", "out/gpu")) / "issue20"
+def main(argv=None) -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    out = Path(os.environ.get("OUT", "out/gpu")) / "card"
     machines, evidence = out / "data" / "machines", out / "evidence"
     evidence.mkdir(parents=True, exist_ok=True)
     import torch
@@ -191,12 +193,12 @@ def main() -> int:
         say(f"{name}: done")
 
     # The device tool brings back files at most two folders below $OUT: data/machines/ travels in this.
-    with tarfile.open(out.parent / "issue20.tar.gz", "w:gz") as tar:
+    with tarfile.open(out.parent / "card.tar.gz", "w:gz") as tar:
         tar.add(out, arcname=".")
-    summary["everything, as one file"] = f"{out.parent / 'issue20.tar.gz'} (tar -xzf it at the repository root; commit data/, not evidence/)"
+    summary["everything, as one file"] = f"{out.parent / 'card.tar.gz'} (tar -xzf it at the repository root; commit data/, not evidence/)"
     summary["wall time"] = f"{elapsed():.1f} s"
     width = max(len(k) for k in summary)
-    print("\nsummary (issue 20)\n" + "-" * 18)
+    print("\nsummary (card and hazards)\n" + "-" * 26)
     for k, v in summary.items():
         print(f"{k:<{width}}  {v}")
     return 0

@@ -1,7 +1,7 @@
-"""Issue 24's benchmark (not a timed test): how fast the live panel keeps up, on the GPU it runs on.
+"""A benchmark (not a timed test): how fast the live panel keeps up, on the GPU it runs on.
 
-  OUT=/some/dir python scripts/gpu_issue24.py          # on a CUDA machine, at most ~150 s
-  OUT=/tmp/x python scripts/gpu_issue24.py --cpu-dry-run   # the same code path on CPU, tiny model
+  OUT=/some/dir python -m studies.live_panel.benchmark          # on a CUDA machine, at most ~150 s
+  OUT=/tmp/x python -m studies.live_panel.benchmark --cpu-dry-run   # the same code path on CPU, tiny model
 
 Each case runs in a fresh Python process (CUDA context, caches and imports as in a new notebook
 kernel), the panel made over a new LiveBackend and its first setting asked at once (the panel asks
@@ -20,7 +20,7 @@ for its defaults when made):
          new setting's first figure is shown, and that the old one was cancelled).
 Times are when the panel has drawn (views.panel.Panel.show_partial / show returned); the widget
 libraries' first load (one FigureWidget, before the clock starts) is recorded apart. Writes
-$OUT/issue24/data/machines/<gpu>-live-stream-<date>.json (commit it under data/machines/) with the
+$OUT/live-stream/data/machines/<gpu>-live-stream-<date>.json (commit it under data/machines/) with the
 machine fingerprint (measure.probe), and prints a summary table last.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 CASE_TIMEOUT_S = 45  # per fresh process; five of them and the primer keep the script within 150 s
@@ -48,7 +48,7 @@ LATER = [  # five later settings (the default is EP 8 · batch 8 · gamma 4 · s
     {"batch_size": 32}, {"gamma": 8}, {"ep_size": 1}, {"batch_size": 1}, {"ep_size": 2, "gamma": 2},
 ]
 MOVE_FROM, MOVE_TO = {"batch_size": 16, "gamma": 4, "ep_size": 8}, {"batch_size": 4}
-# The issue's targets (Must show), checked against the measured numbers below.
+# The live panel's targets, checked against the measured numbers below.
 TARGETS = {"first_figure_s": 1.0, "first_complete_s": 3.0, "later_complete_median_s": 2.0, "moved_shown_s": 1.0}
 
 
@@ -236,7 +236,7 @@ def gpu_slug(gpu: str) -> str:
     return "-".join(name) if name else "unknown"
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cpu-dry-run", action="store_true", help="tiny model on CPU: the code path, no GPU numbers")
     ap.add_argument("--child", nargs=2, metavar=("CASE", "OUT"), help=argparse.SUPPRESS)
@@ -247,7 +247,7 @@ def main() -> int:
     ap.add_argument("--profile-steps", type=int, default=live.LIVE_PROFILE_STEPS,
                     help="profiled steps per strategy (default: the panel's)")
     ap.add_argument("--tag", default="", help="added to the file name (a run with other sizes)")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     sizes = {"steps": a.steps, "warmup": a.warmup, "trials": live.LIVE_TRIALS, "profile_steps": a.profile_steps}
     if a.child:
         child(a.child[0], a.child[1], a.cpu_dry_run, sizes)
@@ -255,7 +255,7 @@ def main() -> int:
     import torch
 
     if not torch.cuda.is_available() and not a.cpu_dry_run:
-        print("gpu_issue24.py needs a CUDA device (none here); --cpu-dry-run runs the same path on CPU", file=sys.stderr)
+        print("studies.live_panel.benchmark needs a CUDA device (none here); --cpu-dry-run runs the same path on CPU", file=sys.stderr)
         return 2
     from dspark_lab.measure.probe import fingerprint
 
@@ -307,13 +307,13 @@ def main() -> int:
     checks["moved_from_cancelled"] = bool(summary["moved_from_cancelled"])
     now = datetime.now(timezone.utc)
     record = {
-        "what": "issue 24: live panel updates streamed (first figure, complete update), cold and warm calibration cache",
-        "script": "scripts/gpu_issue24.py" + (" --cpu-dry-run" if a.cpu_dry_run else ""),
+        "what": "live panel updates streamed (first figure, complete update), cold and warm calibration cache",
+        "script": "studies/live_panel/benchmark.py" + (" --cpu-dry-run" if a.cpu_dry_run else ""),
         "recorded_at": now.isoformat(timespec="seconds"), "fingerprint": fp,
         "sizes": sizes, "targets_s": TARGETS, "summary": summary, "checks": checks, "first_process": first, "cold": cold, "colds": colds, "warm": warm,
         "wall_s": time.perf_counter() - t_start,
     }
-    sub = "issue24-cpu-dry-run" if a.cpu_dry_run else "issue24"
+    sub = "live-stream-cpu-dry-run" if a.cpu_dry_run else "live-stream"
     path = Path(os.environ.get("OUT", "out")) / sub / "data" / "machines" / f"{gpu_slug(str(fp.get('gpu')))}-live-stream-{now:%Y%m%d}{'-' + a.tag if a.tag else ''}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=1, default=str))

@@ -1,15 +1,15 @@
-"""Noise stages for the device machine (issue 10); each also runs on CPU with --smoke.
+"""Noise stages for the device machine; each also runs on CPU with --smoke.
 
-  python scripts/gpu_noise.py [--smoke] reference   the reference point (EP 8, batch 8, gamma 4,
+  python -m studies.noise.stages [--smoke] reference   the reference point (EP 8, batch 8, gamma 4,
         sglang_profile) in THREE separate runs (one process and one run file each, under
         $OUT/reference/), each adaptive to a headline CI half-width <= 3% or a time cap; prints per
         run the device_direct / non_blocking ratio with its CI, the disturbed trials, the stop
         reason, and whether the three ratios are within ±5% of their mean
-  python scripts/gpu_noise.py [--smoke] live        live updates through LiveBackend.get (no plotly,
+  python -m studies.noise.stages [--smoke] live        live updates through LiveBackend.get (no plotly,
         no ipywidgets): a fresh process with an empty calibration cache, then one with the cache
         warm (first update asked at once; then the default setting again and four others), then
         one asking its first update only after the background warm-up has finished
-  python scripts/gpu_noise.py [--smoke] overhead    the per-trial diagnostics' cost: the same trials
+  python -m studies.noise.stages [--smoke] overhead    the per-trial diagnostics' cost: the same trials
         with and without them, interleaved
 
 Results go under $OUT (default out/gpu) as JSON; a short table is printed last.
@@ -28,7 +28,7 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 OUT = Path(os.environ.get("OUT", "out/gpu"))
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -212,25 +212,26 @@ def stage_overhead(smoke: bool) -> str:
             f"NVML {'on' if res['nvml'] else 'absent'}")
 
 
-def main() -> None:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="tiny CPU sizes (proves the stages run)")
     ap.add_argument("stages", nargs="+", choices=["reference", "live", "overhead", "reference-one", "live-one", "after-warm", "0", "1", "2"])
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     if a.stages[0] == "reference-one":
         print(json.dumps(reference_one(a.smoke, int(a.stages[1])), default=str))
-        return
+        return 0
     if a.stages[0] == "live-one":
         print(json.dumps(live_one(a.smoke, after_warm=a.stages[1:] == ["after-warm"]), default=str))
-        return
+        return 0
     tables = []
     for st in a.stages:
         t0 = time.perf_counter()
         table = {"reference": stage_reference, "live": stage_live, "overhead": stage_overhead}[st](a.smoke)
         tables.append(f"== {st} ({time.perf_counter() - t0:.0f} s)\n{table}")
     print("\n".join(tables))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

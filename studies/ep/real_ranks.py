@@ -1,7 +1,7 @@
 """GPU stage: real expert parallelism on two H200s (device kind nvidia-h200-x2), results under $OUT.
 
-  python scripts/gpu_ep.py            # EP 2 on two GPUs, NCCL (< 5 min)
-  python scripts/gpu_ep.py --smoke    # the same stages on CPU with gloo ranks and tiny sizes
+  python -m studies.ep.real_ranks            # EP 2 on two GPUs, NCCL (< 5 min)
+  python -m studies.ep.real_ranks --smoke    # the same stages on CPU with gloo ranks and tiny sizes
 
 Stages (each timed, results in $OUT/ep_summary.json, run files in $OUT/runs/):
   equivalence  every dispatch mode vs the single-process reference on each rank's own batch
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from dspark_lab.parallel.workers import apply_nccl_safe_env  # noqa: E402
 
@@ -54,11 +54,11 @@ def median_case(rows, case, key="step_ms_max_rank", rank=0):
     return float(np.median(v)) if v else float("nan")
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="CPU, gloo ranks, tiny sizes")
     ap.add_argument("--world", type=int, default=2)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
     world = args.world
     if not args.smoke and (not cuda or torch.cuda.device_count() < world):

@@ -1,6 +1,6 @@
 """The EP-2 prediction against recorded real runs, on CPU (no GPU, no torch): prints a table.
 
-  python scripts/ep_validate_recorded.py [RUNS_DIR]   # default data/runs, files h200x2-ep2-*.jsonl
+  python -m studies.ep.validate_recorded [RUNS_DIR]   # default data/runs, files h200x2-ep2-*.jsonl
 
 Two models, both with inputs that exclude the case they predict:
   held-out      results.analyses.ep_predict.validate_held_out: inputs = the uniform cases of the same dispatch's run,
@@ -11,6 +11,7 @@ Two models, both with inputs that exclude the case they predict:
 """
 from __future__ import annotations
 
+import argparse
 import glob
 import json
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from dspark_lab.results.analyses import ep_predict as predict  # noqa: E402
 
 
@@ -38,8 +39,11 @@ def one_process(rows):
     return out
 
 
-def main() -> int:
-    folder = Path(sys.argv[1] if len(sys.argv) > 1 else "data/runs")
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs_dir", nargs="?", type=Path, default=Path("data/runs"),
+                    help="folder of the EP-2 run files, *-ep2-<dispatch>-*.jsonl (default: %(default)s)")
+    folder = ap.parse_args(argv).runs_dir
     single = sorted(glob.glob(str(folder / "*-ep2-predicate-only-*.jsonl")))
     one = one_process(load(single[-1])) if single else None
     print(f"model: {predict.MODEL}")

@@ -1,7 +1,7 @@
-"""GPU evidence for issue 21: numbers that survive a hostile check (one H200, at most ~280 s).
+"""Numbers that survive a hostile check: known idle, the guard, host interference (one H200, at most ~280 s).
 
-  python scripts/gpu_issue21.py            on a CUDA machine (fails with a clear message without one)
-  python scripts/gpu_issue21.py --smoke    on CPU: the interference stage with the tiny model (a check
+  python -m studies.interference.hostile_check            on a CUDA machine (fails with a clear message without one)
+  python -m studies.interference.hostile_check --smoke    on CPU: the interference stage with the tiny model (a check
                                            of the code path; the CUDA stages say they were skipped)
 
 Stages, each bounded (a global budget skips what would not fit; progress goes to stdout):
@@ -18,10 +18,10 @@ Stages, each bounded (a global budget skips what would not fit; progress goes to
      before the fix) beside them. The calibration cache is a fresh folder, so the quiet runs make
      the lone-run baseline the later runs' headers carry; each run is then loaded ALONE and judged.
 
-Writes under $OUT/issue21/ (default out/gpu/issue21/), laid out as the repository paths to commit:
-  studies/interference/<gpu>-issue21-<name>-<stamp>.jsonl  run files (Runs.load("studies/interference"))
-  data/machines/<gpu>-issue21-<date>.json                   the summary: fingerprint, every table, checks
-  data/machines/<gpu>-issue21-<date>.txt                    the printed tables
+Writes under $OUT/interference/ (default out/gpu/interference/), laid out as the repository paths to commit:
+  studies/interference/<gpu>-interference-<name>-<stamp>.jsonl  run files (Runs.load("studies/interference"))
+  studies/interference/<gpu>-summary-<date>.json                the summary: fingerprint, every table, checks
+  studies/interference/<gpu>-summary-<date>.txt                 the printed tables
 The run files stay out of data/: the default load reads data/ recursively, and these two-strategy
 runs would become the machine's newest runs of the reference point (its headline and the runs the
 views compare by default).
@@ -48,10 +48,11 @@ from pathlib import Path  # noqa: E402
 for _k, _v in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):
     os.environ.setdefault(_k, _v)
 # A fresh calibration cache: the lone-run baseline must come from this session's quiet runs.
-os.environ["DSPARK_CACHE"] = tempfile.mkdtemp(prefix="dspark-issue21-cache-")
+os.environ["DSPARK_CACHE"] = tempfile.mkdtemp(prefix="dspark-interference-cache-")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+THIS_FILE = Path(__file__).resolve().relative_to(ROOT).as_posix()  # as the guard names a sync's site
 
 BUDGET_S = 280.0  # within device_round.sh's 300 s for this stage; no stage starts that would not fit
 # The adaptive runs' CI target: the check below asks two runs to agree within ±3%, so each run's own
@@ -131,7 +132,7 @@ def guard_stage() -> dict:
     one = {"syncs": [{"site": s.site, "kind": s.kind, "witnesses": list(s.witnesses),
                       "witness_sites": [list(w) for w in s.witness_sites]} for s in rep.syncs],
            "count": rep.count(), "violations": len(rep.violations), "summary": rep.summary(),
-           "expected_site": f"scripts/gpu_issue21.py:{line} guard_stage"}
+           "expected_site": f"{THIS_FILE}:{line} guard_stage"}
     one["ok"] = (rep.count() == 1 and rep.syncs[0].site == one["expected_site"]
                  and set(rep.syncs[0].witnesses) >= {guard.DEBUG_MODE, guard.CUPTI})
     say(f"guard: one .item() -> {rep.count()} sync(s): {rep.summary().splitlines()[0]}")
@@ -253,7 +254,7 @@ def one_run(name: str, what: str, cfg, cap_s: float, folder: Path, fp: dict, bur
     spec = SweepSpec(ep_sizes=(cfg.ep_size,), batch_sizes=(cfg.batch_size,), gammas=(cfg.gamma,), base=cfg,
                      strategies=tuple(PAIR))
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    path = folder / f"{slug(fp['gpu'])}-issue21-{name}-{stamp}.jsonl"
+    path = folder / f"{slug(fp['gpu'])}-interference-{name}-{stamp}.jsonl"
     t = time.perf_counter()
     with store.RunWriter.create(path, fingerprint=fp, sweep=spec.to_dict(), run_kind="reference", name=f"issue21 {name}",
                                 adaptive={"target_ci_pct": TARGET_CI_PCT, "time_cap_s": cap_s},
@@ -334,7 +335,7 @@ def interference_stage(smoke: bool, out: Path, fp: dict) -> dict:
         piece = workload.SPIN_PIECE_US
         workload.SPIN_PIECE_US = float("inf")  # one sum(range(n)) for the whole remaining spin, as before
         try:
-            what = "quiet, spin in one piece (the measurement before issue 21's fix)"
+            what = "quiet, spin in one piece (the measurement before the fix)"
             path = one_run("quiet-one-piece-spin", what, cfg, caps["quiet"], folder, fp, None, False, cores)
             runs.append(judge_alone(path, "quiet-one-piece-spin", what))
         finally:
@@ -366,7 +367,7 @@ def interference_checks(runs: list) -> dict:
 # -- the summary ------------------------------------------------------------------------------------
 
 def summary_lines(s: dict) -> list:
-    lines = [f"issue 21 on {s['fingerprint']['gpu']} (driver {s['fingerprint']['driver']}, CUDA "
+    lines = [f"hostile check on {s['fingerprint']['gpu']} (driver {s['fingerprint']['driver']}, CUDA "
              f"{s['fingerprint']['cuda']}, torch {s['fingerprint']['torch']}), {s['elapsed_s']:.0f} s"]
     ki = s.get("known_idle")
     if ki:
@@ -405,24 +406,24 @@ def summary_lines(s: dict) -> list:
     return lines
 
 
-def main() -> int:
+def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="CPU: the interference stage with the tiny model only")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     import torch
 
     from dspark_lab.measure import probe
 
     if not torch.cuda.is_available() and not args.smoke:
-        print("gpu_issue21.py needs a CUDA device (its idle, syncs and witnesses come from a GPU); "
+        print(f"{THIS_FILE} needs a CUDA device (its idle, syncs and witnesses come from a GPU); "
               "use --smoke for a CPU check of the code path", file=sys.stderr)
         return 2
-    out = Path(os.environ.get("OUT", "out/gpu")) / "issue21"
-    machines = out / "data" / "machines"
-    machines.mkdir(parents=True, exist_ok=True)
+    out = Path(os.environ.get("OUT", "out/gpu")) / "interference"
+    summaries = out / INTERFERENCE_DIR
+    summaries.mkdir(parents=True, exist_ok=True)
     fp = probe.fingerprint()
     say(f"fingerprint: {fp['gpu']}, driver {fp['driver']}, CUDA {fp['cuda']}, torch {fp['torch']}")
-    s: dict = {"kind": "issue21", "script": "scripts/gpu_issue21.py", "fingerprint": fp,
+    s: dict = {"kind": "interference_study", "script": THIS_FILE, "fingerprint": fp,
                "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "skipped": {}}
     if torch.cuda.is_available():
         s["known_idle"] = known_idle_stage()
@@ -432,7 +433,7 @@ def main() -> int:
     s["interference"] = interference_stage(args.smoke, out, fp)
     s["elapsed_s"] = time.perf_counter() - T0
     lines = summary_lines(s)
-    base = machines / f"{slug(fp['gpu'])}-issue21-{time.strftime('%Y%m%d', time.gmtime())}"
+    base = summaries / f"{slug(fp['gpu'])}-summary-{time.strftime('%Y%m%d', time.gmtime())}"
     base.with_suffix(".json").write_text(json.dumps(s, indent=1, default=str) + "\n")
     base.with_suffix(".txt").write_text("\n".join(lines) + "\n")
     say(f"wrote {base.with_suffix('.json')} and the run files under {out / INTERFERENCE_DIR}")

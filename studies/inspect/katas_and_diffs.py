@@ -1,8 +1,8 @@
-"""Issue 23 on a GPU: `dspark-lab inspect` and `diff` on the gallery's cases and their fixes, and
-every kata graded with a correct and a wrong solution. Writes under $OUT/issue23/ laid out as the
+"""On a GPU: `dspark-lab inspect` and `diff` on the gallery's cases and their fixes, and
+every kata graded with a correct and a wrong solution. Writes under $OUT/inspect/ laid out as the
 repository paths to commit, and prints a summary table last.
 
-    OUT=/tmp/o python scripts/gpu_issue23.py [--budget-s 70] [--cpu-dry-run]
+    OUT=/tmp/o python -m studies.inspect.katas_and_diffs [--budget-s 70] [--cpu-dry-run]
 
 1. the machine's fingerprint (measure.probe);
 2. the command line on the first case, end to end (each in its worker process):
@@ -14,10 +14,10 @@ repository paths to commit, and prints a summary table last.
    while the time budget lasts (a case left out is said so).
 
 Files: data/inspect/<gpu>-scalar_item-<date>.{json,html}, data/inspect/<gpu>-diff-<case>-<date>.md
-with -before.json / -after.json, and data/machines/<gpu>-issue23-<date>.json (fingerprint, kata
+with -before.json / -after.json, and studies/inspect/<gpu>-katas-and-diffs-<date>.json (fingerprint, kata
 grades, each case's check against its documented sync lines, stage times).
 Without CUDA it stops with a message (exit 2) unless --cpu-dry-run, which runs it all at the
-gallery's smoke scale into $OUT/issue23-cpu-dry-run/ (nothing there is to be committed).
+gallery's smoke scale into $OUT/inspect-cpu-dry-run/ (nothing there is to be committed).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
@@ -119,12 +119,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
     if not cuda and not a.cpu_dry_run:
-        print("gpu_issue23: no CUDA device here; this script records GPU measurements (use --cpu-dry-run to "
+        print("studies.inspect.katas_and_diffs: no CUDA device here; this script records GPU measurements (use --cpu-dry-run to "
               "try it at smoke scale)", file=sys.stderr)
         return 2
     scale = "gpu" if cuda else "smoke"
     os.environ.setdefault("DSPARK_GALLERY_SCALE", scale)
-    root = Path(os.environ.get("OUT", "out/gpu")) / ("issue23" if cuda else "issue23-cpu-dry-run")
+    root = Path(os.environ.get("OUT", "out/gpu")) / ("inspect" if cuda else "inspect-cpu-dry-run")
     data = root / "data"
     fp = probe.fingerprint()
     prefix = machine_prefix(fp)
@@ -164,11 +164,11 @@ def main(argv=None) -> int:
     summary = {"fingerprint": fp, "scale": scale, "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                "cli": cli_rc, "katas": grades, "cases": rows, "skipped_for_time": skipped, "stage_s": stages,
                "wall_s": round(time.perf_counter() - T0, 1)}
-    mpath = data / "machines" / f"{prefix}-issue23-{date}.json"
+    mpath = root / "studies" / "inspect" / f"{prefix}-katas-and-diffs-{date}.json"
     mpath.parent.mkdir(parents=True, exist_ok=True)
     mpath.write_text(json.dumps(summary, indent=1, default=str))
     say(f"wrote {mpath}")
-    print(f"\n== issue 23 on {fp['gpu']} (driver {fp['driver']}, CUDA {fp['cuda']}, torch {fp['torch']}), "
+    print(f"\n== inspect, diff and katas on {fp['gpu']} (driver {fp['driver']}, CUDA {fp['cuda']}, torch {fp['torch']}), "
           f"{summary['wall_s']} s ==")
     print(f"CLI: inspect --guard exit {cli_rc['inspect_exit']} (1 expected), diff exit {cli_rc['diff_exit']} (0 expected)")
     w = max(len(n) for n in registry.names())
