@@ -256,7 +256,7 @@ def one_run(name: str, what: str, cfg, cap_s: float, folder: Path, fp: dict, bur
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     path = folder / f"{slug(fp['gpu'])}-interference-{name}-{stamp}.jsonl"
     t = time.perf_counter()
-    with store.RunWriter.create(path, fingerprint=fp, sweep=spec.to_dict(), run_kind="reference", name=f"issue21 {name}",
+    with store.RunWriter.create(path, fingerprint=fp, sweep=spec.to_dict(), run_kind="reference", name=f"interference {name}",
                                 adaptive={"target_ci_pct": TARGET_CI_PCT, "time_cap_s": cap_s},
                                 interference={"what": what, "pinned_cores": cores,
                                               "burner_on_s": burn[0] if burn else None,
