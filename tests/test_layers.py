@@ -95,10 +95,12 @@ def test_a_function_level_import_counts_too(tmp_path):
 
 
 def _package_copy(tmp_path: Path) -> Path:
-    """The package and its pyproject.toml copied to `tmp_path` (caches left out), for injecting imports."""
+    """The packages the contracts name (dspark_lab, studies) and pyproject.toml copied to `tmp_path`
+    (caches left out), for injecting imports."""
     import shutil
 
-    shutil.copytree(ROOT / "dspark_lab", tmp_path / "dspark_lab", ignore=shutil.ignore_patterns("__pycache__"))
+    for package in ("dspark_lab", "studies"):
+        shutil.copytree(ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
