@@ -44,17 +44,6 @@ def test_within_allows_ten_percent_of_the_loss_or_the_absolute_floor_near_zero()
     assert ki.within(0.04, 0.0) and not ki.within(0.06, 0.0)
 
 
-def test_the_tolerance_grows_to_what_the_measurement_cannot_resolve_and_no_further():
-    # 10% of a 1 ms loss unless the loss's CI half-width plus the profiler's added time is larger
-    assert ki.tolerance_ms(1.0, (0.98, 1.02), 0.03) == pytest.approx(0.10)
-    assert ki.tolerance_ms(0.43, (0.41, 0.44), 0.06) == pytest.approx(0.075)
-    assert ki.within(0.49, 0.43, ki.tolerance_ms(0.43, (0.41, 0.44), 0.06))
-    # the old two-syncs bug (0.72 charged against a 1.95 ms loss) still misses by far
-    assert not ki.within(0.72, 1.95, ki.tolerance_ms(1.95, (1.90, 2.00), 0.15))
-    # a profiler that made the step faster widens nothing
-    assert ki.tolerance_ms(0.0, (0.0, 0.0), -0.2) == pytest.approx(ki.ABS_FLOOR_MS)
-
-
 def test_bad_ops_and_names_are_refused_naming_what_is_allowed():
     with pytest.raises(ValueError, match="an op must be"):
         ki.KnownIdleCase("x", "bad", (("sleep", 1.0),))
@@ -73,12 +62,11 @@ def test_the_table_has_one_line_per_case_and_says_no_where_the_rule_misses():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("name", [c.name for c in ki.CASES])
-def test_cuda_charged_idle_agrees_with_the_profiler_free_loss_within_its_tolerance(name):
+def test_cuda_charged_idle_is_within_ten_percent_of_the_profiler_free_loss(name):
     r = ki.measure_case(ki.get(name), rounds=6, steps=20, warmup=3, profile_steps=6)
     # The numbers, not the dict's repr cut short, when it fails (one H200 run missed on three_syncs).
     assert r["within"], ", ".join(f"{k} {r[k]}" for k in ("case", "charged_idle_ms", "loss_ms", "loss_ci_low_ms",
-                                                          "loss_ci_high_ms", "tolerance_ms", "profiler_overhead_ms",
-                                                          "host_blocked_ms", "step_ms"))
+                                                          "loss_ci_high_ms", "host_blocked_ms", "step_ms"))
 
 
 def test_the_h200_traces_of_chained_syncs_are_charged_within_ten_percent_of_the_measured_loss():

@@ -11,8 +11,7 @@ Two numbers come from the same ops:
 - measured: the profiler-free step-time loss (the step with its syncs against the same step without
   them, paired per round by measure.loop) and the GPU idle the trace charges to the syncs
   (measure.breakdown.SYNC_COST_RULE). The rule is right on a case when the charged idle is within
-  its tolerance of the loss (`tolerance_ms`): WITHIN_FRACTION of the loss, ABS_FLOOR_MS for cases
-  whose loss is about zero, or, where it is larger, what the measurement itself cannot resolve.
+  WITHIN_FRACTION of the loss (or within ABS_FLOOR_MS, for cases whose loss is about zero).
 
 The set covers one, two and three syncs per step at different places, a short tail after the sync,
 a host-bound step, a sync inside the next step's preparation, a sync that finds the GPU idle, and a
@@ -105,21 +104,9 @@ def get(name: str) -> KnownIdleCase:
     raise ValueError(f"known-idle case must be one of {', '.join(c.name for c in CASES)}; got {name!r}")
 
 
-def tolerance_ms(loss_ms: float, loss_ci: tuple = (0.0, 0.0), profiler_overhead_ms: float = 0.0) -> float:
-    """How far the charged idle may sit from the loss and still agree with it: WITHIN_FRACTION of
-    the loss, ABS_FLOOR_MS near zero, or what this measurement cannot resolve, whichever is largest:
-    the loss's 95% CI half-width (its sampling spread) plus the time the profiler added to the
-    profiled step the charge is read from (host work after a sync runs longer under the profiler,
-    which lengthens the gap it charges; on 1-2 ms gaps that is the ±10% seen between runs)."""
-    lo, hi = loss_ci
-    resolution = abs(hi - lo) / 2 + max(profiler_overhead_ms, 0.0)
-    return max(WITHIN_FRACTION * abs(loss_ms), ABS_FLOOR_MS, resolution)
-
-
-def within(charged_ms: float, loss_ms: float, tolerance: Optional[float] = None) -> bool:
-    """The rule agrees with the measured loss on a case (within `tolerance`, default tolerance_ms(loss))."""
-    tol = tolerance_ms(loss_ms) if tolerance is None else tolerance
-    return bool(abs(charged_ms - loss_ms) <= tol)
+def within(charged_ms: float, loss_ms: float) -> bool:
+    """The rule agrees with the measured loss on a case (see WITHIN_FRACTION and ABS_FLOOR_MS)."""
+    return bool(abs(charged_ms - loss_ms) <= max(WITHIN_FRACTION * abs(loss_ms), ABS_FLOOR_MS))
 
 
 # --- on CUDA ------------------------------------------------------------------------------------
@@ -167,28 +154,24 @@ def measure_case(case: KnownIdleCase, *, rounds: int = 8, steps: int = 20, warmu
     loss, lo, hi = median_ci(diffs)
     per = breakdown.per_step(trace.events(trace.capture(with_syncs, profile_steps, warmup=1, sync=sync))).iloc[1:]
     charged = float(per.gpu_idle_sync_caused_ms.mean())
-    step_ms = float(median_ci([t.step_ms for t in res.timings["with_syncs"]])[0])
-    overhead = float(per.wall_ms.mean()) - step_ms  # what the profiler added to each profiled step
-    tol = tolerance_ms(loss, (lo, hi), overhead)
     exp = case.expected(steps)
     return {"case": case.name, "what": case.what, "syncs_per_step": case.syncs_per_step,
             "expected_idle_ms": exp["caused_idle_ms"], "charged_idle_ms": charged,
             "host_blocked_ms": float(per.host_blocked_ms.mean()),
             "loss_ms": loss, "loss_ci_low_ms": lo, "loss_ci_high_ms": hi, "rounds": rounds,
-            "step_ms": step_ms, "profiler_overhead_ms": overhead, "tolerance_ms": tol,
+            "step_ms": float(median_ci([t.step_ms for t in res.timings["with_syncs"]])[0]),
             "sync_free_step_ms": float(median_ci([t.step_ms for t in res.timings["sync_free"]])[0]),
-            "within": within(charged, loss, tol)}
+            "within": bool(within(charged, loss))}
 
 
 def table_lines(results: list, note: Optional[str] = None) -> list:
-    """The table: expected (model) / charged / profiler-free loss / tolerance / within it?"""
+    """The table: expected (model) / charged / profiler-free loss / within 10%?"""
     lines = [f"{'case':<14}{'syncs':>6}{'expected (model)':>18}{'charged':>10}{'loss (no profiler)':>20}"
-             f"{'95% CI':>18}{'tolerance':>12}{'within?':>9}"]
+             f"{'95% CI':>18}{'within 10%?':>13}"]
     for r in results:
         ci = f"{r['loss_ci_low_ms']:+.2f} to {r['loss_ci_high_ms']:+.2f}"
-        tol = r.get("tolerance_ms", tolerance_ms(r["loss_ms"]))
         lines.append(f"{r['case']:<14}{r['syncs_per_step']:>6}{r['expected_idle_ms']:>15.2f} ms{r['charged_idle_ms']:>7.2f} ms"
-                     f"{r['loss_ms']:>+17.2f} ms{ci:>18}{tol:>9.3f} ms{'yes' if r['within'] else 'NO':>9}")
+                     f"{r['loss_ms']:>+17.2f} ms{ci:>18}{'yes' if r['within'] else 'NO':>13}")
     if note:
         lines.append(note)
     return lines
