@@ -328,7 +328,7 @@ def no_host_syncs(*, allow: Iterable[str] = (), count: bool = False, strict: boo
     witness off (cupti=False where another profiler is already running; it also drops the trace
     copies)."""
     # A bare string would be iterated character by character, and its lone "*" would allow every
-    # site: the guard would silently check nothing (issue 22). strict="no" would count as true.
+    # site: the guard would silently check nothing. strict="no" would count as true.
     if isinstance(allow, (str, bytes)) or not isinstance(allow, (list, tuple)) \
             or not all(isinstance(a, str) for a in allow):
         raise TypeError(f"allow must be a list or tuple of site patterns (strings), e.g. [\"lib/x.py:99\"]; "

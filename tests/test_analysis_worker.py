@@ -1,4 +1,4 @@
-"""The profiled pass analysed in a worker process (issue 24): the same result as in this process, a
+"""The profiled pass analysed in a worker process: the same result as in this process, a
 job given up on never taken for the next one, a dead worker replaced by this process's own
 analysis, nothing left running after close; and the round hook that places the live profiled pass."""
 from __future__ import annotations

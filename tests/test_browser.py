@@ -477,7 +477,7 @@ def test_lab_sh_kit_runs_every_notebook_and_every_control_moves_the_figures(lab)
     for name, opts in labels.items():
         unnamed = [o for o in opts[1:] if not any(f" {k} " in f" {o} " or f"· {k}" in o for k in KINDS.values())]
         assert not unnamed, f"{name}: run labels without their kind: {unnamed}"
-    # Unique run labels in the dropdown (needs unique labels from the results layer, issue 12 part 2).
+    # Unique run labels in the dropdown (needs unique labels from the results layer).
     for name, opts in labels.items():
         dup = sorted({o for o in opts if opts.count(o) > 1})
         assert not dup, f"{name}: run labels shown more than once in the run dropdown: {dup}"

@@ -47,7 +47,7 @@ def test_round_trip_and_unknown_fields():
         LabConfig.from_dict({"ep": 8})
 
 
-# -- types and bounds (issue 9, item 6): every wrong value is the field-naming ValueError ----------
+# -- types and bounds: every wrong value is the field-naming ValueError ----------
 WRONG_TYPES = [
     ("seed", -1, "an integer between 0 and 2\\*\\*63 - 1"),
     ("seed", 2**63, "an integer between 0 and 2\\*\\*63 - 1"),

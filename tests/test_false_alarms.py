@@ -1,4 +1,4 @@
-"""False alarms in quiet runs (issue 21): the emulated host cost must not turn a CPU running slower
+"""False alarms in quiet runs: the emulated host cost must not turn a CPU running slower
 than its calibration into seconds of extra "host work". A fake clock and a fake `sum`: nothing is timed."""
 from __future__ import annotations
 

@@ -261,7 +261,7 @@ def test_committed_sync_sites_show_the_line_that_makes_the_tensor():
 
     runs = Runs.load(RUNS_DIR)
     sites = set(runs.ok["sync_site"].dropna())
-    # Runs recorded before and after the import move of issue 18 name line 25 and line 26.
+    # Runs recorded before and after strategies.py's imports moved name line 25 and line 26.
     assert {s for s in sites if "strategies.py" in s} == {"dspark_lab/strategies.py:25 device_direct",
                                                           "dspark_lab/strategies.py:26 device_direct"}
     table = report.sync_sites(runs.reference())

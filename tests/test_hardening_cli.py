@@ -1,4 +1,4 @@
-"""Issue 22, the command line's cases: every refused option, path or signal ends in its documented
+"""The command line, hardened: every refused option, path or signal ends in its documented
 exit status and one error line naming the path or option; nothing is replaced that is not a regular
 file the kit may write; no rank is spawned and no file created for options that are wrong."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 22, case 6: `bash lab.sh`'s JupyterLab gets its token through the environment (never on a
+"""`bash lab.sh`'s JupyterLab gets its token through the environment (never on a
 command line `ps` shows every user), and dies with its launcher on SIGINT, SIGTERM, SIGHUP and
 SIGKILL. A stand-in server (a `jupyterlab` module earlier on the path, answering /api/status only
 with the token it was given) keeps this test to a second per signal; the real server's kernels

@@ -1,4 +1,4 @@
-"""Issue 22, the loader's cases: no field, file name, cache entry, cache setting or calibration value
+"""The loader, hardened: no field, file name, cache entry, cache setting or calibration value
 breaks a load or is trusted. Each case asserts what is kept, what is warned (file:line) and that no
 good row of another file is lost; then a hypothesis fuzz of real run files (settings below)."""
 from __future__ import annotations
@@ -271,7 +271,7 @@ def test_case12_an_unreadable_subfolder_is_warned_and_the_rest_loads(two, monkey
 REAL = Path(__file__).resolve().parents[1] / "data" / "runs"
 GOOD_REAL = REAL / "h200x2-ep-predicted-20261130-165513-87405c.jsonl"  # the smallest committed runs
 VICTIM_REAL = REAL / "h200x2-ep-predicted-20261130-174843-0fab00.jsonl"
-# The values that broke loads before (issue 22) drawn as often as arbitrary JSON, so 15 examples meet them.
+# The values that broke loads before drawn as often as arbitrary JSON, so 15 examples meet them.
 NASTY = [10**400, -(10**400), 2**63, [1], {"a": 1}, [[[]]], float("inf"), float("nan"), None, "", "\x1b]0;x\x07",
          "\udcff", True]
 JSON_VALUES = st.sampled_from(NASTY) | st.recursive(

@@ -1,4 +1,4 @@
-"""Issue 22, case 7's waits: a rank that is stopped (SIGSTOP) or killed ends the parent's wait with
+"""The ranks' waits: a rank that is stopped (SIGSTOP) or killed ends the parent's wait with
 a WorkerError naming it, and a rank that never answers ends it at the timeout; never a hang."""
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ def test_argv_is_localhost_only_token_on_fixed_port_offline():
     assert argv[:3] == ["py", "-m", "jupyterlab"]
     assert "--ServerApp.ip=127.0.0.1" in argv and "--ServerApp.port=8123" in argv
     assert "--ServerApp.port_retries=0" in argv  # never silently another port than the URL says
-    assert "--no-browser" in argv and not any("abc" in a for a in argv)  # the token: launch.server_env (issue 22)
+    assert "--no-browser" in argv and not any("abc" in a for a in argv)  # the token: launch.server_env
     assert launch.server_env("abc", {})[launch.TOKEN_ENV] == "abc"
     for opt in launch.OFFLINE_ARGS:
         assert opt in argv

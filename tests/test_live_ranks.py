@@ -1,4 +1,4 @@
-"""The live panel on real EP ranks (issue 24), with gloo ranks on CPU: the dispatch control, the
+"""The live panel on real EP ranks, with gloo ranks on CPU: the dispatch control, the
 per-rank view, trials streamed from rank 0 as they end, a cancel every rank obeys at the same
 trial, and no rank process left once the panel closes."""
 from __future__ import annotations

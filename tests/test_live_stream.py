@@ -1,4 +1,4 @@
-"""Live updates that keep up (issue 24), with a fake measurer on CPU: a setting's trials arrive in
+"""Live updates that keep up, with a fake measurer on CPU: a setting's trials arrive in
 order and are drawn as they come, a newer setting cancels the running measurement, and closing the
 panel leaves no thread; real-rank dispatch and the per-rank view with gloo ranks."""
 from __future__ import annotations
@@ -74,7 +74,7 @@ def test_partial_results_arrive_in_order_then_the_complete_one():
         assert list(r.drop_duplicates("strategy").strategy) == names[:min(u.trials, n)]
         assert (r.batch_size == 8).all() and (r.gpu == "FAKE-GPU").all() and u.data.timelines.empty
     assert partial[0].data.rows.step_ms.tolist() == [8.0]
-    # The CI: none below results.rules.noise.MIN_QUIET_ROUNDS quiet rounds (issue 21), so none in 3 rounds.
+    # The CI: none below results.rules.noise.MIN_QUIET_ROUNDS quiet rounds, so none in 3 rounds.
     assert [u.half_width_pct is None for u in partial] == [True, True, True]
     assert "10/15 trials so far" in partial[-1].line() and "complete: 15 trials" in final.line()
     assert len(final.data.rows) == 3 * n and "measured now" in final.data.note

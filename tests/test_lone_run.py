@@ -1,4 +1,4 @@
-"""A run judged alone (issue 21): the machine's quietest host work per point is kept in the
+"""A run judged alone: the machine's quietest host work per point is kept in the
 calibration cache and written into each new run's header; a run loaded alone is judged against it,
 and without one it says it cannot be judged alone. Synthetic rows; the cache in a temp folder."""
 from __future__ import annotations

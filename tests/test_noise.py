@@ -392,7 +392,7 @@ def test_the_live_path_imports_neither_plotly_nor_ipywidgets():
 
 
 def test_live_warm_up_measures_nothing_ahead():
-    """The warm-up does only what the first figure needs (issue 24: CUDA, calibrations, the default
+    """The warm-up does only what the first figure needs (CUDA, calibrations, the default
     steps' graphs), no measurement of every strategy: each request measures."""
     from dspark_lab.run.live import LiveBackend
 

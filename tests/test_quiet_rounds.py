@@ -1,4 +1,4 @@
-"""Confidence needs quiet rounds (issue 21): no headline or headline comparison CI from fewer than
+"""Confidence needs quiet rounds: no headline or headline comparison CI from fewer than
 noise.MIN_QUIET_ROUNDS quiet rounds, and an adaptive point stops on its CI only after that many.
 Synthetic rows and fake clocks: nothing is timed."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Recorded mode that teaches (issue 19): every run says its kind, views pick the runs their lesson
+"""Recorded mode that teaches: every run says its kind, views pick the runs their lesson
 needs and say what they picked. On the committed H200 runs (a fixed input) and on synthetic headers."""
 from __future__ import annotations
 

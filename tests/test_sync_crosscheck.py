@@ -1,4 +1,4 @@
-"""A sync can't be missed silently (issue 9, item 7): sync debug mode's count beside the trace's,
+"""A sync can't be missed silently: sync debug mode's count beside the trace's,
 a flag where they disagree, and NaN + a note (never 0) where no CUDA device can be measured."""
 import inspect
 import json

@@ -1,5 +1,5 @@
-"""The CPU stand-in of the target verify serves every batch the config allows (issue 9, item 6:
-it had 16 rows, so every batch above 16 failed on CPU)."""
+"""The CPU stand-in of the target verify serves every batch the config allows (it
+once had 16 rows, so every batch above 16 failed on CPU)."""
 import pytest
 import torch
 

@@ -1,6 +1,6 @@
 """`dspark-lab ep --launcher torchrun` on CPU: real torchrun agents on 127.0.0.1 (c10d rendezvous,
 gloo ranks) acting as nodes, a node killed mid-run, mismatched options, an unreachable rendezvous,
-and the single-host worker group recording the same rows as torchrun (issue 25).
+and the single-host worker group recording the same rows as torchrun.
 
 Every process a test starts carries a token in its environment; after the test none may be left
 (they are killed and the test fails if one is)."""

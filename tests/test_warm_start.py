@@ -1,4 +1,4 @@
-"""The live warm-up's first step, its two cold halves made side by side (issue 24: LabStep.warmed,
+"""The live warm-up's first step, its two cold halves made side by side (LabStep.warmed,
 the target verify on a helper thread while the draft model is built and its kernels load)."""
 import sys
 import threading

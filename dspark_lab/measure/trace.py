@@ -59,7 +59,7 @@ def profiled(*, with_stack: bool = False, profile_memory: bool = True,
     # torch.autograd.profiler.profile with Kineto is the session torch.profiler.profile wraps. Used
     # directly because torch.profiler.profile's start probes hasattr(torch, "_inductor"), which
     # imports the compiler stack on first use (2.5 s of imports on this CPU machine; the first live
-    # update waited for it, issue 24); its only use there is the inductor cudagraphs setting, which
+    # update waited for it); its only use there is the inductor cudagraphs setting, which
     # the lab never turns on (its graphs are torch.cuda.CUDAGraph, not torch.compile's).
     kwargs = dict(use_kineto=True, use_cpu=True, use_device="cuda" if cuda else None,
                   record_shapes=False, profile_memory=profile_memory, with_stack=with_stack)
@@ -92,7 +92,7 @@ def profiled(*, with_stack: bool = False, profile_memory: bool = True,
 
 def read_exported(path: str) -> dict:
     """The trace the profiler exported to `path`. A file cut short is the disk's fault, not the
-    trace's: OSError saying so (a JSONDecodeError there once read as a broken measurement, issue 22)."""
+    trace's: OSError saying so (a JSONDecodeError there once read as a broken measurement)."""
     try:
         with open(path) as f:
             return json.load(f)

@@ -4,7 +4,7 @@ layers per ms). $DSPARK_CACHE names the folder (results.record.paths.cache_setti
 this cache off too, and an unusable setting is treated as off), else ~/.cache/dspark-lab. A file
 that cannot be read or parsed is ignored (a warning-free miss) and rewritten whole on the next
 store. The file is not trusted: `value` gives a number only when it is finite and within the
-bounds its user states (a hand-edited 1e9 or Infinity would hang or break every point, issue 22).
+bounds its user states (a hand-edited 1e9 or Infinity would hang or break every point).
 """
 from __future__ import annotations
 

@@ -101,7 +101,7 @@ def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODE
                     if on_point:
                         on_point(d, res)
             except BaseException:
-                writer.discard_if_empty()  # a header alone would list as a run with 0 points (issue 22)
+                writer.discard_if_empty()  # a header alone would list as a run with 0 points
                 raise
         results["path"] = writer.path
         return results

@@ -7,7 +7,7 @@ with measure.measure_ranks (which gathers every rank's rows to rank 0 over the p
 and check against the one-process reference with checks.equivalence, exactly as the single-host
 WorkerGroup's ranks do; rank 0 alone writes the run file (run.create_writer, the same header).
 
-Faults (issue 25): every rank first gathers every rank's options and their hash, so ranks started
+Faults: every rank first gathers every rank's options and their hash, so ranks started
 with different options stop before measuring, with the differing options named; a rank that cannot
 join fails naming MASTER_ADDR:MASTER_PORT; a rank that dies mid-run makes the others' next
 collective fail (gloo sees the closed connection; NCCL's watchdog aborts after the timeout), and

@@ -39,7 +39,7 @@ NCCL_SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 BACKENDS = ("auto", "gloo", "nccl")
 _HEADER = struct.Struct("!Q")
 PR_SET_PDEATHSIG = 1
-# Every wait on the ranks is bounded (issue 22): a request without its own timeout gets this one,
+# Every wait on the ranks is bounded: a request without its own timeout gets this one,
 # and while waiting the ranks are watched, so one that died or was stopped (SIGSTOP) ends the
 # wait at once with a WorkerError naming it instead of hanging the parent.
 DEFAULT_CALL_TIMEOUT_S = 3600.0

@@ -3,7 +3,7 @@
 hands over what it has as it goes; `get(settings)` is the same without the partial updates;
 `open_backend()` picks it on a CUDA machine, else the recorded runs (results.viewmodels.backend).
 
-A setting's measurement streams (issue 24): the timed trials (run.point.measure_point,
+A setting's measurement streams: the timed trials (run.point.measure_point,
 measure.loop.run_rounds), each one passed on as it ends, so the first strategies' bars are drawn
 while the rest are measured, with how many trials so far and the headline's CI. The profiled pass
 (counts, breakdown, timeline) runs after the first round and is analysed in a worker process

@@ -1,4 +1,4 @@
-"""The panel's LIVE path (issue 24): a streamed measurement drawn as its trials arrive, a newer
+"""The panel's LIVE path: a streamed measurement drawn as its trials arrive, a newer
 setting cancelling the running one, and, on real EP ranks, a dispatch control and a per-rank view.
 
 The backend STREAMS (a StreamingBackend of results.viewmodels.backend_protocol, e.g.

@@ -128,7 +128,7 @@ li{margin:.4em 0} code{background:#f4f4f4;padding:0 .2em} .muted{color:#666;font
 
 
 # A field longer than this is cut with a note before it reaches the HTML: a 200 MB error string
-# recorded in a run file once made a 205 MB report (issue 22); the run file keeps the whole text.
+# recorded in a run file once made a 205 MB report; the run file keeps the whole text.
 MAX_FIELD_CHARS = 2000
 
 

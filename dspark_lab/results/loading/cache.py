@@ -3,7 +3,7 @@
 The JSON-lines run files stay the source of truth. Per run file, the cache holds what loading that
 file gave (its rows after validation and attempt selection, the disturbed verdicts, its header, the
 problems met, each with its line) and, in a second file, its timeline segments, read only when a
-view asks for them. The cache is verified, never trusted (issue 22). An entry is used only when
+view asks for them. The cache is verified, never trusted. An entry is used only when
 
     its key matches the run file as it is now: resolved path, size, modification time (ns), the
         SHA-256 of the file's bytes (an edit that restores size and time is still seen),

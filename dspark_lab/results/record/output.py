@@ -3,7 +3,7 @@
 `write_text_safely(path, text)` refuses to overwrite a run file (*.jsonl, or any file whose first
 line is a run header) or to write into a runs folder (one holding run files, or named runs/), refuses
 to replace anything that is not a regular file (a device node such as /dev/null or /dev/full, a
-FIFO, a socket, a symlink: renaming over it would replace the node, issue 22), and
+FIFO, a socket, a symlink: renaming over it would replace the node), and
 turns every OS failure (a name too long included) (a directory in the way, a parent that is a file, no permission, a
 read-only or full disk) into one OutputError naming the path. Missing parent folders are created.
 The text is written to a temporary file beside the target and renamed over it, so a full disk

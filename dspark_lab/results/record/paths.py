@@ -2,7 +2,7 @@
 
 Every default path is decided here, so that a view, the loader and the writer agree on it. The
 folders named by the environment ($DSPARK_DATA, $DSPARK_CACHE) are checked here, once, each with one
-clear SettingError naming the variable (issue 22): blank, an unknown ~user, a symlink loop or a
+clear SettingError naming the variable: blank, an unknown ~user, a symlink loop or a
 path that is not a folder is refused rather than met later as a traceback or a folder named "  ".
 """
 from __future__ import annotations

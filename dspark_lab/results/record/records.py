@@ -96,7 +96,7 @@ def _segment_ok(seg) -> bool:
 
 
 # A JSON escape of a UTF-16 surrogate (\ud800-\udfff): paired ones decode to one character, a lone
-# one to a string that is not text (pyarrow, and so pandas' string columns, refuse it: issue 22).
+# one to a string that is not text (pyarrow, and so pandas' string columns, refuse it).
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 

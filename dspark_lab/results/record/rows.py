@@ -22,7 +22,7 @@ FLOAT_COLUMNS = tuple(c for c in schema.ROW_COLUMNS if c not in INT_COLUMNS + BO
 REQUIRED = ("point_id", "strategy", "status")  # a row without these cannot be placed
 REQUIRED_OK: tuple = ()  # null measurements load as NaN (summaries skip them)
 # The rank columns (schema.RANK_COLUMNS) are extras, but views group and label by them: typed too,
-# so a list or an object there skips its row instead of breaking a groupby or a label (issue 22).
+# so a list or an object there skips its row instead of breaking a groupby or a label.
 RANK_TYPES = {"rank": "int", "world_size": "int", "ep_mode": "str", "dispatch": "str", "rank_case": "str",
               "rank_strategies": "str", "sync_sites": "str", "host_delay_ms": "float", "host_jitter_ms": "float",
               "gpu_collective_ms": "float", "step_ms_max_rank": "float", "blocked_from_others_ms": "float",
