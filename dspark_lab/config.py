@@ -124,6 +124,8 @@ MAX_STEPS = 100_000
 MAX_WARMUP = 100_000
 MAX_TRIALS = 1000
 MAX_GAMMA = 64
+# How long a rank waits to join the group, and for any one collective, before it fails (no hang).
+DEFAULT_TIMEOUT_S = 120.0
 SEED_LIMIT = 2**63  # torch.manual_seed takes a 64-bit seed; keep it in the signed range
 READBACKS = ("lagged", "none")
 

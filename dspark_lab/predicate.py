@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 # SGLang's MoeA2ABackend values that the lab models; only CUSTOMIZED changes the predicate.
 MOE_A2A_BACKENDS = ("none", "deepep", "mooncake", "nixl", "customized")
+# How the MoE joins expert-parallel ranks (model/dispatch.py has the three ways).
+DISPATCH_MODES = ("allreduce", "a2a_fixed", "a2a_dynamic")
 
 
 @dataclass(frozen=True)

@@ -140,4 +140,4 @@ def get(name: str) -> Strategy:
 
 
 def describe() -> dict[str, str]:
-    return {s.name: f"{s.description} ({s.source})" for s in _REGISTRY.values()}
+    return strategy_table.describe()

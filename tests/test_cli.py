@@ -16,6 +16,7 @@ import pytest
 
 from dspark_lab import strategies
 from dspark_lab.cli import ep as ep_cli
+from dspark_lab.cli import options
 from dspark_lab.cli import main as cli
 from dspark_lab.cli.lists import parse_ints, parse_strategies
 from dspark_lab.results.record import schema
@@ -155,7 +156,7 @@ def _other_value(name: str):
 def test_every_config_field_has_a_sweep_option_that_sets_it(name):
     value, argv = _other_value(name)
     parser = _subparser("sweep")
-    spec, explicit = cli.spec_from_args(parser.parse_args(argv), parser)
+    spec, explicit = options.spec_from_args(parser.parse_args(argv), parser)
     assert explicit and getattr(spec.base, name) == value
     assert getattr(cli.PRESETS["default"].base, name) != value  # the option did it, not the preset
     help_text = " ".join(parser.format_help().split())

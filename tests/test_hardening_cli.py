@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from dspark_lab import guard
-from dspark_lab.cli import ep as ep_cli, launch, main as cli
+from dspark_lab.cli import ep_command, launch, main as cli
 from dspark_lab.cli.terminal import printable
 from dspark_lab.measure import trace
 from dspark_lab.parallel import run as ep_run
@@ -136,7 +136,7 @@ class _DyingGroup:
 
 def test_case7_a_rank_that_dies_leaves_no_header_only_run_file_and_one_line(tmp_path, capsys, monkeypatch):
     real = ep_run.run_ep
-    monkeypatch.setattr(ep_cli, "run_ep", lambda *a, **kw: real(*a, **{**kw, "group": _DyingGroup(),
+    monkeypatch.setattr(ep_command, "run_ep", lambda *a, **kw: real(*a, **{**kw, "group": _DyingGroup(),
                                                                       "fingerprint": {"gpu": "none"}}))
     out = tmp_path / "runs"
     code, _, err = run_main(["ep", "--backend", "gloo", "--world", "2", "--out", str(out)], capsys)

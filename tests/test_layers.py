@@ -145,3 +145,19 @@ def test_no_package_face_loads_names_lazily():
     __getattr__ would load a module (and torch) behind the linter's back."""
     faces = [p for p in (ROOT / "dspark_lab").rglob("__init__.py") if "def __getattr__" in p.read_text()]
     assert faces == [], faces
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["report", "--help"], ["report", "REPORT"]], ids=["help", "report-help", "report"])
+def test_the_report_and_the_help_load_no_torch(argv, tmp_path):
+    """`dspark-lab report` reads what GPUs recorded and `--help` prints: neither loads torch, in a
+    fresh interpreter (the measuring commands import their bodies when they run)."""
+    argv = [str(tmp_path / "r.html") if a == "REPORT" else a for a in argv]
+    if argv[-1].endswith("r.html"):
+        argv = ["report", str(ROOT / "data" / "runs"), "-o", argv[-1]]
+    code = ("import sys\nfrom dspark_lab.cli.main import main\ntry:\n    rc = main(%r)\nexcept SystemExit as e:\n"
+            "    rc = e.code\nsys.exit(3 if 'torch' in sys.modules else rc)") % (argv,)
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    if "report" in argv and "--help" not in argv:
+        assert (tmp_path / "r.html").stat().st_size > 0

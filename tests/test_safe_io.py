@@ -63,7 +63,7 @@ RESUMER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     from types import SimpleNamespace
-    from dspark_lab.cli import main as cli
+    from dspark_lab.cli import main as cli, sweep_command
     from dspark_lab.run import point
     from dspark_lab.results.record.rows import build_row
 
@@ -79,7 +79,7 @@ RESUMER = textwrap.dedent("""
 
     point.measure_point = measure
     point.point_id = lambda cfg: f"ep{cfg.ep_size}-bs{cfg.batch_size}-g{cfg.gamma}"
-    cli.fingerprint = lambda: %r
+    sweep_command.fingerprint = lambda: %r
     sys.exit(cli.main(["sweep", "--resume", "--no-progress", "--out", path]))
 """) % (FP,)
 

@@ -5,6 +5,6 @@ from dspark_lab.cli.main import main
 
 try:
     code = main()
-except KeyboardInterrupt:  # a Ctrl-C that came before main's own handler, or after it (issue 22)
+except KeyboardInterrupt:  # a Ctrl-C that came before main's own handler, or after it
     code = EXIT_INTERRUPTED
 sys.exit(code)

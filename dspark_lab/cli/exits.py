@@ -1,6 +1,8 @@
 """The command line's exit statuses, said once (every command returns one of these; --help lists them)."""
 from __future__ import annotations
 
+import signal
+
 EXIT_OK = 0
 EXIT_FAILED = 1  # some point failed, nothing recorded to report, or a rank failed
 EXIT_USAGE = 2  # bad arguments or settings, or a run file that cannot be resumed / read
@@ -15,3 +17,12 @@ EXIT_CODES_HELP = (
     "something that is not a regular file (refused); 5 the output cannot be written (a directory, a parent "
     "that is a file, no permission, a name too long, a full disk); 130 interrupted."
 )
+
+
+def hold_interrupts() -> None:
+    """After the first Ctrl-C: a second one while shutting down must not turn exit 130 into a
+    traceback or a death by SIGINT."""
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: nothing to hold
+        pass

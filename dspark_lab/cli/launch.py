@@ -10,7 +10,7 @@ What it does, and why:
   - Ctrl-C (SIGINT), SIGTERM or SIGHUP (an ssh drop, a closed terminal) stops the server, its
     kernels included, and exits 0;
   - the token goes to the server through its environment (JUPYTER_TOKEN, the ecosystem's way), never
-    on its command line, which every local user can read in `ps` (issue 22);
+    on its command line, which every local user can read in `ps`;
   - the server dies with this launcher even when the launcher is killed outright (SIGKILL): it asks
     the kernel for SIGTERM when its parent dies (Linux prctl PR_SET_PDEATHSIG), so Jupyter still
     shuts its kernels down, and each kernel exits when the server is gone (ipykernel watches its

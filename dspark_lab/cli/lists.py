@@ -2,9 +2,9 @@
 option and the allowed values."""
 from __future__ import annotations
 
-from dspark_lab import strategies as strategies_mod
+from dspark_lab.results.facts import strategy_table
 from dspark_lab.config import FIELDS, MODEL_PRESETS
-from dspark_lab.run.sweep import SweepSpecError
+from dspark_lab.run.sweep_spec import SweepSpecError
 
 
 def allowed_values(name: str) -> str:
@@ -19,7 +19,7 @@ def allowed_values(name: str) -> str:
         lo, hi = FIELDS[name].metadata["range"]
         return f"integers from {lo} to {hi}"
     if name == "strategy":
-        return "all, or any of " + ", ".join(strategies_mod.names())
+        return "all, or any of " + ", ".join(strategy_table.names())
     raise KeyError(name)
 
 
@@ -54,10 +54,10 @@ def parse_strategies(text: str, option: str | None = None) -> tuple[str, ...]:
     allowed = allowed_values("strategy")
     parts = [p.strip() for p in str(text).split(",")]
     if parts == ["all"]:
-        return strategies_mod.names()
+        return strategy_table.names()
     if any(p == "" for p in parts):
         raise SweepSpecError("strategy", _msg(label, f"expected comma-separated names; got {text!r} (allowed: {allowed})"))
-    unknown = [p for p in parts if p not in strategies_mod.names()]
+    unknown = [p for p in parts if p not in strategy_table.names()]
     if unknown:
         raise SweepSpecError("strategy", _msg(label, f"unknown strategy {', '.join(map(repr, unknown))} "
                                                       f"(allowed: {allowed})"))

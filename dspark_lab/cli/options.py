@@ -6,10 +6,10 @@ import argparse
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from dspark_lab import strategies as strategies_mod
+from dspark_lab.results.facts import strategy_table
 from dspark_lab.cli.lists import allowed_values, parse_ints, parse_strategies
 from dspark_lab.config import FIELDS, choices_of, type_of
-from dspark_lab.run.sweep import GRID_FIELDS, PRESETS, SweepSpecError
+from dspark_lab.run.sweep_spec import GRID_FIELDS, PRESETS, SweepSpec, SweepSpecError
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -153,7 +153,7 @@ def preset_default(name: str) -> Any:
 
 def _grid_help(g: GridOption) -> str:
     if g.field == "strategy":
-        allowed = "all, or any of " + "; ".join(f"{k} = {v}" for k, v in strategies_mod.describe().items())
+        allowed = "all, or any of " + "; ".join(f"{k} = {v}" for k, v in strategy_table.describe().items())
     else:
         allowed = allowed_values(g.field)
     return g.help.replace("{allowed}", allowed)
@@ -170,3 +170,18 @@ def add_sweep_config_options(p: argparse.ArgumentParser) -> None:
     c = p.add_argument_group("base config (unset options come from --preset)")
     for name in BASE_FIELDS:
         add_config_option(c, name, shown=preset_default(name))
+
+
+# Per point with --target-ci alone: 24 default points x 8 s of trials stays within a few minutes.
+DEFAULT_TIME_CAP_S = 8.0
+
+
+def spec_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[SweepSpec, bool]:
+    """The sweep asked for on the command line, and whether any grid/config option was given."""
+    spec = PRESETS[args.preset or "default"]
+    changes = {kw: getattr(args, dest) for dest, kw in SPEC_KEYWORDS.items() if getattr(args, dest) is not None}
+    try:
+        spec = spec.with_(**changes)
+    except SweepSpecError as e:
+        parser.error(f"argument {OPTION_OF.get(e.field, e.field)}: {e}")
+    return spec, bool(changes) or args.preset is not None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from dspark_lab import strategies as strategies_mod
+from dspark_lab.results.facts import strategy_table
 from dspark_lab.results.query.runs import REFERENCE, Runs
 
 SUMMARY_RUNS = 20  # runs listed by summary_table, the newest
@@ -38,8 +38,8 @@ def summary_table(runs) -> str:
                 cells[(s_name, f"EP {ep}")] = f"{r['median_ms']:7.2f} ms  {_fmt_num(syncs.get(s_name))} sync/step"
         table = pd.Series(cells).unstack()
         table.index.name = None
-        table = table.loc[[s for s in strategies_mod.names() if s in table.index] +
-                          [s for s in table.index if s not in strategies_mod.names()]]
+        table = table.loc[[s for s in strategy_table.names() if s in table.index] +
+                          [s for s in table.index if s not in strategy_table.names()]]
         with pd.option_context("display.width", 200, "display.max_columns", 20):
             body = table.fillna("-").to_string()
         blocks.append(f"{e['label']}: {REFERENCE.workload}, batch {REFERENCE.batch_size}, gamma "

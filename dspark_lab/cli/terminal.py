@@ -1,6 +1,6 @@
 """What the command line prints: text that came from run files (run names, GPU fields, error
 strings, file names) cleaned before it reaches a terminal, where an escape sequence in a run file
-could retitle the window, clear the screen or hide lines (issue 22)."""
+could retitle the window, clear the screen or hide lines."""
 from __future__ import annotations
 
 import re

@@ -24,7 +24,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-DISPATCH_MODES = ("allreduce", "a2a_fixed", "a2a_dynamic")
+from dspark_lab.predicate import DISPATCH_MODES
+
 # Modes whose collectives have fixed sizes known at capture time (a CUDA graph can hold them).
 GRAPH_CAPTURABLE = {"allreduce": True, "a2a_fixed": True, "a2a_dynamic": False}
 

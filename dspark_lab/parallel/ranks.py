@@ -19,6 +19,8 @@ from typing import Any, Callable, Optional
 import torch
 import torch.distributed as dist
 
+from dspark_lab.config import DEFAULT_TIMEOUT_S
+
 
 @dataclass
 class RankContext:
@@ -83,10 +85,6 @@ def nccl_version() -> Optional[str]:
     except Exception:  # noqa: BLE001
         return None
     return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
-
-
-# How long a rank waits to join the group, and for any one collective, before it fails (no hang).
-DEFAULT_TIMEOUT_S = 120.0
 
 
 def init_rank(backend: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> RankContext:

@@ -26,7 +26,8 @@ from dspark_lab.model.dispatch import check_mode
 from dspark_lab.parallel import checks
 from dspark_lab.parallel.measure import RankCase, measure_ranks, unfinished_rows
 from dspark_lab.parallel.spec import PointResult
-from dspark_lab.parallel.ranks import DEFAULT_TIMEOUT_S, RankContext, init_rank
+from dspark_lab.config import DEFAULT_TIMEOUT_S
+from dspark_lab.parallel.ranks import RankContext, init_rank
 from dspark_lab.parallel.run import create_writer, reference_args
 from dspark_lab.parallel.workers import apply_nccl_safe_env, die_with_parent, resolve_backend
 

@@ -87,6 +87,11 @@ def names() -> tuple[str, ...]:
     return tuple(_ROWS)
 
 
+def describe() -> dict[str, str]:
+    """name -> "one line (its source)", for the command line's help."""
+    return {r.name: f"{r.description} ({r.source})" for r in _ROWS.values()}
+
+
 def row(name: str) -> StrategyRow:
     try:
         return _ROWS[name]
