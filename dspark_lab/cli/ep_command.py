@@ -21,7 +21,7 @@ def _cases(args: argparse.Namespace, world: int):
 
 
 def check_ep_args(args: argparse.Namespace, parser: argparse.ArgumentParser):
-    """Every option checked before a rank is spawned or a file created (issue 22); returns
+    """Every option checked before a rank is spawned or a file created; returns
     (config, cases). Errors: parser.error naming the option (exit 2)."""
     args.world = args.world or DEFAULT_WORLD
     try:
