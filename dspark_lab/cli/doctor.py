@@ -2,7 +2,6 @@
 with --card the platform card (every kind of copy by size and source) and --compare a recorded one."""
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from dspark_lab.cli.options import HelpFormatter, float_in
@@ -29,14 +28,3 @@ def add_doctor_parser(sub) -> None:
     p.add_argument("--reps", type=int, default=5, help="with --card: repeats per cell (median and spread)")
     p.add_argument("--queued-ms", type=float_in(0.5, 200.0), default=10.0,
                    help="with --card: GPU work queued ahead of the call in the queued cells, ms")
-    p.set_defaults(func=cmd_doctor)
-
-
-def cmd_doctor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    # The probe is imported here, not at the top: every command's parser is built for every command
-    # (`report` and `--help` among them), and only this one measures with torch.
-    from dspark_lab.cli import doctor_command
-
-    return doctor_command.cmd_doctor(args, parser)
-
-

@@ -88,14 +88,3 @@ def add_ep_parser(sub) -> None:
                    help="under torchrun: how long a rank waits to join, and in any one collective, before it "
                         "stops with an error (a rank that died mid-run)")
     p.add_argument("--out", type=Path, default=None, metavar="PATH", help="run file or folder (default: data/runs/)")
-    p.set_defaults(func=cmd_ep)
-
-
-def cmd_ep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    # The run is imported here, not at the top: every command's parser is built for every command
-    # (`report` and `--help` among them), and only this one needs the ranks and torch.
-    from dspark_lab.cli import ep_command
-
-    return ep_command.cmd_ep(args, parser)
-
-

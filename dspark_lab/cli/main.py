@@ -38,8 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sweep_parser(sub)
     _add_report_parser(sub)
     add_doctor_parser(sub)
+    sub.choices["doctor"].set_defaults(func=cmd_doctor)
     _add_main_parser(sub)
     add_ep_parser(sub)
+    sub.choices["ep"].set_defaults(func=cmd_ep)
     add_inspect_parser(sub)
     add_diff_parser(sub)
     return parser
@@ -128,7 +130,7 @@ def _add_main_parser(sub) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# The commands that measure: their bodies are imported when they run. Every command's parser is
+# The commands that measure (sweep, main, doctor, ep): their bodies are imported when they run. Every command's parser is
 # built for every command (`report` and `--help` among them); only these need torch.
 # ---------------------------------------------------------------------------------------------
 def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=None) -> int:
@@ -141,6 +143,18 @@ def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=
     from dspark_lab.cli import sweep_command
 
     return sweep_command.cmd_main(args, parser, measure)
+
+
+def cmd_doctor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from dspark_lab.cli import doctor_command
+
+    return doctor_command.cmd_doctor(args, parser)
+
+
+def cmd_ep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    from dspark_lab.cli import ep_command
+
+    return ep_command.cmd_ep(args, parser)
 
 
 # ---------------------------------------------------------------------------------------------
