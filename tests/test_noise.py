@@ -472,9 +472,11 @@ def test_the_ci_rule_judges_the_half_width_the_rows_headline_gives():
     r = measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=2, keep_traces=False,
                       target_ci_pct=1e9, time_cap_s=1e9, clock=FakeClock())
     df = pd.DataFrame(r.rows)
-    # It stops at the first round with MIN_ADAPTIVE_ROUNDS quiet rounds (a loaded CPU disturbs some).
+    # It stops at the first round with MIN_ADAPTIVE_ROUNDS quiet rounds as judged then; the rows'
+    # verdicts, judged on every trial, can find more of them quiet (the step times are real time on a
+    # machine whose load comes and goes), never fewer than the rule needed to stop.
     h = noise.headline(df)
-    assert df.stop_reason.eq("ci_target").all() and h["quiet_rounds"] == loop.MIN_ADAPTIVE_ROUNDS
+    assert df.stop_reason.eq("ci_target").all() and h["quiet_rounds"] >= loop.MIN_ADAPTIVE_ROUNDS
     assert h["half_width_pct"] is not None and df.ci_half_width_pct.eq(h["half_width_pct"]).all()
 
 
