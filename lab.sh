@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 py=$(bash scripts/ensure_env.sh)
 case "${1:-}" in
   report) shift; exec "$py" -m dspark_lab.cli report --summary "$@" ;;
-  sweep)  shift; exec "$py" -m dspark_lab.cli "$@" ;;
+  sweep)  shift; exec "$py" -m dspark_lab.cli main "$@" ;;
   cli)    shift; exec "$py" -m dspark_lab.cli "$@" ;;
   *)      exec "$py" -m dspark_lab.cli.launch "$@" ;;
 esac

@@ -208,3 +208,24 @@ def test_lab_sh_report_is_one_command_away(tmp_path):
     r = subprocess.run(["bash", str(ROOT / "lab.sh"), "cli", "--help"], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=120)
     assert r.returncode == 0 and "sweep" in r.stdout
+
+
+def test_lab_sh_sweep_runs_the_main_job(tmp_path):
+    """`bash lab.sh sweep` is `dspark-lab main`: the default sweep on a CUDA machine; without one it
+    says so and reports the recorded runs (exit 0)."""
+    from helpers import RUNS_DIR, write_synthetic_runs
+
+    env = lab_env(tmp_path)
+    data = RUNS_DIR.parent if RUNS_DIR.is_dir() and any(RUNS_DIR.glob("*.jsonl")) else write_synthetic_runs(tmp_path / "data")
+    r = subprocess.run(["bash", str(ROOT / "lab.sh"), "sweep", "--help"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0 and "usage: dspark-lab main" in r.stdout, r.stdout + r.stderr
+    import torch
+
+    if torch.cuda.is_available():
+        return  # on a GPU the main job measures for minutes: the device round runs it
+    report = tmp_path / "report.html"
+    r = subprocess.run(["bash", str(ROOT / "lab.sh"), "sweep", "--data", str(data), "-o", str(report)], cwd=ROOT,
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "No CUDA device on this machine" in r.stdout and report.stat().st_size > 0
