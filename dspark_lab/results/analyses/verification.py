@@ -41,38 +41,34 @@ def sync_check(name: str, want_per_step: float, want_lines: Sequence[int], *, co
 
 # --- cost: the charged idle against the profiler-free loss ----------------------------------------
 
-def cost_tolerance(loss_ci_low_ms: float, loss_ci_high_ms: float, profiler_overhead_ms: float,
-                   syncs_per_step: int, sync_call_ms: float) -> dict:
+def cost_tolerance(loss_ci_low_ms: float, loss_ci_high_ms: float, profiler_host_ms: float) -> dict:
     """The tolerance a case is judged by, each part measured on this machine: the loss's 95% CI
-    half-width; the profiler's overhead on the same step (the charge is read under the profiler, the
-    loss without it); and the syncs' own host time (a `.item()` call on an idle GPU, times the syncs
-    per step): the step loses it whether or not the GPU waits, and the rule charges only idle the
-    GPU spent waiting, so it is the part of the loss the rule does not claim."""
+    half-width, and the host time the profiled step spends outside its syncs beyond the sync-free
+    step's host work without profiler (the profiler's own, and the sync calls' own: the charge is read
+    under the profiler, the loss without it, and the rule charges only idle the GPU spent waiting). The
+    profiler's host time moves the charge both ways: host work before a sync
+    that takes longer leaves the sync less to wait (a capped charge comes out short), host work after it
+    that takes longer stretches the idle gap (an uncapped charge comes out long); the step time itself
+    can stay the same."""
     parts = {"ci_half_width_ms": max(0.0, (loss_ci_high_ms - loss_ci_low_ms) / 2),
-             "profiler_overhead_ms": abs(profiler_overhead_ms),
-             "sync_calls_ms": max(0.0, syncs_per_step * sync_call_ms)}
+             "profiler_host_ms": abs(profiler_host_ms)}
     return {**parts, "tolerance_ms": sum(parts.values())}
 
 
 def cost_check(case: str, what: str, *, charged_ms: float, loss_ms: float, loss_ci_low_ms: float,
-               loss_ci_high_ms: float, profiler_overhead_ms: float, syncs_per_step: int,
-               sync_call_ms: float, expected_ms: Optional[float] = None) -> Check:
-    """The charged idle agrees with the loss when the loss minus the charge lies within
-    [0, tolerance] widened by the CI and the profiler's overhead both ways: the rule may leave the
-    syncs' own host time unclaimed, never charge more than was lost."""
-    tol = cost_tolerance(loss_ci_low_ms, loss_ci_high_ms, profiler_overhead_ms, syncs_per_step, sync_call_ms)
-    slack = tol["ci_half_width_ms"] + tol["profiler_overhead_ms"]
+               loss_ci_high_ms: float, profiler_host_ms: float, expected_ms: Optional[float] = None) -> Check:
+    """The charged idle agrees with the profiler-free loss when they differ by at most the tolerance."""
+    tol = cost_tolerance(loss_ci_low_ms, loss_ci_high_ms, profiler_host_ms)
     gap = loss_ms - charged_ms
-    ok = -slack <= gap <= tol["tolerance_ms"]
+    ok = abs(gap) <= tol["tolerance_ms"]
     nums = {"charged_ms": charged_ms, "loss_ms": loss_ms, "loss_ci_low_ms": loss_ci_low_ms,
-            "loss_ci_high_ms": loss_ci_high_ms, "syncs_per_step": syncs_per_step, "sync_call_ms": sync_call_ms,
-            "profiler_overhead_ms": profiler_overhead_ms, "expected_ms": expected_ms, **tol}
+            "loss_ci_high_ms": loss_ci_high_ms, "expected_ms": expected_ms, **tol}
     text = (f"{what}: charged {charged_ms:.3f} ms against a loss of {loss_ms:.3f} ms "
-            f"(95% CI {loss_ci_low_ms:.3f}-{loss_ci_high_ms:.3f}); loss - charge {gap:+.3f} ms, allowed "
-            f"-{slack:.3f} to +{tol['tolerance_ms']:.3f} (CI ±{tol['ci_half_width_ms']:.3f}, profiler "
-            f"{tol['profiler_overhead_ms']:.3f}, the syncs' own calls {tol['sync_calls_ms']:.3f})")
-    if ok and charged_ms == 0 and loss_ms > slack:
-        text += "; the loss is the sync calls' own host time: the GPU was idle when they were made"
+            f"(95% CI {loss_ci_low_ms:.3f} to {loss_ci_high_ms:.3f}); they differ by {gap:+.3f} ms, allowed "
+            f"±{tol['tolerance_ms']:.3f} (CI ±{tol['ci_half_width_ms']:.3f}, host time added under the profiler "
+            f"{tol['profiler_host_ms']:.3f} per step)")
+    if ok and charged_ms == 0 and loss_ms > tol["ci_half_width_ms"]:
+        text += "; what is lost is the sync call's own host time: the GPU was already idle when it was made"
     return Check("cost", case, bool(ok), text, nums)
 
 
@@ -146,24 +142,25 @@ def kata_check(name: str, results: dict, speed_rule: str) -> Check:
 
 # --- clocks: CUDA events and the host clock agree on a calibrated GPU sleep -----------------------
 
-CLOCK_TOLERANCE = 0.02  # of the asked time, plus the host's own overhead of one launch and sync
+CLOCK_TOLERANCE = 0.02  # of the events' time, plus the host's own cost of one launch and one sync
 CLOCK_OVERHEAD_MS = 0.1
 
 
 def clock_check(asked_ms: float, event_ms: Sequence[float], host_ms: Sequence[float]) -> Check:
-    """Median over repeats: the events' time within 2% of the asked sleep (the calibration holds), and
-    the host clock's time around the same sleep (launch to synchronize return) no shorter than the
-    events' and longer by at most 2% plus 0.1 ms (one launch and one sync)."""
+    """Median over repeats: the host clock's time around a GPU sleep (launch to synchronize return) is
+    no shorter than the CUDA events' time of it and longer by at most 2% plus 0.1 ms (one launch and
+    one sync). How far the sleep is from what was asked is reported, not judged: `torch.cuda._sleep`
+    counts cycles, and the GPU's clock moves after the calibration (the kit's checks compare
+    measurements with measurements, never with the asked time)."""
     ev, host = float(pd.Series(event_ms).median()), float(pd.Series(host_ms).median())
-    cal_ok = abs(ev - asked_ms) <= CLOCK_TOLERANCE * asked_ms
     agree = ev - 0.01 <= host <= ev * (1 + CLOCK_TOLERANCE) + CLOCK_OVERHEAD_MS
-    nums = {"asked_ms": asked_ms, "event_ms": ev, "host_ms": host, "reps": len(event_ms)}
-    text = f"asked {asked_ms:g} ms: events {ev:.3f} ms, host clock {host:.3f} ms (median of {len(event_ms)})"
-    if not cal_ok:
-        text += f"; the events differ from the calibrated sleep by more than {CLOCK_TOLERANCE:.0%}"
+    nums = {"asked_ms": asked_ms, "event_ms": ev, "host_ms": host, "reps": len(event_ms),
+            "sleep_off_by": ev / asked_ms - 1 if asked_ms else None}
+    text = (f"a GPU sleep of {ev:.3f} ms by CUDA events, {host:.3f} ms by the host clock (median of {len(event_ms)}; "
+            f"asked {asked_ms:g} ms, the calibrated sleep off by {ev / asked_ms - 1:+.1%})")
     if not agree:
-        text += f"; the host clock is not within {CLOCK_TOLERANCE:.0%} + {CLOCK_OVERHEAD_MS} ms above the events"
-    return Check("clocks", f"sleep {asked_ms:g} ms", bool(cal_ok and agree), text, nums)
+        text += f"; the host clock is not within 0 to {CLOCK_TOLERANCE:.0%} + {CLOCK_OVERHEAD_MS} ms above the events"
+    return Check("clocks", f"sleep {asked_ms:g} ms", bool(agree), text, nums)
 
 
 # What each group needs that a machine without CUDA lacks.
