@@ -213,3 +213,10 @@ def test_doctor_says_how_much_of_the_kit_was_verified_on_this_gpu(tmp_path, monk
     monkeypatch.setattr(probe, "fingerprint", lambda: {"gpu": "NVIDIA L4", "driver": "580"})
     assert cli.main(["doctor", "--no-probe"]) == 0
     assert "not verified on this GPU" in capsys.readouterr().out
+
+
+def test_gpu_work_the_syncs_stretched_is_lost_time_the_rule_does_not_charge_as_idle():
+    args = dict(charged_ms=1.04, loss_ms=1.083, loss_ci_low_ms=1.075, loss_ci_high_ms=1.091, profiler_host_ms=0.005)
+    assert not V.cost_check("one_mid", "w", **args).passed  # 0.043 apart, 0.013 allowed
+    c = V.cost_check("one_mid", "w", gpu_stretch_ms=0.038, **args)
+    assert c.passed and "GPU work stretched +0.038 ms" in c.detail

@@ -81,7 +81,8 @@ def measure_cost_case(case: ki.KnownIdleCase, *, rounds: int = 8, steps: int = 2
     """One known-idle case: the steady-state loss (each trial's time at 2n steps minus at n steps cancels
     the start and the drain, the same for both variants), paired per round; the charge over the
     profiled steps but the first (it pays the profiler's start); the profiler's host time per step (the
-    profiled step's host time outside its syncs minus the sync-free step's host time without profiler)."""
+    profiled step's host time outside its syncs minus the sync-free step's host time without profiler);
+    the GPU work the syncs stretched (GPU busy per profiled step, with the syncs minus without)."""
     sync = torch.cuda.synchronize
     w, f = as_step(ki.make_step(case.ops)), as_step(ki.make_step(case.sync_free()))
     res = loop.run_rounds({"w": w, "w2": _twice(w), "f": f, "f2": _twice(f)}, loop.FixedRounds(rounds),
@@ -89,10 +90,12 @@ def measure_cost_case(case: ki.KnownIdleCase, *, rounds: int = 8, steps: int = 2
     steady = {k: [b.step_ms - a.step_ms for a, b in zip(res[k], res[k + "2"])] for k in ("w", "f")}
     loss, lo, hi = median_ci([a - b for a, b in zip(steady["w"], steady["f"])])
     per = breakdown.per_step(trace.events(trace.capture(w, profile_steps, warmup=1, sync=sync))).iloc[1:]
+    per_free = breakdown.per_step(trace.events(trace.capture(f, profile_steps, warmup=1, sync=sync))).iloc[1:]
     host_profiled = float((per.wall_ms - per.host_blocked_ms - per.host_readback_ms).mean())
     return V.cost_check(case.name, case.what, charged_ms=float(per.gpu_idle_sync_caused_ms.mean()), loss_ms=loss,
                         loss_ci_low_ms=lo, loss_ci_high_ms=hi,
                         profiler_host_ms=host_profiled - _host_ms_per_step(f, steps),
+                        gpu_stretch_ms=float(per.gpu_busy_ms.mean() - per_free.gpu_busy_ms.mean()),
                         expected_ms=case.expected(steps)["caused_idle_ms"])
 
 
