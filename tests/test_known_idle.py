@@ -64,11 +64,9 @@ def test_the_table_has_one_line_per_case_and_says_no_where_the_rule_misses():
 @pytest.mark.parametrize("name", [c.name for c in ki.CASES])
 def test_cuda_charged_idle_agrees_with_the_profiler_free_loss_within_the_measured_tolerance(name):
     """verify's cost check: the steady-state loss, the charge, the tolerance measured on the same step."""
-    from dspark_lab.measure import probe
-    from dspark_lab.verify.checks import measure_cost_case
+    from dspark_lab.verify.checks import cost_checks
 
-    probe.calibrate_sleep()
-    c = measure_cost_case(ki.get(name))
+    (c,) = cost_checks([name])
     assert c.passed, c.line()
 
 

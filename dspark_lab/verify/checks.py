@@ -16,7 +16,7 @@ from dspark_lab.measure import card as card_measure
 from dspark_lab.measure.step import as_step, measure_step
 from dspark_lab.results.analyses import verification as V
 from dspark_lab.results.record.verify_record import Check
-from dspark_lab.results.rules.stats import median_ci
+from dspark_lab.results.rules.stats import mean_ci, median_ci
 from dspark_lab.verify import known_syncs as KS
 
 
@@ -77,12 +77,25 @@ def _host_ms_per_step(step: Callable[[], None], steps: int, reps: int = 5) -> fl
     return float(np.median(out))
 
 
-def measure_cost_case(case: ki.KnownIdleCase, *, rounds: int = 8, steps: int = 20, profile_steps: int = 8) -> Check:
+def _sync_call_ms(reps: int = 200) -> float:
+    """The host time of one `.item()` on an idle GPU (median, ms): a sync call's own cost."""
+    flag = torch.zeros(1, device="cuda")
+    ts = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        flag.item()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts) * 1e3)
+
+
+def measure_cost_case(case: ki.KnownIdleCase, *, sync_call_ms: float, rounds: int = 8, steps: int = 20,
+                      profile_steps: int = 12) -> Check:
     """One known-idle case: the steady-state loss (each trial's time at 2n steps minus at n steps cancels
     the start and the drain, the same for both variants), paired per round; the charge over the
-    profiled steps but the first (it pays the profiler's start); the profiler's host time per step (the
-    profiled step's host time outside its syncs minus the sync-free step's host time without profiler);
-    the GPU work the syncs stretched (GPU busy per profiled step, with the syncs minus without)."""
+    profiled steps but the first (it pays the profiler's start), with its CI over those steps; the
+    profiler's host time per step (the profiled step's host time outside its syncs minus the sync-free
+    step's host time without profiler); `sync_call_ms` (see _sync_call_ms)."""
     sync = torch.cuda.synchronize
     w, f = as_step(ki.make_step(case.ops)), as_step(ki.make_step(case.sync_free()))
     res = loop.run_rounds({"w": w, "w2": _twice(w), "f": f, "f2": _twice(f)}, loop.FixedRounds(rounds),
@@ -90,18 +103,18 @@ def measure_cost_case(case: ki.KnownIdleCase, *, rounds: int = 8, steps: int = 2
     steady = {k: [b.step_ms - a.step_ms for a, b in zip(res[k], res[k + "2"])] for k in ("w", "f")}
     loss, lo, hi = median_ci([a - b for a, b in zip(steady["w"], steady["f"])])
     per = breakdown.per_step(trace.events(trace.capture(w, profile_steps, warmup=1, sync=sync))).iloc[1:]
-    per_free = breakdown.per_step(trace.events(trace.capture(f, profile_steps, warmup=1, sync=sync))).iloc[1:]
+    charged, c_lo, c_hi = mean_ci(per.gpu_idle_sync_caused_ms.tolist())
     host_profiled = float((per.wall_ms - per.host_blocked_ms - per.host_readback_ms).mean())
-    return V.cost_check(case.name, case.what, charged_ms=float(per.gpu_idle_sync_caused_ms.mean()), loss_ms=loss,
-                        loss_ci_low_ms=lo, loss_ci_high_ms=hi,
-                        profiler_host_ms=host_profiled - _host_ms_per_step(f, steps),
-                        gpu_stretch_ms=float(per.gpu_busy_ms.mean() - per_free.gpu_busy_ms.mean()),
+    return V.cost_check(case.name, case.what, charged_ms=charged, charge_ci=(c_lo, c_hi), loss_ms=loss,
+                        loss_ci=(lo, hi), profiler_host_ms=host_profiled - _host_ms_per_step(f, steps),
+                        syncs_per_step=case.syncs_per_step, sync_call_ms=sync_call_ms,
                         expected_ms=case.expected(steps)["caused_idle_ms"])
 
 
 def cost_checks(names=None) -> list[Check]:
     probe.calibrate_sleep()
-    return [measure_cost_case(c) for c in ki.CASES if names is None or c.name in names]
+    call_ms = _sync_call_ms()
+    return [measure_cost_case(c, sync_call_ms=call_ms) for c in ki.CASES if names is None or c.name in names]
 
 
 def card_checks() -> list[Check]:

@@ -41,37 +41,39 @@ def sync_check(name: str, want_per_step: float, want_lines: Sequence[int], *, co
 
 # --- cost: the charged idle against the profiler-free loss ----------------------------------------
 
-def cost_tolerance(loss_ci_low_ms: float, loss_ci_high_ms: float, profiler_host_ms: float) -> dict:
-    """The tolerance a case is judged by, each part measured on this machine: the loss's 95% CI
-    half-width, and the host time the profiled step spends outside its syncs beyond the sync-free
-    step's host work without profiler (the profiler's own, and the sync calls' own: the charge is read
-    under the profiler, the loss without it, and the rule charges only idle the GPU spent waiting). The
-    profiler's host time moves the charge both ways: host work before a sync
-    that takes longer leaves the sync less to wait (a capped charge comes out short), host work after it
-    that takes longer stretches the idle gap (an uncapped charge comes out long); the step time itself
-    can stay the same."""
-    parts = {"ci_half_width_ms": max(0.0, (loss_ci_high_ms - loss_ci_low_ms) / 2),
-             "profiler_host_ms": abs(profiler_host_ms)}
+def cost_tolerance(loss_ci: tuple, charge_ci: tuple, profiler_host_ms: float, syncs_per_step: int,
+                   sync_call_ms: float) -> dict:
+    """The tolerance a case is judged by, each part measured on this machine:
+    - the half-widths of the loss's and the charge's 95% CIs (the loss over rounds, the charge over
+      profiled steps: both are measurements);
+    - the host time the profiled step spends outside its syncs beyond the sync-free step's host work
+      without a profiler: it moves the charge both ways (host work before a sync that takes longer
+      leaves the sync less to wait, so a charge capped by the blocked time comes out short; host work
+      after it that takes longer stretches the idle gap, so an uncapped charge comes out long);
+    - the syncs' own host time (a `.item()` on an idle GPU, times the syncs per step): the step loses
+      it whether or not the GPU waits, and the rule charges only idle the GPU spent waiting."""
+    parts = {"loss_ci_half_width_ms": max(0.0, (loss_ci[1] - loss_ci[0]) / 2),
+             "charge_ci_half_width_ms": max(0.0, (charge_ci[1] - charge_ci[0]) / 2),
+             "profiler_host_ms": abs(profiler_host_ms),
+             "sync_calls_ms": max(0.0, syncs_per_step * sync_call_ms)}
     return {**parts, "tolerance_ms": sum(parts.values())}
 
 
-def cost_check(case: str, what: str, *, charged_ms: float, loss_ms: float, loss_ci_low_ms: float,
-               loss_ci_high_ms: float, profiler_host_ms: float, gpu_stretch_ms: float = 0.0,
+def cost_check(case: str, what: str, *, charged_ms: float, charge_ci: tuple, loss_ms: float, loss_ci: tuple,
+               profiler_host_ms: float, syncs_per_step: int, sync_call_ms: float,
                expected_ms: Optional[float] = None) -> Check:
-    """The charged idle agrees with the profiler-free loss when the loss, less the GPU work the syncs
-    stretched, differs from the charge by at most the tolerance. The stretch (GPU busy time per
-    profiled step with the syncs minus without) is lost time that is not idle: after an idle gap the
-    GPU's clock has dropped and cycle-counted work runs longer; the rule charges idle only."""
-    tol = cost_tolerance(loss_ci_low_ms, loss_ci_high_ms, profiler_host_ms)
-    gap = loss_ms - gpu_stretch_ms - charged_ms
+    """The charged idle agrees with the profiler-free loss when they differ by at most the tolerance."""
+    tol = cost_tolerance(loss_ci, charge_ci, profiler_host_ms, syncs_per_step, sync_call_ms)
+    gap = loss_ms - charged_ms
     ok = abs(gap) <= tol["tolerance_ms"]
-    nums = {"charged_ms": charged_ms, "loss_ms": loss_ms, "loss_ci_low_ms": loss_ci_low_ms,
-            "loss_ci_high_ms": loss_ci_high_ms, "gpu_stretch_ms": gpu_stretch_ms, "expected_ms": expected_ms, **tol}
-    text = (f"{what}: charged {charged_ms:.3f} ms against a loss of {loss_ms:.3f} ms "
-            f"(95% CI {loss_ci_low_ms:.3f} to {loss_ci_high_ms:.3f}), of which GPU work stretched "
-            f"{gpu_stretch_ms:+.3f} ms; they differ by {gap:+.3f} ms, allowed ±{tol['tolerance_ms']:.3f} "
-            f"(CI ±{tol['ci_half_width_ms']:.3f}, host time added under the profiler {tol['profiler_host_ms']:.3f} per step)")
-    if ok and charged_ms == 0 and loss_ms > tol["ci_half_width_ms"]:
+    nums = {"charged_ms": charged_ms, "charge_ci": list(charge_ci), "loss_ms": loss_ms, "loss_ci": list(loss_ci),
+            "syncs_per_step": syncs_per_step, "sync_call_ms": sync_call_ms, "expected_ms": expected_ms, **tol}
+    text = (f"{what}: charged {charged_ms:.3f} ms (95% CI {charge_ci[0]:.3f} to {charge_ci[1]:.3f}) against a loss "
+            f"of {loss_ms:.3f} ms (95% CI {loss_ci[0]:.3f} to {loss_ci[1]:.3f}); they differ by {gap:+.3f} ms, "
+            f"allowed ±{tol['tolerance_ms']:.3f} (the CIs ±{tol['loss_ci_half_width_ms']:.3f} and "
+            f"±{tol['charge_ci_half_width_ms']:.3f}, host time added under the profiler {tol['profiler_host_ms']:.3f}, "
+            f"the sync calls' own {tol['sync_calls_ms']:.3f} per step)")
+    if ok and charged_ms == 0 and loss_ms > tol["loss_ci_half_width_ms"]:
         text += "; what is lost is the sync call's own host time: the GPU was already idle when it was made"
     return Check("cost", case, bool(ok), text, nums)
 
