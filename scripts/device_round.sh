@@ -1,43 +1,78 @@
 #!/usr/bin/env bash
-# One device-machine call: the GPU stages named (below), each bounded, their logs and files under $OUT,
-# all of $OUT also as one tarball ($OUT/round.tgz): the stages write under a work folder beside $OUT,
-# and only the tarball and the logs land in $OUT (the device tool brings back few, shallow files).
-# Tails printed last.
-#   OUT=/tmp/o bash scripts/device_round.sh interference card_hazards torchrun
-# Stages: card_hazards, interference, inspect, live_stream (and live_stream_alt, its arguments in
-# $LIVE_STREAM_ALT), torchrun, where, cold (studies/), cuda (pytest -m cuda), nb01 (notebook 01 live),
-# traces (the known-idle traces), card (doctor --card --compare), gallery, reference.
+# The project's device round: run it on a GPU machine after any change to measure/, run/, model/ or
+# parallel/ (and put its table in the change's note). With no stage named it runs the round:
+#   verify                      dspark-lab verify (its record under $OUT/verify/)
+#   cuda1 cuda2 cuda3           the CUDA suite, three invocations (a test that passes only sometimes fails)
+#   notebooks                   notebooks 01, 02, 04, 05 (and 06 where it exists) executed live
+#   sweep                       the README's quick sweep, `dspark-lab sweep --preset quick`, into $OUT/sweep/
+# Other stages, named explicitly (studies/ and scripts/): cudaN (any N: one more CUDA-suite invocation),
+# card (doctor --card --compare), gallery, reference, traces, cold, where, live_stream, live_stream_alt,
+# card_hazards, interference, inspect, torchrun, ep (two GPUs).
+#   OUT=/tmp/o bash scripts/device_round.sh               # the round
+#   OUT=/tmp/o bash scripts/device_round.sh cuda1 gallery # chosen stages
+# Wheels under .whl/ (jupyter, plotly: the GPU machines lack them) are installed first where present.
+# Each stage is bounded; logs and files under a work folder, packed into $OUT/round.tgz, the logs also in
+# $OUT; one table last: stage, exit status, seconds, and the stage's own last line.
 set -uo pipefail
+cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export DSPARK_CACHE=${DSPARK_CACHE:-/tmp/dspark-cache}
 FINAL=${OUT:?set OUT}
-OUT=$(mktemp -d /tmp/dspark-round.XXXX)
+W=$(mktemp -d /tmp/dspark-round.XXXX)
 mkdir -p "$FINAL"
-declare -A LIMIT=([card_hazards]=130 [interference]=300 [inspect]=110 [live_stream]=180 [live_stream_alt]=180 [torchrun]=70 [cuda]=240 [nb01]=180 [traces]=60 [where]=120 [card]=90 [gallery]=150 [reference]=200 [cold]=220)
-summary=()
-for stage in "$@"; do
-  t0=$SECONDS
-  log="$OUT/log-$stage.txt"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+notebooks=01_onboarding.ipynb,02_tuning_new_gpu.ipynb,04_sync_gallery.ipynb,05_your_own_code.ipynb
+[ -f notebooks/06_investigation.ipynb ] && notebooks=$notebooks,06_investigation.ipynb
+declare -A LIMIT=([verify]=240 [cuda]=240 [notebooks]=300 [sweep]=200 [card_hazards]=130 [interference]=300
+  [inspect]=110 [live_stream]=180 [live_stream_alt]=180 [torchrun]=70 [traces]=60 [where]=120 [card]=90
+  [gallery]=150 [reference]=200 [cold]=220 [ep]=330)
+run_stage() {  # stage: its command, under its limit, output in $log
+  local stage=$1
   case $stage in
-    cuda) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m cuda -p no:cacheprovider ${CUDA_TESTS:-tests} >"$log" 2>&1 ;;
-    nb01) DSPARK_NOTEBOOKS=01_onboarding.ipynb timeout "${LIMIT[nb01]}" python3 scripts/gpu_session.py notebooks >"$log" 2>&1 ;;
-    traces) timeout "${LIMIT[traces]}" python3 -m studies.known_idle.traces >"$log" 2>&1 ;;
-    reference) OUT="$OUT/noise" timeout "${LIMIT[reference]}" python3 -m studies.noise.stages reference >"$log" 2>&1 ;;
-    cold) OUT=$OUT timeout "${LIMIT[cold]}" python3 -m studies.live_panel.cold_start >"$log" 2>&1 ;;
-    where) (timeout "${LIMIT[where]}" python3 -m studies.live_panel.where_time_goes --tag first-process && OUT=$OUT timeout "${LIMIT[where]}" python3 -m studies.live_panel.where_time_goes --tag second-process) >"$log" 2>&1 ;;
-    live_stream_alt) OUT=$OUT timeout "${LIMIT[live_stream_alt]}" python3 -m studies.live_panel.benchmark ${LIVE_STREAM_ALT:?set LIVE_STREAM_ALT} >"$log" 2>&1 ;;
-    card) mkdir -p "$OUT/card/data/machines" && timeout "${LIMIT[card]}" python3 -m dspark_lab.cli doctor --card --compare "${CARD_REF:-data/machines/h200-card-20261201.json}" --card-out "$OUT/card/data/machines/h200-card-$(date -u +%Y%m%d-%H%M).json" >"$log" 2>&1 ;;
-    gallery) timeout "${LIMIT[gallery]}" python3 scripts/gpu_gallery.py >"$log" 2>&1 ;;
-    card_hazards) OUT=$OUT timeout "${LIMIT[card_hazards]}" python3 -m studies.card.card_and_hazards >"$log" 2>&1 ;;
-    interference) OUT=$OUT timeout "${LIMIT[interference]}" python3 -m studies.interference.hostile_check >"$log" 2>&1 ;;
-    inspect) OUT=$OUT timeout "${LIMIT[inspect]}" python3 -m studies.inspect.katas_and_diffs >"$log" 2>&1 ;;
-    live_stream) OUT=$OUT timeout "${LIMIT[live_stream]}" python3 -m studies.live_panel.benchmark >"$log" 2>&1 ;;
-    torchrun) OUT=$OUT timeout "${LIMIT[torchrun]}" python3 -m studies.ep.torchrun_launch >"$log" 2>&1 ;;
-    *) echo "unknown stage $stage (see the head of scripts/device_round.sh)" >"$log"; false ;;
+    verify) timeout "${LIMIT[verify]}" python3 -m dspark_lab.cli verify --out "$W/verify/$(date -u +%Y%m%d-%H%M)-verify.json" ;;
+    cuda*) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m cuda -p no:cacheprovider ${CUDA_TESTS:-tests} ;;
+    notebooks) DSPARK_NOTEBOOKS=$notebooks timeout "${LIMIT[notebooks]}" python3 scripts/gpu_session.py notebooks ;;
+    sweep) timeout "${LIMIT[sweep]}" python3 -m dspark_lab.cli sweep --preset quick --out "$W/sweep" --name "device round" ;;
+    traces) timeout "${LIMIT[traces]}" python3 -m studies.known_idle.traces ;;
+    reference) OUT="$W/noise" timeout "${LIMIT[reference]}" python3 -m studies.noise.stages reference ;;
+    cold) OUT=$W timeout "${LIMIT[cold]}" python3 -m studies.live_panel.cold_start ;;
+    where) timeout "${LIMIT[where]}" python3 -m studies.live_panel.where_time_goes --tag first-process &&
+           OUT=$W timeout "${LIMIT[where]}" python3 -m studies.live_panel.where_time_goes --tag second-process ;;
+    live_stream) OUT=$W timeout "${LIMIT[live_stream]}" python3 -m studies.live_panel.benchmark ;;
+    live_stream_alt) OUT=$W timeout "${LIMIT[live_stream_alt]}" python3 -m studies.live_panel.benchmark ${LIVE_STREAM_ALT:?set LIVE_STREAM_ALT} ;;
+    card) mkdir -p "$W/card" && timeout "${LIMIT[card]}" python3 -m dspark_lab.cli doctor --card \
+            --compare "${CARD_REF:-data/machines/h200-card-20261201.json}" --card-out "$W/card/h200-card-$(date -u +%Y%m%d-%H%M).json" ;;
+    gallery) timeout "${LIMIT[gallery]}" python3 scripts/gpu_gallery.py ;;
+    card_hazards) OUT=$W timeout "${LIMIT[card_hazards]}" python3 -m studies.card.card_and_hazards ;;
+    interference) OUT=$W timeout "${LIMIT[interference]}" python3 -m studies.interference.hostile_check ;;
+    inspect) OUT=$W timeout "${LIMIT[inspect]}" python3 -m studies.inspect.katas_and_diffs ;;
+    torchrun) OUT=$W timeout "${LIMIT[torchrun]}" python3 -m studies.ep.torchrun_launch ;;
+    ep) OUT=$W timeout "${LIMIT[ep]}" python3 -m studies.ep.real_ranks ;;
+    *) echo "unknown stage $stage (see the head of scripts/device_round.sh)"; false ;;
   esac
+}
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(verify cuda1 cuda2 cuda3 notebooks sweep)
+mkdir -p "$W/verify"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader >"$W/gpus.txt" 2>&1
+rows=()
+for stage in "${stages[@]}"; do
+  t0=$SECONDS
+  log="$W/log-$stage.txt"
+  run_stage "$stage" >"$log" 2>&1
   rc=$?
-  summary+=("$stage rc=$rc $((SECONDS - t0)) s")
+  last=$(grep -v "USDT\|CPUAllocator\|profiler results will not\|^\s*$" "$log" | tail -n 1 | cut -c1-110)
+  rows+=("$(printf '%-14s %4s %6s  %s' "$stage" "$rc" "$((SECONDS - t0))" "$last")")
+  (cd "$W" && tar czf "$FINAL/round.tgz" . 2>/dev/null)  # after each stage: a call cut short keeps what ran
 done
-(cd "$OUT" && tar czf "$FINAL/round.tgz" . 2>/dev/null)
-cp "$OUT"/log-*.txt "$FINAL"/ 2>/dev/null
-for stage in "$@"; do echo "===== $stage"; tail -n 25 "$OUT/log-$stage.txt" | cut -c1-220; done
-printf '%s\n' "${summary[@]}"
+cp "$W"/log-*.txt "$FINAL"/ 2>/dev/null
+for stage in "${stages[@]}"; do
+  echo "===== $stage"; grep -v "USDT\|CPUAllocator\|profiler results will not" "$W/log-$stage.txt" | tail -n 12 | cut -c1-240
+done
+echo "===== the round ($(cat "$W/gpus.txt"))"
+printf '%-14s %4s %6s  %s\n' stage rc s "last line"
+printf '%s\n' "${rows[@]}"

@@ -64,7 +64,11 @@ def test_every_case_and_fix_is_an_inspect_target():
 def test_on_cuda_the_fix_passes_and_the_pitfall_fails_the_guard_at_its_sync_line(name):
     case = registry.get(name)
     good = katas.check(name, case.fix)
-    assert good.passed and good.complete, str(good)
+    # verify's verdict: output and guard must pass; a speed criterion this GPU does not show is said, not failed
+    from dspark_lab.results.analyses.verification import kata_check
+
+    verdict = kata_check(name, good.results, katas.kata(name).speed)
+    assert verdict.passed and good.complete, verdict.line()
     bad = katas.check(name, case.step)
     assert not bad.passed and "guard" in bad.failed(), str(bad)
     # The guard names the sync's line (or, for a sync only the trace sees, its function's def line).

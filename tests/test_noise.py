@@ -463,20 +463,31 @@ def test_adaptive_point_through_the_runner_on_a_fake_clock():
     assert seen == sorted(seen) and seen[-1] == 1.0
 
 
+class SteppingTimer:
+    """A fake step timer: each reading advances by a seeded lognormal ~1 ms, so a trial's step times are
+    the same on any machine under any load (the verdicts judged on them too)."""
+
+    def __init__(self, seed: int = 3, sigma: float = 0.01):
+        self.now, self.rng, self.sigma = 0.0, np.random.default_rng(seed), sigma
+
+    def __call__(self) -> float:
+        self.now += 1e-3 * float(np.exp(self.rng.normal(0, self.sigma)))
+        return self.now
+
+
 def test_the_ci_rule_judges_the_half_width_the_rows_headline_gives():
     """The CI target through the runner: the half-width the stop rule computed on the trials'
-    arrays is recorded, and equals results.rules.noise.headline on the final rows."""
+    arrays is recorded, and equals results.rules.noise.headline on the final rows. The step times come
+    from a fake timer, so the rows' verdicts, judged on every trial, find exactly the quiet rounds the
+    stop rule counted (with real time a loaded machine made more of them quiet)."""
     from dspark_lab.run.point import measure_point
 
     cfg = LabConfig(model="tiny", workload="tiny", steps=3, warmup=1, trials=2, device="cpu")
-    r = measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=2, keep_traces=False,
-                      target_ci_pct=1e9, time_cap_s=1e9, clock=FakeClock())
+    r = measure_point(cfg, ["device_direct", "non_blocking"], profile_steps=2, keep_traces=False, diagnose=False,
+                      target_ci_pct=1e9, time_cap_s=1e9, clock=FakeClock(), timer=SteppingTimer())
     df = pd.DataFrame(r.rows)
-    # It stops at the first round with MIN_ADAPTIVE_ROUNDS quiet rounds as judged then; the rows'
-    # verdicts, judged on every trial, can find more of them quiet (the step times are real time on a
-    # machine whose load comes and goes), never fewer than the rule needed to stop.
     h = noise.headline(df)
-    assert df.stop_reason.eq("ci_target").all() and h["quiet_rounds"] >= loop.MIN_ADAPTIVE_ROUNDS
+    assert df.stop_reason.eq("ci_target").all() and h["quiet_rounds"] == loop.MIN_ADAPTIVE_ROUNDS
     assert h["half_width_pct"] is not None and df.ci_half_width_pct.eq(h["half_width_pct"]).all()
 
 

@@ -81,7 +81,7 @@ def _device_call_targets(text: str) -> list[str]:
     return modules + re.findall(r"(scripts/[\w.]+\.py)", text)
 
 
-@pytest.mark.parametrize("device_script", ["scripts/device_round.sh", "scripts/device_call.sh"])
+@pytest.mark.parametrize("device_script", ["scripts/device_round.sh"])
 def test_the_device_calls_name_only_scripts_that_exist(device_script):
     targets = _device_call_targets((ROOT / device_script).read_text())
     assert len(targets) >= 4, targets
@@ -101,7 +101,16 @@ def test_a_device_round_stage_runs_its_study(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "needs CUDA" in (tmp_path / "log-traces.txt").read_text()
     assert "unknown stage no_such_stage" in (tmp_path / "log-no_such_stage.txt").read_text()
-    assert "no_such_stage rc=1" in r.stdout
+    assert re.search(r"^no_such_stage\s+1\s+\d+\s+unknown stage", r.stdout, re.M), r.stdout
+    assert re.search(r"^traces\s+\d+\s+\d+\s+.*needs CUDA", r.stdout, re.M), r.stdout
+
+
+def test_the_device_round_by_default_runs_verify_the_cuda_suite_three_times_the_notebooks_and_the_quick_sweep():
+    text = (ROOT / "scripts" / "device_round.sh").read_text()
+    default = re.search(r"stages=\((verify[^)]*)\)", text).group(1).split()
+    assert default == ["verify", "cuda1", "cuda2", "cuda3", "notebooks", "sweep"]
+    for nb in ("01_onboarding", "02_tuning_new_gpu", "04_sync_gallery", "05_your_own_code"):
+        assert nb in text
 
 
 @pytest.mark.skipif(not LINT_IMPORTS.exists(), reason="import-linter (the dev extra) is not installed")

@@ -10,6 +10,7 @@ import torch
 
 from dspark_lab.measure import probe
 from dspark_lab.results.analyses import card as card_results
+from dspark_lab.results.record import verify_record
 
 
 def _flatten(d: dict, prefix: str = "") -> list[tuple[str, str]]:
@@ -108,10 +109,13 @@ def cmd_doctor(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         return cmd_card(args, parser)
     fp = probe.fingerprint()
     pr = probe.run_probe() if args.probe else None
+    verified = verify_record.newest_for(fp)
     if args.json:
-        print(json.dumps({"fingerprint": fp, "probe": pr}, indent=2, default=str))
+        print(json.dumps({"fingerprint": fp, "probe": pr, "verified": verify_record.summary_line(verified),
+                          "verify_record": verified}, indent=2, default=str))
         return 0
     print(_table(_flatten(fp), "fingerprint"))
+    print(verify_record.summary_line(verified))
     if pr is not None:
         print()
         if pr.get("available"):

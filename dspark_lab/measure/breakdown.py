@@ -9,8 +9,8 @@ runs). Blocked time is not lost time; idle the sync caused is:
 
 The rule (SYNC_COST_RULE, details in `sync_caused_gaps`): a GPU idle gap is charged to the latest
 step sync that drained the GPU's queue while the GPU waits there for a host launch and every launch
-since that sync found the GPU idle (the host has not got ahead again). Syncs that drain the queue one
-after another while the host never gets ahead in between form a chain; the chain's gaps together are
+since that sync found the GPU idle (the host has not got ahead again). Syncs of one step that drain the
+queue one after another while the host never gets ahead in between form a chain; the chain's gaps together are
 charged up to the summed time the host was blocked in its syncs.
 """
 from __future__ import annotations
@@ -32,8 +32,8 @@ PARTS_PRECEDENCE = ("blocked", "readback", "copy", "launch", "prep")
 # most a few µs after the call returns, a queued one hundreds of µs later (tests check both).
 HOST_AHEAD_US = 20.0
 SYNC_COST_RULE = ("GPU idle caused by a sync: each gap where the GPU waits for the host, from the sync that "
-                  "drained its queue until the host is ahead again; syncs that follow each other while the host "
-                  "never gets ahead form a chain, whose gaps are charged up to the summed time the host was "
+                  "drained its queue until the host is ahead again; syncs of one step that follow each other while "
+                  "the host never gets ahead form a chain, whose gaps are charged up to the summed time the host was "
                   "blocked in its syncs (each gap to the sync that drained the queue before it); a sync's own "
                   "copy, launched just before it waits (.item()), does not put the host ahead")
 
@@ -87,11 +87,15 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> 
     charge; a later draining sync takes over. Why the cap: without the sync each later launch comes
     exactly as much earlier as the host was blocked, so the sync cannot have caused more idle than
     that; the rest is the host's own (a host-bound loop idles there with no sync at all).
-    Chains: a sync that drains the queue while an earlier one is still in charge (the host never got
-    ahead in between) joins that sync's chain, and the cap applies to the chain, the summed blocked
-    time of its syncs: without any of them every later launch comes that much earlier, so together
-    they can cost up to that (on an H200, two syncs per step capped one by one were charged 2.50 ms
-    against a measured loss of 3.04 ms). Each gap is still charged to the sync that drained before it.
+    Chains: a sync that drains the queue while an earlier one of the same step is still in charge (the
+    host never got ahead in between) joins that sync's chain, and the cap applies to the chain, the
+    summed blocked time of its syncs: without any of them every later launch comes that much earlier,
+    so together they can cost up to that (on an H200, two syncs per step capped one by one were charged
+    2.50 ms against a measured loss of 3.04 ms). Each gap is still charged to the sync that drained
+    before it. A chain never spans steps: a host that never gets ahead would otherwise make one chain of
+    the whole trace, whose pooled budget the first steps spend on idle beyond their own syncs' blocked
+    time, leaving the last step almost nothing (on an H200, two syncs per step: 2.1 ms charged to each
+    step but the last, 0.05 ms to the last; a per-step mean 11% below the loss).
     Readback syncs (by design) and blocking calls outside the steps drain too but are charged
     nothing: the gaps after them stay "idle, other". Gaps between the ops of a running CUDA graph or
     between queued kernels are not the host's and are not charged."""
@@ -115,6 +119,7 @@ def _causes_of_launches(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame
     host = host_events(ev)
     blocking = host[host.cat.isin(HOST_API_CATS) & host.name.isin(list(SYNC_KINDS))]
     causes = {(r.ts, r.end): i for i, r in enumerate(calls.itertuples()) if not r.readback}
+    steps = calls["step"].tolist() if "step" in calls else [0] * len(calls)
     # GPU work pending when a blocking call begins / returns: the last end of work launched before.
     launch_ts = lau.ts.to_numpy()
     pending = lau.gpu_end.cummax().to_numpy()
@@ -148,7 +153,8 @@ def _causes_of_launches(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame
             if r.ts + HOST_AHEAD_US < p <= r.end + HOST_AHEAD_US:  # it waited for work and left none
                 new = causes.get((r.ts, r.end))
                 if new is not None:
-                    chain_of[new] = chain_of[cause] if cause is not None else new
+                    joins = cause is not None and steps[cause] == steps[new]
+                    chain_of[new] = chain_of[cause] if joins else new
                 cause = new
         if t <= hi:
             end_cause = cause

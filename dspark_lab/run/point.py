@@ -149,13 +149,14 @@ class LocalExecutor:
                  keep_traces: bool = True, with_stack: bool = False, diagnose: bool = True,
                  target_ci_pct: Optional[float] = None, time_cap_s: Optional[float] = None,
                  clock: Optional[Callable[[], float]] = None, profile_after_round: Optional[int] = None,
-                 analysis_worker=None):
+                 analysis_worker=None, timer: Optional[Callable[[], float]] = None):
         if profile_after_round is not None and (not isinstance(profile_after_round, int) or profile_after_round < 1):
             raise ValueError(f"profile_after_round must be a whole number of rounds >= 1; got {profile_after_round!r}")
         self.progress = on_progress or (lambda msg, frac: None)
         self.profile_steps, self.keep_traces, self.with_stack, self.diagnose = profile_steps, keep_traces, with_stack, diagnose
         self.target_ci_pct, self.time_cap_s, self.clock = target_ci_pct, time_cap_s, clock or time.monotonic
         self.profile_after_round, self.analysis_worker = profile_after_round, analysis_worker
+        self.timer = timer or time.perf_counter  # times the steps (a fake in tests: load-free step times)
 
     def build(self, plan: PointPlan, built: Optional[dict] = None) -> dict:
         return build_steps(plan.spec.cfg, plan.names, built)
@@ -191,7 +192,7 @@ class LocalExecutor:
 
         share = self._trial_part / self._total
         timed = loop.run_rounds({n: s.step for n, s in steps.items()}, stop_rule(cfg, self.target_ci_pct, self.time_cap_s),
-                                steps=cfg.steps, warmup=cfg.warmup, sync=first.drain, diag=diag, clock=self.clock,
+                                steps=cfg.steps, warmup=cfg.warmup, sync=first.drain, diag=diag, clock=self.clock, timer=self.timer,
                                 on_trial=observer.on_trial, progress=lambda msg, f: self.progress(msg, f * share),
                                 after_round=after_round if self.profile_after_round is not None else None)
         first.drain()
@@ -241,6 +242,7 @@ def measure_point(
     steps: Optional[dict] = None,
     profile_after_round: Optional[int] = None,
     analysis_worker=None,
+    timer: Optional[Callable[[], float]] = None,
 ) -> PointResult:
     """Measure every strategy at one config point (run.orchestrator.PointRun on a LocalExecutor).
 
@@ -253,7 +255,7 @@ def measure_point(
     noise verdict of results.rules.noise (`disturbed`, `disturbed_reason`). With `target_ci_pct` and
     `time_cap_s`, rounds go on past `cfg.trials` until the headline ratio's CI half-width is at
     most `target_ci_pct` % or `time_cap_s` seconds (`clock`) have passed; rows say which (`stop_reason`).
-    `on_trial(strategy, timing)` sees each timed trial as it ends (measure.loop.run_rounds); `steps`
+    `timer` times the steps (seconds; default the host's perf_counter; a fake in tests). `on_trial(strategy, timing)` sees each timed trial as it ends (measure.loop.run_rounds); `steps`
     (build_steps(cfg, names), e.g. built and graph-captured ahead by run.live) are used instead of new ones.
 
     A live update (run.live) profiles after `profile_after_round` rounds instead of after all of
@@ -269,6 +271,6 @@ def measure_point(
     executor = LocalExecutor(on_progress=on_progress, profile_steps=profile_steps, keep_traces=keep_traces,
                              with_stack=with_stack, diagnose=diagnose, target_ci_pct=target_ci_pct,
                              time_cap_s=time_cap_s, clock=clock, profile_after_round=profile_after_round,
-                             analysis_worker=analysis_worker)
+                             analysis_worker=analysis_worker, timer=timer)
     observers = [_OnTrial(on_trial)] if on_trial is not None else []
     return PointRun(PointPlan(PointSpec(cfg), names), executor, observers).run(built=steps)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Optional
 
 from dspark_lab.results.rules import noise
 from dspark_lab.results.rules import summaries
+from dspark_lab.results.rules import sync_penalty
 from dspark_lab.results.rules.labels import point_label
 from dspark_lab.results.record.schema import MACHINE_KEYS
 from dspark_lab.results.rules.selection import REFERENCE, one_process
@@ -48,6 +49,8 @@ class Headline:
                 line += f"; {e['comparison']['verdict']}"
             if e.get("ratio"):
                 line += f"; {e['ratio']['text']}"
+            if e.get("penalty_parts"):
+                line += f"; {sync_penalty.in_words(e['penalty_parts'])}"
             if e.get("disturbed_left_out"):
                 line += f" ({e['disturbed_left_out']} disturbed trials left out)"
             for sk in e.get("skipped_runs", []):
@@ -83,6 +86,7 @@ def _entry(runs: "RunData", rid: str, rows: "pd.DataFrame", skipped: list, basel
         entry["ratio"] = noise.headline(rows)
     except ValueError:  # one strategy only: no ratio to form
         entry["ratio"] = None
+    entry["penalty_parts"] = sync_penalty.penalty_parts(rows)
     return entry
 
 

@@ -31,6 +31,20 @@ def median_ci(samples: Sequence[float], level: float = 0.95) -> tuple[float, flo
     return med, float(lo), float(hi)
 
 
+def mean_ci(samples: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and a percentile-bootstrap confidence interval of the mean (the same seed and resamples)."""
+    x = np.asarray(samples, dtype=float)
+    if x.size == 0:
+        raise ValueError("mean_ci needs at least one sample")
+    mean = float(np.mean(x))
+    if x.size == 1:
+        return mean, mean, mean
+    rng = np.random.default_rng(BOOTSTRAP_SEED)
+    boots = np.mean(rng.choice(x, size=(BOOTSTRAP_RESAMPLES, x.size), replace=True), axis=1)
+    lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return mean, float(lo), float(hi)
+
+
 def _signed(v: float) -> str:
     return f"{v:+.1f}%".replace("-", MINUS)
 
