@@ -1,13 +1,14 @@
-"""A realistic decode step for the worked investigation (notebook 06): three host syncs of different
-cost in one step, and the step with the costly one fixed.
+"""A realistic decode step for the worked investigation (notebook 06): three host syncs built to
+differ in cost (what each costs on a given GPU is for `inspect` to measure), and the step with the
+first one fixed.
 
     1. `positions` built with `torch.tensor(list, device=)` right after the forward is queued, then
        the next batch's metadata built on the host: the host waits for the whole forward, and the GPU
-       then starves for the whole host work. It costs most of the loss.
+       then starves for the whole host work.
     2. `torch.repeat_interleave(ids, repeats)` with device repeats, a sync hidden in a library call
-       (the output size must be known on the host), followed by a little host work: it costs a little.
+       (the output size must be known on the host), followed by a little host work.
     3. `accepted.sum().item()` right after the by-design read-back, when the GPU has nothing queued:
-       the wait is one round trip, and it costs nothing here.
+       the wait is one round trip.
 
 `slow_step()` and `fixed_step()` are zero-argument factories for the command line:
 

@@ -7,9 +7,14 @@ stayed busy while the host waited, and removing the sync would buy nothing measu
 from __future__ import annotations
 
 import math
+import re
+
+import pandas as pd
 
 COST_SHARE = 0.05
 GUARD = "dspark_lab.guard.no_host_syncs"
+# A line that names its sync: a read-back, a host-built device tensor, a copy, an explicit wait.
+NAMES_A_SYNC = re.compile(r"\.item\(|\.tolist\(|\.cpu\(|\.numpy\(|torch\.tensor\(|\.to\(|synchronize\(|\bbool\(|\bif\b")
 
 
 def _num(v) -> float:
@@ -59,3 +64,22 @@ def diff_line(d: dict) -> str:
                 f"next: inspect AFTER's added or changed sites before merging")
     return (f"verdict: {st['difference']}; why: {what}, and what it removed cost nothing here; "
             f"next: inspect the step again and fix the site that costs most")
+
+
+def site_costs(rec: dict) -> pd.DataFrame:
+    """Each sync line of an inspected step with what it cost: GPU idle caused per step, its share of
+    the step, the reading (costs most / costs / costs nothing here, by COST_SHARE) and whether the
+    line itself names a sync or the sync is inside a library call."""
+    step, top = _num(rec["step_ms"]), costliest(rec)
+    rows = []
+    for s in rec["sites"]:
+        idle = _num(s["gpu_idle_ms"])
+        share = idle / step if step else 0.0
+        reading = ("by design (allowed)" if s.get("allowed") else "costs most" if s is top and share >= COST_SHARE
+                   else "costs" if share >= COST_SHARE else "costs nothing here")
+        code = s.get("code") or ""
+        rows.append({"site": s["site"], "code": code, "per step": s["per_step"], "host blocked ms": _num(s["host_blocked_ms"]),
+                     "GPU idle caused ms": idle, "share of step": share, "reading": reading,
+                     "the sync is": "named in the line" if NAMES_A_SYNC.search(code) else "inside a library call" if code else "not quoted"})
+    cols = ["site", "code", "per step", "host blocked ms", "GPU idle caused ms", "share of step", "reading", "the sync is"]
+    return pd.DataFrame(rows, columns=cols).sort_values("GPU idle caused ms", ascending=False, kind="stable").reset_index(drop=True)

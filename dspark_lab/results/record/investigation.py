@@ -79,3 +79,15 @@ def guard_text(rec: dict) -> str:
         bad = g[role]
         lines.append(f"  {role} ({rec[role]['label']}): " + (f"FAILS on {'; '.join(bad)}" if bad else "passes"))
     return "\n".join(lines)
+
+
+def describe(rec, live: bool) -> str:
+    """What the notebook shows: measured now on this GPU, or recorded (on which GPU, when, from where)."""
+    if rec is None:
+        return NO_RECORD
+    fp = rec["fingerprint"]
+    machine = f"{fp.get('gpu')} (driver {fp.get('driver')}, CUDA {fp.get('cuda')}, torch {fp.get('torch')})"
+    if live:
+        return f"LIVE: measured now on {machine}"
+    return (f"RECORDED: measured on {machine} at {rec.get('recorded_at')}, read from {rec.get('source')}; "
+            "nothing below is measured on this machine")
