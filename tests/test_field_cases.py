@@ -137,3 +137,26 @@ def test_the_decode_step_has_three_sync_lines_and_the_ci_guard_fails_only_the_sl
             fn(s)
         assert len({v.site for v in g.violations}) == bad, g.summary()
         assert {v.site.split(" ")[1] for v in g.syncs if not v.allowed} <= {"decode_step_slow"}
+
+
+def test_the_recording_script_runs_on_cpu_and_prints_its_table_last(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, "-m", "studies.field.record_field", "--cpu-dry-run", "--cases", "max_item_mirror",
+                        "--steps", "2", "--trials", "1", "--rounds", "2"], cwd=root, capture_output=True, text=True,
+                       timeout=600, env={**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(root)})
+    assert p.returncode == 0, p.stderr[-2000:]
+    out = tmp_path / "field-cpu-dry-run" / "data"
+    gal = json.loads(next((out / "gallery").glob("*-gallery-*.json")).read_text())
+    assert [c["name"] for c in gal["cases"]] == ["max_item_mirror"] and set(gal["cases"][0]["change"]) >= {"pct", "ci_low", "ci_high"}
+    inv = next((out / "investigation").glob("*-decode-step-*.json"))
+    from dspark_lab.results.record import investigation
+
+    assert investigation.load(inv)["before"]["pair"]["role"] == "before"
+    assert (tmp_path / "field-cpu-dry-run.tar.gz").is_file()
+    assert p.stdout.strip().splitlines()[-1].startswith("guard:")  # the summary table is printed last

@@ -71,3 +71,11 @@ def test_on_cuda_a_refill_at_once_is_wrong_more_often_than_one_200_us_later():
     race = measure_hazards.pageable_race(sizes=(4096, 1 << 20), n=3)
     assert [p["bytes"] for p in race] == [4096, 1 << 20] and all(0 <= p["raced"] <= 3 for p in race)
     assert torch.cuda.is_available()
+
+
+def test_a_form_that_could_not_run_is_kept_with_its_error_and_reported():
+    rec = _record()
+    rec["forms"][0] = {"form": rec["forms"][0]["form"], "wrong": None, "n": 10, "error": "RuntimeError: capture refused"}
+    H.validate(rec)
+    assert H.table(rec)["wrong"].iloc[0] == "failed here: RuntimeError: capture refused"
+    assert H.surprises(rec)[0].endswith("could not run here (RuntimeError: capture refused)")

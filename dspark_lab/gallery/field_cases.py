@@ -243,6 +243,7 @@ FIELD_CASES = (
             "the next ones wait for almost nothing, and the fix keeps one sync that waits just as long. A sync "
             "count is not a cost; here, at two experts, the measurement decides.",
         expected_syncs=3 * MOE_EXPERTS, expected_d2h=3 * MOE_EXPERTS, fix_expected_syncs=1, fix_expected_d2h=1,
+        allow=("moe_sorted_dispatch",),  # the fix's one read of the counts is its design, as in the PR
         helpers=(_route_to_expert,),
     ),
     dict(

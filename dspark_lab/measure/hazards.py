@@ -253,6 +253,15 @@ def strategy_under_run_ahead(name: str, n: int, queued_ms: float, dev) -> int:
     return _wrong(out, n)
 
 
+def _run_form(name: str, f: Callable, n: int, queued_ms: float, dev) -> dict:
+    """One form's count; a form that cannot run here (a capture refused) is recorded with its error."""
+    try:
+        return {"form": name, "wrong": f(n, queued_ms, dev), "n": n}
+    except Exception as e:  # noqa: BLE001 -- one form's failure must not lose the others' counts
+        torch.cuda.synchronize()
+        return {"form": name, "wrong": None, "n": n, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+
+
 def measure_hazards(n: int = 200, queued_ms: float = 0.2) -> dict:
     """Every form and every strategy, n steps each with `queued_ms` queued per step (results.analyses.hazards format)."""
     if not torch.cuda.is_available():
@@ -263,7 +272,7 @@ def measure_hazards(n: int = 200, queued_ms: float = 0.2) -> dict:
         raise ValueError(f"queued_ms must be > 0 (without queued work the host never runs ahead); got {queued_ms!r}")
     dev = torch.device("cuda")
     probe.calibrate_sleep()
-    forms = [{"form": name, "wrong": f(n, queued_ms, dev), "n": n} for name, f in FORM_FUNCTIONS.items()]
+    forms = [_run_form(name, f, n, queued_ms, dev) for name, f in FORM_FUNCTIONS.items()]
     strats = [{"strategy": s, "wrong": strategy_under_run_ahead(s, n, queued_ms, dev), "n": n} for s in strategies.BUILTIN]
     return {"kind": hazards_results.HAZARDS_KIND, "schema": hazards_results.HAZARDS_SCHEMA,
             "fingerprint": probe.fingerprint(), "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),

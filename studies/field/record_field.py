@@ -58,8 +58,8 @@ def paired_change(case: registry.Case, state: C.State, *, steps: int, rounds: in
     return {k: c[k] for k in ("pct", "ci_low", "ci_high", "measurable", "paired", "difference", "verdict")} | {"rounds": rounds}
 
 
-def record_gallery(scale: str, steps: int, trials: int, rounds: int) -> dict:
-    rec = report.record(scale=scale, steps=steps, trials=trials)
+def record_gallery(scale: str, steps: int, trials: int, rounds: int, names=None) -> dict:
+    rec = report.record(names, scale=scale, steps=steps, trials=trials)
     for c in rec["cases"]:
         case = registry.get(c["name"])
         c["change"] = paired_change(case, C.make_state(None, scale), steps=steps, rounds=rounds)
@@ -132,6 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--trials", type=int, default=3, help="profiler-free trials per variant (the gallery's own)")
     ap.add_argument("--rounds", type=int, default=10, help="paired rounds per case for the fix's step-time change")
     ap.add_argument("--budget-s", type=float, default=170.0)
+    ap.add_argument("--cases", default="", help="comma-separated subset of the gallery's cases (default: all)")
     ap.add_argument("--cpu-dry-run", action="store_true", help="without CUDA: the smoke scale, into $OUT/field-cpu-dry-run/")
     a = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
@@ -144,7 +145,7 @@ def main(argv=None) -> int:
     evidence.mkdir(parents=True, exist_ok=True)
     fp = probe.fingerprint()
     say(f"fingerprint: {fp['gpu']} · driver {fp['driver']} · CUDA {fp['cuda']} · torch {fp['torch']}; scale {scale}")
-    gal = record_gallery(scale, a.steps, a.trials, a.rounds)
+    gal = record_gallery(scale, a.steps, a.trials, a.rounds, [c for c in a.cases.split(",") if c] or None)
     gal["wall_s"] = round(time.perf_counter() - T0, 1)
     gpath = report.save(gal, data / "gallery" / machine_file_name(fp, gal["recorded_at"], "gallery"))
     say(f"gallery -> {gpath}")

@@ -66,6 +66,8 @@ def validate(rec: dict, where: str = "hazards") -> dict:
     for i, c in enumerate(rec.get("forms") or []):
         if c.get("form") not in FORMS:
             raise ValueError(f"{where}: forms[{i}].form must be one of {', '.join(FORMS)}; got {c.get('form')!r}")
+        if c.get("error") and c.get("wrong") is None and isinstance(c.get("n"), int):
+            continue  # a form that could not run here, recorded with its error
         if not isinstance(c.get("wrong"), int) or not isinstance(c.get("n"), int) or not 0 <= c["wrong"] <= c["n"]:
             raise ValueError(f"{where}: forms[{i}] needs integers 0 <= wrong <= n; got {c.get('wrong')!r} of {c.get('n')!r}")
     for key, x, bad_of in (("window", "delay_us", "wrong"), ("pageable_race", "bytes", "raced")):
@@ -88,10 +90,14 @@ def save(rec: dict, path) -> Path:
     return machine_files.save_json(validate(rec), path)
 
 
+def _count(c: dict) -> str:
+    return f"failed here: {c['error']}" if c.get("error") else f"{c['wrong']} of {c['n']}"
+
+
 def table(rec: dict) -> pd.DataFrame:
     """One row per form: case, the form, safe or not, wrong values out of n, and why."""
     rows = [{"case": FORMS[c["form"]][0], "form": FORMS[c["form"]][1], "safe": "safe" if FORMS[c["form"]][2] else "PITFALL",
-             "wrong": f"{c['wrong']} of {c['n']}", "why": FORMS[c["form"]][3]} for c in rec.get("forms", [])]
+             "wrong": _count(c), "why": FORMS[c["form"]][3]} for c in rec.get("forms", [])]
     rows += [{"case": "the kit's strategies", "form": s["strategy"], "safe": "strategy", "wrong": f"{s['wrong']} of {s['n']}",
               "why": "the scalar each step, consumed on the GPU in stream order"} for s in rec.get("strategies", [])]
     return pd.DataFrame(rows, columns=["case", "form", "safe", "wrong", "why"])
@@ -102,6 +108,9 @@ def surprises(rec: dict) -> list[str]:
     not get ahead: queue more work) or a safe form or a strategy with any."""
     out = []
     for c in rec.get("forms", []):
+        if c.get("error"):
+            out.append(f"{c['form']}: could not run here ({c['error']})")
+            continue
         safe = FORMS[c["form"]][2]
         if safe and c["wrong"]:
             out.append(f"{c['form']}: {c['wrong']} wrong of {c['n']} in a safe form")
@@ -159,7 +168,7 @@ def curves_in_words(rec: dict) -> list[str]:
 
 def stories(rec: dict) -> pd.DataFrame:
     """Each real-world story beside what this machine measured for its form or curve."""
-    by_form = {c["form"]: f"{c['wrong']} of {c['n']} wrong" for c in rec.get("forms", [])}
+    by_form = {c["form"]: _count(c) if c.get("error") else f"{c['wrong']} of {c['n']} wrong" for c in rec.get("forms", [])}
     words = curves_in_words(rec)
     measured = {**by_form, "window": words[0] if rec.get("window") else "not in this record",
                 "pageable_race": words[-1] if rec.get("pageable_race") else "not in this record"}
