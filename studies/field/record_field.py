@@ -9,8 +9,8 @@
    -> data/machines/<gpu>-hazards-<date>.json;
 3. notebook 06's decode step, slow and fixed, inspected together and guarded
    -> data/investigation/<gpu>-decode-step-<date>.json;
-4. while the budget lasts: notebooks 04 and 06 executed live, and the field's CUDA tests
-   (evidence/, not for commit).
+4. while the budget lasts: the field's CUDA tests, then notebooks 06 and 04 executed live
+   (evidence/, not for commit); `--live-notebooks` runs only the notebooks (about 90 s).
 Files land under $OUT/field/ laid out as the repository, and as $OUT/field.tar.gz (extract it at
 the repository root; commit data/, not evidence/). The summary table is printed last.
 Without CUDA it stops (exit 2) unless --cpu-dry-run (smoke scale, nothing to commit).
@@ -74,12 +74,13 @@ def record_investigation(steps: int, trials: int) -> dict:
         steps=steps, trials=trials, source_root=Path(decode_step.__file__).parent)
 
 
-def run_notebooks(data: Path, evidence: Path, timeout_s: float) -> str:
-    """Notebooks 04 and 06 executed live in fresh kernels (their outputs kept as evidence)."""
+def run_notebooks(evidence: Path, timeout_s: float) -> str:
+    """Notebooks 06 and 04 executed live in fresh kernels (their outputs kept as evidence)."""
     import nbclient
     import nbformat
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DSPARK_INVESTIGATION_DATA": str(next((data / "investigation").glob("*.json")))}
+    evidence.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("DSPARK_LAB_MODE", None)
     out = []
     for name in ("06_investigation.ipynb", "04_sync_gallery.ipynb"):
@@ -134,8 +135,14 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=170.0)
     ap.add_argument("--cases", default="", help="comma-separated subset of the gallery's cases (default: all)")
     ap.add_argument("--cpu-dry-run", action="store_true", help="without CUDA: the smoke scale, into $OUT/field-cpu-dry-run/")
+    ap.add_argument("--live-notebooks", action="store_true",
+                    help="only run notebooks 06 and 04 live (about 90 s), outputs under $OUT/field-notebooks/")
     a = ap.parse_args(argv)
     cuda = torch.cuda.is_available()
+    if a.live_notebooks:
+        folder = Path(os.environ.get("OUT", "out/gpu")) / "field-notebooks"
+        print(run_notebooks(folder, a.budget_s))
+        return 0
     if not cuda and not a.cpu_dry_run:
         say("no CUDA device: the field's records need one (--cpu-dry-run checks the script)")
         return 2
@@ -159,8 +166,8 @@ def main(argv=None) -> int:
     inv = record_investigation(a.steps, a.rounds)
     say(f"investigation -> {investigation.save(inv, data / 'investigation' / machine_file_name(fp, inv['recorded_at'], 'decode-step'))}")
     extra = {}
-    for name, needs, fn in (("notebooks 06 and 04, live", 60, lambda left: run_notebooks(data, evidence, left)),
-                            ("CUDA tests", 25, lambda left: run_cuda_tests(evidence, left))):
+    for name, needs, fn in (("CUDA tests", 25, lambda left: run_cuda_tests(evidence, left)),
+                            ("notebooks 06 and 04, live", 90, lambda left: run_notebooks(evidence, left))):
         left = a.budget_s - (time.perf_counter() - T0)
         extra[name] = fn(left - 5) if cuda and left > needs else f"SKIPPED ({left:.0f} s left, needs about {needs} s)"
         say(f"{name}: {extra[name]}")
