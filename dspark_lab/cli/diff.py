@@ -14,7 +14,7 @@ from pathlib import Path
 from dspark_lab.cli.inspect import (EXIT_BAD_TARGET, EXIT_CANNOT_WRITE, EXIT_OK, TARGET_HELP, add_measure_options,
                                     err, outputs, stem)
 from dspark_lab.cli.options import HelpFormatter
-from dspark_lab.results.analyses import step_diff
+from dspark_lab.results.analyses import step_diff, verdict
 from dspark_lab.results.record import inspect_record
 from dspark_lab.results.record.output import OutputError, check_output, write_text_safely
 from dspark_lab.run import worker
@@ -97,4 +97,5 @@ def cmd_diff(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     print(as_json(d) if args.json else step_diff.text(d))
     if not args.json:
         print(f"\nMarkdown: {md_path}" + (f"\nrecords: {rec_paths[0]}, {rec_paths[1]}" if measured else ""))
+        print(verdict.diff_line(d))  # the last line: verdict, why, next step
     return EXIT_OK

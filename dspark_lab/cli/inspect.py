@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from dspark_lab.cli.options import HelpFormatter, float_in, int_in
+from dspark_lab.results.analyses import verdict as verdict_line
 from dspark_lab.results.record import inspect_record
 from dspark_lab.results.record.output import OutputError, check_output
 from dspark_lab.run import worker
@@ -124,5 +125,7 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         print(f"\nrecord: {json_path}\npage: {html_path}")
     if verdict:
         print(verdict, file=sys.stderr if status or args.json else sys.stdout)  # --json: stdout is the record
+    if not args.json:
+        print(verdict_line.inspect_line(rec))  # the last line: verdict, why, next step
     return status
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Callable
 
 from dspark_lab.gallery import cases as C
+from dspark_lab.gallery import field_cases
 
 SYNC_MARK = re.compile(r"#\s*sync:\s*(?P<what>.*)$")
 
@@ -132,6 +133,7 @@ _CASES = (
     ),
 )
 
+_CASES += tuple(Case(**d) for d in field_cases.FIELD_CASES)  # the cases from the field
 CASES: dict[str, Case] = {c.name: c for c in _CASES}
 
 

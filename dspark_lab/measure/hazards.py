@@ -5,9 +5,14 @@ Run-ahead: before every step a calibrated `torch.cuda._sleep` of `queued_ms` is 
 GPU is behind the host for the whole loop and a value the host changes before the GPU reads it
 shows as wrong. Values are checked on the GPU's side after one final synchronize, so the check
 itself adds no sync inside the loop.
+
+Two curves beside the forms: the race's window (`refill_window`: wrong values against the host's
+delay between a pinned copy and the refill of its source, on an idle GPU) and the size below which
+a pageable non-blocking copy never raced (`pageable_race`).
 """
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 from typing import Callable
 
@@ -126,9 +131,115 @@ def d2h_after_event(n: int, queued_ms: float, dev) -> int:
     return _d2h(n, queued_ms, dev, wait=True)
 
 
+def pinned_freed_in_flight(n: int, queued_ms: float, dev) -> int:
+    """pytorch #130785's shape: a pinned source dropped while its copy is queued, and a new pinned
+    tensor of the same size made at once (the block the allocator would hand out if it reused it)."""
+    out = torch.full((n,), -1, dtype=_I32, device=dev)
+    keep = []
+    for i in range(1, n + 1):
+        probe.busy_kernel(queued_ms)
+        out[i - 1].copy_(torch.full((), i, dtype=_I32, pin_memory=True), non_blocking=True)  # the source is freed here
+        keep.append(torch.full((), -1, dtype=_I32, pin_memory=True))  # would overwrite it if its block came back
+    return _wrong(out, n)
+
+
+def _staging_graph(slot: torch.Tensor, staging: torch.Tensor) -> torch.cuda.CUDAGraph:
+    return _graph(lambda: slot.copy_(staging, non_blocking=True))  # the graph records staging's host address
+
+
+def graph_staging_reused(n: int, queued_ms: float, dev) -> int:
+    """onnxruntime #32121's shape: a graph captured from a pooled staging buffer; the pool hands that
+    buffer to another inference, and this one fills a different buffer before each replay."""
+    out = torch.full((n,), -1, dtype=_I32, device=dev)
+    slot = torch.zeros((), dtype=_I32, device=dev)
+    pool = [torch.zeros((), dtype=_I32, pin_memory=True) for _ in range(2)]
+    g = _staging_graph(slot, pool[0])
+    for i in range(1, n + 1):
+        probe.busy_kernel(queued_ms)
+        torch.cuda.current_stream().synchronize()  # no copy in flight: only the address can be wrong
+        pool[1].fill_(i)  # this inference's input, in the buffer the pool gave it now
+        pool[0].fill_(-i)  # another inference's input, in the buffer the graph captured
+        g.replay()
+        out[i - 1].copy_(slot)
+    return _wrong(out, n)
+
+
+def graph_staging_owned(n: int, queued_ms: float, dev) -> int:
+    """The graph owns its staging buffer: refilled each step, once the last replay's copy has run."""
+    out = torch.full((n,), -1, dtype=_I32, device=dev)
+    slot = torch.zeros((), dtype=_I32, device=dev)
+    staging = torch.zeros((), dtype=_I32, pin_memory=True)
+    g = _staging_graph(slot, staging)
+    done = torch.cuda.Event()
+    done.record()
+    for i in range(1, n + 1):
+        probe.busy_kernel(queued_ms)
+        done.synchronize()  # the last replay has read the buffer: refilling it is safe
+        staging.fill_(i)
+        g.replay()
+        done.record()
+        out[i - 1].copy_(slot)
+    return _wrong(out, n)
+
+
 FORM_FUNCTIONS = {f.__name__: f for f in (pinned_reused, pinned_fresh, pinned_double_buffer, graph_python_value,
-                                          graph_device_buffer, d2h_before_event, d2h_after_event)}
+                                          graph_device_buffer, d2h_before_event, d2h_after_event,
+                                          pinned_freed_in_flight, graph_staging_reused, graph_staging_owned)}
 assert set(FORM_FUNCTIONS) == set(hazards_results.FORMS), "every documented form has its function"
+
+
+# --- the race's window: wrong values against the delay between the copy and the refill ---------------
+WINDOW_DELAYS_US = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0)
+RACE_SIZES = tuple(4 << (2 * k) << 10 for k in range(8))  # 4 KiB ... 64 MiB, by 4x
+
+
+def _spin_us(us: float) -> None:
+    end = time.perf_counter() + us * 1e-6
+    while time.perf_counter() < end:
+        pass
+
+
+def refill_window(delays_us=WINDOW_DELAYS_US, n: int = 200) -> list[dict]:
+    """pinned_reused on an idle GPU: copy, wait `delay` on the host, refill. The copy has usually
+    run after a few microseconds; a refill before that is a wrong value. The GPU is drained before
+    each copy (outside the window), so each point measures the window alone."""
+    dev = torch.device("cuda")
+    buf = torch.zeros((), dtype=_I32, pin_memory=True)
+    points = []
+    for d in delays_us:
+        out = torch.full((n,), -1, dtype=_I32, device=dev)
+        for i in range(1, n + 1):
+            torch.cuda.synchronize()
+            buf.fill_(i)
+            out[i - 1].copy_(buf, non_blocking=True)
+            _spin_us(d)
+            buf.fill_(-i)  # the refill: the next step's value
+        points.append({"delay_us": d, "wrong": _wrong(out, n), "n": n})
+    return points
+
+
+def pageable_race(sizes=RACE_SIZES, n: int = 20) -> list[dict]:
+    """A pageable source copied non-blocking on a side stream, overwritten as soon as the call returns:
+    a copy raced when the device holds any overwritten value. Small copies are staged before the call
+    returns (never raced); the size where that stops is this machine's."""
+    dev = torch.device("cuda")
+    side = torch.cuda.Stream()
+    points = []
+    for size in sizes:
+        count = size // 4
+        host = torch.empty(count, dtype=_I32)  # pageable
+        dst = torch.empty(count, dtype=_I32, device=dev)
+        raced = torch.zeros(n, dtype=torch.bool, device=dev)
+        for k in range(n):
+            torch.cuda.synchronize()
+            host.fill_(k + 1)
+            with torch.cuda.stream(side):
+                dst.copy_(host, non_blocking=True)
+            host.fill_(-1)  # the overwrite, at once
+            side.synchronize()
+            raced[k] = (dst != k + 1).any()
+        points.append({"bytes": size, "raced": int(raced.sum()), "n": n})
+    return points
 
 
 def strategy_under_run_ahead(name: str, n: int, queued_ms: float, dev) -> int:
@@ -142,6 +253,15 @@ def strategy_under_run_ahead(name: str, n: int, queued_ms: float, dev) -> int:
     return _wrong(out, n)
 
 
+def _run_form(name: str, f: Callable, n: int, queued_ms: float, dev) -> dict:
+    """One form's count; a form that cannot run here (a capture refused) is recorded with its error."""
+    try:
+        return {"form": name, "wrong": f(n, queued_ms, dev), "n": n}
+    except Exception as e:  # noqa: BLE001 -- one form's failure must not lose the others' counts
+        torch.cuda.synchronize()
+        return {"form": name, "wrong": None, "n": n, "error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+
+
 def measure_hazards(n: int = 200, queued_ms: float = 0.2) -> dict:
     """Every form and every strategy, n steps each with `queued_ms` queued per step (results.analyses.hazards format)."""
     if not torch.cuda.is_available():
@@ -152,8 +272,9 @@ def measure_hazards(n: int = 200, queued_ms: float = 0.2) -> dict:
         raise ValueError(f"queued_ms must be > 0 (without queued work the host never runs ahead); got {queued_ms!r}")
     dev = torch.device("cuda")
     probe.calibrate_sleep()
-    forms = [{"form": name, "wrong": f(n, queued_ms, dev), "n": n} for name, f in FORM_FUNCTIONS.items()]
+    forms = [_run_form(name, f, n, queued_ms, dev) for name, f in FORM_FUNCTIONS.items()]
     strats = [{"strategy": s, "wrong": strategy_under_run_ahead(s, n, queued_ms, dev), "n": n} for s in strategies.BUILTIN]
     return {"kind": hazards_results.HAZARDS_KIND, "schema": hazards_results.HAZARDS_SCHEMA,
             "fingerprint": probe.fingerprint(), "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "steps": n, "queued_ms_per_step": queued_ms, "forms": forms, "strategies": strats}
+            "steps": n, "queued_ms_per_step": queued_ms, "forms": forms, "strategies": strats,
+            "window": refill_window(n=n), "pageable_race": pageable_race()}

@@ -11,6 +11,7 @@ import pandas as pd
 from dspark_lab.results.analyses import card as card_results
 from dspark_lab.results.analyses import hazards as hazards_results
 from dspark_lab.views.figures import card as card_figures
+from dspark_lab.views.figures import hazards as hazard_figures
 
 
 def latest_per_machine(records: Sequence[dict]) -> list[dict]:
@@ -55,4 +56,19 @@ def card_sections(fig_html: Callable, cards: Optional[Sequence[dict]] = None,
                      "queued before each step; checked on the GPU's side after the loop.</p>")
         parts.append(pd.DataFrame(hazards_results.table(h)).to_html(index=False, escape=True, border=0))
         parts += [f"<p><b>unexpected:</b> {esc(s)}</p>" for s in hazards_results.surprises(h)]
+        parts += hazard_stories(fig_html, h)
+    return parts
+
+
+def hazard_stories(fig_html: Callable, h: dict) -> list[str]:
+    """The race's window and the pageable threshold (where recorded), and each real-world story
+    beside what this machine measured for it."""
+    esc = html.escape
+    parts = []
+    if h.get("window") or h.get("pageable_race"):
+        parts.append("<h3>The race's window, measured</h3>")
+        parts.append("<ul>" + "".join(f"<li>{esc(w)}.</li>" for w in hazards_results.curves_in_words(h)) + "</ul>")
+        parts.append(fig_html(hazard_figures.curves(h)))
+    parts.append("<h3>The hazards as they happened</h3>")
+    parts.append(hazards_results.stories(h).to_html(index=False, escape=True, border=0))
     return parts

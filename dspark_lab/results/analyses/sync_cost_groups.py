@@ -1,0 +1,74 @@
+"""The gallery's cases sorted by what their syncs cost on the machine that recorded them: syncs that
+cost (the fix is measurably faster) and syncs that cost nothing here, with the reason read from the
+same record. Torch-free: it reads a recorded gallery (gallery/report.py's format) as a dict.
+
+The step-time change is the case's `change` (fix against case, trials paired per round, written by
+studies/field/record_field.py) where present; otherwise the two variants' 95% CIs: apart, it costs;
+overlapping, no measurable difference.
+"""
+from __future__ import annotations
+
+import pandas as pd
+
+COSTS, FREE, UNMEASURED = "syncs that cost", "syncs that cost nothing here", "not measurable here"
+GPU_BUSY_SHARE = 0.05  # a sync that starves the GPU for less than 5% of the step left it busy
+
+
+def _change(c: dict) -> tuple[float, float, float, str]:
+    """(pct, lo, hi, how): the fix's step time against the case's, in percent (< 0: the fix is faster)."""
+    ch = c.get("change")
+    if ch:
+        return ch["pct"], ch["ci_low"], ch["ci_high"], "paired per round"
+    a, b = c["variants"]["case"], c["variants"]["fix"]
+    pct = (b["step_ms"] / a["step_ms"] - 1) * 100
+    lo, hi = (b["step_ms_lo"] / a["step_ms_hi"] - 1) * 100, (b["step_ms_hi"] / a["step_ms_lo"] - 1) * 100
+    return pct, lo, hi, "from the two CIs"
+
+
+def _why_free(c: dict) -> str:
+    a, b = c["variants"]["case"], c["variants"]["fix"]
+    kept = (b["host_syncs_per_step"] or 0) + (b["readback_syncs_per_step"] or 0)
+    starved, step = a["gpu_idle_after_sync_ms"] or 0.0, a["step_ms"]
+    if kept:
+        return (f"the fix keeps a wait of its own ({kept:g} per step) that waits for the same queued work: "
+                f"the wait moved, it was not removed")
+    if starved < GPU_BUSY_SHARE * step:
+        return (f"the GPU stayed busy: the syncs starved it {starved:.3f} ms of a {step:.3f} ms step, "
+                f"so the host's wait was hidden behind GPU work")
+    return f"the GPU starved {starved:.3f} ms per step after the syncs, but the fix's step is no faster within the noise"
+
+
+def _why_costs(c: dict, pct: float) -> str:
+    a = c["variants"]["case"]
+    return (f"the host blocked {a['host_blocked_ms']:.3f} ms per step and the GPU then starved "
+            f"{a['gpu_idle_after_sync_ms']:.3f} ms; the fix saves {-pct:.1f}% of the step")
+
+
+def groups(rec: dict) -> pd.DataFrame:
+    """One row per case: group, the step-time change (fix vs case) with its CI, how it was compared, why."""
+    rows = []
+    for c in rec["cases"]:
+        a, b = c["variants"]["case"], c["variants"]["fix"]
+        row = {"case": c["name"], "from": c["pr"].split(" (")[0], "syncs case": a["host_syncs_per_step"],
+               "syncs fix": b["host_syncs_per_step"]}
+        if a["status"] != "ok" or b["status"] != "ok" or not a["step_ms"] or not b["step_ms"]:
+            rows.append({**row, "group": UNMEASURED, "why": a["error"] or b["error"] or "no step time"})
+            continue
+        pct, lo, hi, how = _change(c)
+        row.update({"change %": pct, "CI low %": lo, "CI high %": hi, "compared": how})
+        if rec.get("device") != "cuda":
+            row.update(group=UNMEASURED, why="recorded without CUDA: nothing can sync, every count is zero by construction")
+        elif hi < 0:
+            row.update(group=COSTS, why=_why_costs(c, pct))
+        else:
+            row.update(group=FREE, why=_why_free(c) if lo <= 0 else "the fix is measurably slower here")
+        rows.append(row)
+    cols = ["group", "case", "from", "syncs case", "syncs fix", "change %", "CI low %", "CI high %", "compared", "why"]
+    return pd.DataFrame(rows, columns=cols).sort_values("group", kind="stable").reset_index(drop=True)
+
+
+def counts_match(rec: dict) -> pd.DataFrame:
+    """Each case's measured host syncs per step against the documented count, case and fix."""
+    rows = [{"case": c["name"], "variant": v, "documented": r["expected_syncs"], "measured": r["host_syncs_per_step"],
+             "matches": r["matches"]} for c in rec["cases"] for v, r in c["variants"].items()]
+    return pd.DataFrame(rows, columns=["case", "variant", "documented", "measured", "matches"])

@@ -1,0 +1,76 @@
+"""Notebook 06 (the worked investigation) runs headless in recorded mode, on CPU: on a record made
+from synthetic numbers (a fake machine, clearly not GPU data), it says it shows a recording and
+from where, reads the costliest line as the one that costs most, shows the paired diff and the
+guard, and ends inspect and diff with their verdict lines; without any record it says so and does
+not fail; and the committed recording, where there is one, comes from a GPU."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dspark_lab.results.record import investigation
+from helpers import COMMITTED_DATA, NOTEBOOKS_DIR, errors, execute_notebook, inspect_record, kernel_env, printed
+
+nbformat = pytest.importorskip("nbformat")
+pytest.importorskip("nbclient")
+
+NB = NOTEBOOKS_DIR / "06_investigation.ipynb"
+SLOW = [("gallery/decode_step.py:56 decode_step_slow", 1.0, True, 1.1, 0.95,
+         "positions = torch.tensor(s.seq_lens_cpu.tolist(), device=s.device)"),
+        ("gallery/decode_step.py:47 _owner_of_rows", 1.0, True, 0.05, 0.21, "return torch.repeat_interleave(tokens, repeats)"),
+        ("gallery/decode_step.py:52 _count_accepted", 1.0, True, 0.02, 0.01, "return int(s.accept.sum().item())")]
+
+
+def synthetic_investigation() -> dict:
+    pair = "synthpair01"
+    before = inspect_record("slow_step", SLOW, trials=(3.0, 3.1, 2.9, 3.05, 3.0), pair={"id": pair, "role": "before"})
+    after = inspect_record("fixed_step", SLOW[1:], trials=(2.0, 2.1, 1.95, 2.02, 2.0), pair={"id": pair, "role": "after"})
+    return investigation.validate({"kind": investigation.KIND, "schema": investigation.SCHEMA,
+                                   "fingerprint": dict(before["fingerprint"]), "recorded_at": "2026-01-01T10:00:00+00:00",
+                                   "before": before, "after": after,
+                                   "guard": {"allow": ["read_back", "_owner_of_rows", "_count_accepted"],
+                                             "before": [SLOW[0][0]], "after": [], "note": ""}})
+
+
+def _run(tmp_path, **env) -> str:
+    nb = execute_notebook(nbformat.read(NB, as_version=4), kernel_env(tmp_path / "data", tmp_path / "out", **env))
+    assert errors(nb.cells) == []
+    return printed(nb.cells), nb
+
+
+def test_notebook06_is_committed_stripped_with_its_kernel():
+    nb = nbformat.read(NB, as_version=4)
+    assert nb.metadata["kernelspec"]["display_name"] == "Python 3 (ipykernel)"
+    assert all(not c.outputs and c.execution_count is None for c in nb.cells if c.cell_type == "code")
+
+
+def test_on_a_synthetic_recording_the_notebook_says_what_it_shows_and_reads_it(tmp_path):
+    path = investigation.save(synthetic_investigation(), tmp_path / "synth-decode-step.json")
+    text, nb = _run(tmp_path, DSPARK_INVESTIGATION_DATA=str(path))
+    assert f"RECORDED: measured on SYNTH-GPU" in text and str(path) in text
+    assert "verdict: gallery/decode_step.py:56 decode_step_slow costs most" in text
+    assert "costs most: gallery/decode_step.py:56" in text.replace("          ", "")
+    assert "costs nothing here: gallery/decode_step.py:52 _count_accepted" in text.replace("  ", "")
+    assert "the sync is inside a library call" in text  # repeat_interleave names no sync
+    assert "verdict: AFTER is" in text and "faster" in text and "next: guard the fixed step in CI" in text
+    assert "before (slow_step): FAILS on gallery/decode_step.py:56" in text and "after (fixed_step): passes" in text
+    md = [o["data"]["text/markdown"] for c in nb.cells for o in c.get("outputs", []) if "text/markdown" in o.get("data", {})]
+    assert md and "paired per round" in md[0]
+    figs = [o for c in nb.cells for o in c.get("outputs", []) if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(figs) == 2  # the timeline and the before/after breakdown
+
+
+def test_without_a_recording_it_says_so_and_runs_through(tmp_path):
+    (tmp_path / "data").mkdir()
+    text, _ = _run(tmp_path)
+    assert investigation.NO_RECORD in text
+
+
+def test_the_committed_recording_comes_from_a_gpu():
+    found = investigation.find(COMMITTED_DATA)
+    if found is None:
+        pytest.skip("no committed investigation under data/investigation/ yet (studies/field/record_field.py on a GPU)")
+    rec = investigation.load(found)
+    assert rec["before"]["device"] == rec["after"]["device"] == "cuda"
+    assert rec["before"]["pair"]["id"] == rec["after"]["pair"]["id"]
