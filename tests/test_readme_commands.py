@@ -68,8 +68,8 @@ HOW = {
     "bash test.sh": How(Run(("collected",), extra=("--collect-only", "-q", "tests/test_layers.py"),
                             env={"DSPARK_SKIP_SGLANG": "1", "DSPARK_TEST_WORKERS": "0"})),
     "bash lab.sh sweep": How(Run(("No CUDA device on this machine", "headline: "), extra=TMP_REPORT),
-                             cuda=Run(("running the default sweep", "95% CI", "report: "),
-                                      extra=("--data", "{tmp}/data", *TMP_REPORT, "--no-progress"))),
+                             cuda=Run(("running the quick sweep", "95% CI", "report: "),  # dspark-lab main: the default
+                                      extra=("--preset", "quick", "--data", "{tmp}/data", *TMP_REPORT, "--no-progress"))),
     "bash lab.sh report": How(Run(("headline: ", "report: "), extra=TMP_REPORT)),
     "bash lab.sh cli --help": How(Run(("usage: dspark-lab", "inspect"))),
     "dspark-lab doctor": How(Run(("fingerprint", "torch "))),
