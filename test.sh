@@ -2,8 +2,8 @@
 # The whole test suite, in two environments:
 #   1. the project's own (.venv: CPU torch here, the machine's CUDA torch on a GPU box), all tests
 #      but the sglang conformance ones; CUDA tests skip cleanly without a GPU;
-#   2. sglang 0.5.23 in an environment of its own (.venv-sglang, ~11 GB, ~3 min to build once),
-#      the conformance tests. DSPARK_SKIP_SGLANG=1 leaves this part out.
+#   2. sglang in an environment of its own (.venv-sglang, built once by scripts/sglang_env.sh; its
+#      size and build time: README, "Set-up"), the conformance tests. DSPARK_SKIP_SGLANG=1 leaves it out.
 # Extra arguments go to the first pytest run.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -15,7 +15,7 @@ fi
 # Two workers (pytest-xdist). `--dist loadfile` keeps each test file on one worker, so a file's
 # module fixtures and the notebooks (executed once, for tests/test_notebooks.py) are built once;
 # files go out in collection order (the browser test early). (`loadgroup` would let files share a
-# worker, but with pytest 9.2 it ignores xdist_group marks: pytest-xdist issue 1386.)
+# worker, but with pytest 9.2 it ignores xdist_group marks: pytest-xdist #1386.)
 # DSPARK_TEST_WORKERS=0: serial.
 "$py" -m pytest -m "not sglang" -n "${DSPARK_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
 

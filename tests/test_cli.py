@@ -23,6 +23,7 @@ from dspark_lab.results.record import schema
 from dspark_lab.config import FIELDS, LabConfig, choices_of, type_of
 from dspark_lab.results.loading import load as run_load
 from dspark_lab.results.record.store import DataWarning, RunWriter
+from dspark_lab.run import sweep_spec
 from dspark_lab.run.sweep import GRID_FIELDS, SweepSpecError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -264,7 +265,7 @@ def test_killed_sweep_resumes_without_losing_or_doubling_rows(tmp_path):
 # Failed points, resume errors, reports, main, doctor (in-process, with a fake measure)
 # ---------------------------------------------------------------------------------------------
 def _fake_measure(fail_ep=None):
-    def measure(cfg, strategies=None, *, on_progress=None):
+    def measure(cfg, strategies=None, *, on_progress=None, **adaptive):  # adaptive: target_ci_pct, time_cap_s
         if cfg.ep_size == fail_ep:
             raise RuntimeError(f"CUDA out of memory at ep {cfg.ep_size}")
         rows = []
@@ -465,12 +466,13 @@ def test_main_with_cuda_runs_the_sweep_into_data_runs_then_reports(tmp_path, cap
     code, stdout, err = run_main(["main", "--preset", "quick", "--no-progress", "-o", str(out)], capsys)
     assert code == 0, err
     runs = sorted((tmp_path / "data" / "runs").glob("*.jsonl"))
-    assert len(runs) == 2 and out.exists()
+    assert len(runs) == 3 and out.exists()  # the recorded run, the sweep, the reference point
     rows, _, headers = load(tmp_path / "data")
-    mine = [h for h in headers if h["fingerprint"]["gpu"] == "Fake GPU"]
+    mine = [h for h in headers if h["fingerprint"]["gpu"] == "Fake GPU" and h["run_kind"] == "quick_sweep"]
     assert len(mine) == 1 and mine[0]["probe"]["available"] is True
     assert mine[0]["sweep"] == cli.PRESETS["quick"].to_dict()
-    assert len(rows[rows.gpu == "Fake GPU"]) == cli.PRESETS["quick"].n_rows
+    ref = cli.PRESETS["quick"].n_rows + sweep_spec.reference_spec(cli.PRESETS["quick"]).n_rows
+    assert len(rows[rows.gpu == "Fake GPU"]) == ref
     assert "Fake GPU" in stdout and "NVIDIA H200" in stdout
 
 

@@ -148,6 +148,33 @@ def http(url: str, method: str = "GET") -> int:
         return e.code
 
 
+def page_config(url: str) -> dict:
+    """The page config JupyterLab serves in a page (its `jupyter-config-data` script)."""
+    with urllib.request.urlopen(url, timeout=30) as r:
+        page = r.read().decode()
+    found = re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>', page, re.S)
+    assert found, "no jupyter-config-data in the page"
+    return json.loads(found[1])
+
+
+def test_the_kit_config_disables_the_news_toast_and_leaves_a_user_s_own_choice(tmp_path):
+    pytest.importorskip("jupyter_core")
+    kit, user, theirs = tmp_path / "kit", tmp_path / "user", tmp_path / "theirs"
+    base = {"JUPYTER_CONFIG_DIR": str(user), "JUPYTER_CONFIG_PATH": str(theirs), "HOME": str(tmp_path)}
+    env = launch.kit_config_env(base, kit)
+    assert env["JUPYTER_CONFIG_PATH"].split(os.pathsep) == [str(kit), str(theirs)]  # theirs kept, after ours
+    written = json.loads((kit / "labconfig" / "page_config.json").read_text())
+    assert written == {"disabledExtensions": {launch.NEWS_PLUGIN: True}}
+    assert not user.exists() and not theirs.exists()
+    # A user whose own config decides about the plugin keeps that decision: no kit folder then.
+    (user / "labconfig").mkdir(parents=True)
+    own = json.dumps({"disabledExtensions": {launch.NEWS_PLUGIN: False}})
+    (user / "labconfig" / "page_config.json").write_text(own)
+    assert launch.kit_config_env(base, kit) == {}
+    assert (user / "labconfig" / "page_config.json").read_text() == own
+    assert launch.lab_env("tok", base, kit)[launch.TOKEN_ENV] == "tok"
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_lab_sh_serves_localhost_only_with_a_token_and_stops_cleanly_on_sigint(tmp_path):
     pytest.importorskip("jupyterlab")
@@ -172,6 +199,10 @@ def test_lab_sh_serves_localhost_only_with_a_token_and_stops_cleanly_on_sigint(t
                 assert s.connect_ex((addr, port)) != 0, f"port {port} accepts on {addr}"
         base = f"http://{host}:{port}"
         assert http(f"{base}/api/status?token={token}") == 200
+        # No "get notified about Jupyter news?" toast: the page's config disables the announcements
+        # plugin, from the kit's own config folder; the user's config folder is not written.
+        assert launch.NEWS_PLUGIN in page_config(f"{base}/lab/tree/{m['path']}?token={token}")["disabledExtensions"]
+        assert not (tmp_path / "jcfg" / "labconfig").exists()
         assert http(f"{base}/api/status") in (401, 403)
         assert http(f"{base}/api/status?token={'0' * len(token)}") in (401, 403)
         # A kernel, as a notebook would start one: it must go down with the server.

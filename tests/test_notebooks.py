@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import html
 import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,33 +30,86 @@ def headline_lines(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip().startswith(("headline: ", "rule: "))]
 
 
+STRIP = ["-m", "nbstripout", "--keep-id", "--extra-keys", "metadata.language_info"]  # scripts/ensure_env.sh's filter
+
+
+def what_git_commits(path: Path) -> str:
+    """The notebook as `git add` would store it: the file through the clean filter that .gitattributes
+    names for it, as git runs it (a shell command, the file on stdin, in the checkout's root), or the
+    file itself where this is no git checkout or no configured filter applies. A notebook used in
+    JupyterLab (outputs autosaved) is judged by what it would commit, not by the working-tree file."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(path.parent), *args], capture_output=True, text=True)
+
+    attr = git("check-attr", "filter", "--", path.name)
+    name = attr.stdout.rsplit(": ", 1)[-1].strip() if attr.returncode == 0 else ""
+    clean = git("config", "--get", f"filter.{name}.clean") if name not in ("", "unspecified", "unset", "set") else None
+    if clean is None or clean.returncode != 0:
+        return path.read_text()
+    root = git("rev-parse", "--show-toplevel").stdout.strip()
+    with open(path, "rb") as f:
+        done = subprocess.run(clean.stdout.strip(), shell=True, stdin=f, cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, f"{path.name}: the clean filter failed: {done.stderr[-2000:]}"
+    return done.stdout
+
+
+def unstripped_cells(text: str) -> list[int]:
+    """Indices of the code cells that hold outputs or an execution count."""
+    nb = nbformat.reads(text, as_version=4)
+    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+
+
 def test_notebooks_are_stripped():
     assert {p.name[:2] for p in NOTEBOOKS} >= {"01", "02", "03", "04", "05"}
     for path in NOTEBOOKS:
-        nb = nbformat.read(path, as_version=4)
-        for c in nb.cells:
-            if c.cell_type == "code":
-                assert not c.outputs and c.execution_count is None, f"{path.name}: outputs not stripped"
+        assert unstripped_cells(what_git_commits(path)) == [], f"{path.name}: git would commit its outputs"
 
 
-STRIP = ["-m", "nbstripout", "--keep-id", "--extra-keys", "metadata.language_info"]  # scripts/ensure_env.sh's filter
+def test_a_used_notebook_is_judged_by_what_git_would_commit(executed_notebooks, tmp_path):
+    """A notebook saved with its outputs in a git checkout whose filter is configured as
+    scripts/ensure_env.sh configures it: the working-tree file holds outputs, what git would commit
+    holds none, and the check reads the latter (so `bash test.sh` stays green after Run All)."""
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "filter.nbstripout.clean", " ".join(shlex.quote(a) for a in [sys.executable, *STRIP]))
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / ".gitattributes").write_text((NOTEBOOKS[0].parents[1] / ".gitattributes").read_text())
+    saved = tmp_path / "notebooks" / NOTEBOOKS[0].name
+    nbformat.write(executed_notebooks[NOTEBOOKS[0].name][0], saved)
+    assert unstripped_cells(saved.read_text()), "the saved copy holds outputs, as autosave leaves it"
+    assert unstripped_cells(what_git_commits(saved)) == []
+    assert what_git_commits(saved) == what_git_commits(NOTEBOOKS[0])
+    git("add", "notebooks")  # and git itself stores exactly that
+    blob = subprocess.run(["git", "-C", str(tmp_path), "show", f":notebooks/{saved.name}"], capture_output=True,
+                          text=True, check=True).stdout
+    assert blob == what_git_commits(saved)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_a_notebook_saved_with_its_outputs_reads_as_committed_through_the_git_filter(path, executed_notebooks, tmp_path):
     """What JupyterLab's autosave writes after Run All (outputs, counts, the kernel's language_info),
-    cleaned by the filter that .gitattributes names, is the committed file byte for byte: git status
-    stays clean when a tracked notebook is used."""
-    import subprocess
-    import sys
-
+    cleaned by the filter that .gitattributes names, is what git would commit of the tracked notebook,
+    byte for byte: git status stays clean when a tracked notebook is used."""
     nb, _ = executed_notebooks[path.name]
     assert any(c.get("outputs") for c in nb.cells if c.cell_type == "code"), "the executed notebook has outputs"
     saved = tmp_path / path.name
     nbformat.write(nb, saved)
     clean = subprocess.run([sys.executable, *STRIP, "-t", str(saved)], capture_output=True, text=True, check=True).stdout
-    assert clean == path.read_text(), f"{path.name}: the filter's output differs from the committed notebook"
+    assert clean == what_git_commits(path), f"{path.name}: the filter's output differs from the committed notebook"
     assert "notebooks/*.ipynb filter=nbstripout" in (path.parents[1] / ".gitattributes").read_text()
+
+
+def test_every_notebook_names_the_kernelspec_ipykernel_installs():
+    """One kernelspec for all notebooks, the one JupyterLab writes back on save (ipykernel's own):
+    a notebook committed with another display name makes a diff every time it is saved."""
+    from ipykernel.kernelspec import KERNEL_NAME, get_kernel_dict
+
+    want = {"display_name": get_kernel_dict()["display_name"], "language": "python", "name": KERNEL_NAME}
+    specs = {p.name: dict(nbformat.reads(what_git_commits(p), as_version=4).metadata.get("kernelspec", {}))
+             for p in NOTEBOOKS}
+    assert {name: spec for name, spec in specs.items() if spec != want} == {}, want
 
 
 def test_the_environment_set_up_defines_the_notebook_filter_in_this_clone():

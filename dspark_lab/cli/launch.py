@@ -6,6 +6,10 @@ What it does, and why:
     without, and says so;
   - never goes to the network from the server (no update check, no news feed, no extension listing),
     so it starts the same on an offline or firewalled machine;
+  - no "get notified about official Jupyter news?" toast over every notebook: the announcements
+    plugin is disabled in a config folder of the kit's own (out/jupyter-config, put first on
+    JUPYTER_CONFIG_PATH); the user's own Jupyter config is never written, and a user whose config
+    names that plugin keeps their choice (the kit's folder is then left out);
   - Jupyter's own log goes to a file (printed), so the terminal shows one URL and what each notebook is for;
   - Ctrl-C (SIGINT), SIGTERM or SIGHUP (an ssh drop, a closed terminal) stops the server, its
     kernels included, and exits 0;
@@ -68,6 +72,41 @@ OFFLINE_ARGS = (
 )
 
 
+# The kit's own Jupyter config folder (written at each start, never the user's) and what it holds.
+KIT_CONFIG_DIR = ROOT / "out" / "jupyter-config"
+NEWS_PLUGIN = "@jupyterlab/apputils-extension:announcements"
+KIT_PAGE_CONFIG = {"disabledExtensions": {NEWS_PLUGIN: True}}
+
+
+def users_own_choice(config_dirs: Sequence[str]) -> Optional[Path]:
+    """The first labconfig/page_config.json among `config_dirs` that names the news plugin, if any."""
+    for d in config_dirs:
+        f = Path(d) / "labconfig" / "page_config.json"
+        try:
+            if NEWS_PLUGIN in json.loads(f.read_text()).get("disabledExtensions", {}):
+                return f
+        except (OSError, ValueError, AttributeError):
+            continue
+    return None
+
+
+def kit_config_env(base, kit_dir: Path = KIT_CONFIG_DIR) -> dict:
+    """JUPYTER_CONFIG_PATH with the kit's folder first (written here), unless the user's own config
+    already decides about the news plugin; the user's JUPYTER_CONFIG_PATH entries are kept after it."""
+    from unittest import mock
+
+    from jupyter_core.paths import jupyter_config_path
+
+    with mock.patch.dict(os.environ, base, clear=True):  # the folders the server will search
+        searched = jupyter_config_path()
+    if users_own_choice([d for d in searched if Path(d) != kit_dir]) is not None:
+        return {}
+    (kit_dir / "labconfig").mkdir(parents=True, exist_ok=True)
+    (kit_dir / "labconfig" / "page_config.json").write_text(json.dumps(KIT_PAGE_CONFIG, indent=1) + "\n")
+    rest = [p for p in base.get("JUPYTER_CONFIG_PATH", "").split(os.pathsep) if p and Path(p) != kit_dir]
+    return {"JUPYTER_CONFIG_PATH": os.pathsep.join([str(kit_dir), *rest])}
+
+
 def is_root() -> bool:
     return hasattr(os, "geteuid") and os.geteuid() == 0
 
@@ -118,6 +157,12 @@ def server_env(token: str, base=None) -> dict:
     if not token:
         raise ValueError("token must be a non-empty string")
     return {**(os.environ if base is None else base), TOKEN_ENV: token}
+
+
+def lab_env(token: str, base=None, kit_dir: Path = KIT_CONFIG_DIR) -> dict:
+    """The server's environment as `bash lab.sh` starts it: server_env plus the kit's Jupyter config."""
+    env = server_env(token, base)
+    return {**env, **kit_config_env(env, kit_dir)}
 
 
 def _die_with_launcher(launcher_pid: int):
@@ -215,7 +260,7 @@ def run(python: str = sys.executable, *, port: Optional[int] = None, log: Option
     old = {s: signal.signal(s, on_signal) for s in STOP_SIGNALS}
     with open(log, "ab") as logf:
         proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                env=server_env(token), preexec_fn=_die_with_launcher(os.getpid()))
+                                env=lab_env(token), preexec_fn=_die_with_launcher(os.getpid()))
         try:
             if not _wait_until_answering(proc, port, token, log, stop):
                 return 1

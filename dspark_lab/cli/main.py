@@ -119,7 +119,8 @@ def _add_main_parser(sub) -> None:
         "main", formatter_class=HelpFormatter,
         help="without JupyterLab: sweep on CUDA (else show the recorded runs), then report (the main job, `bash lab.sh`, opens the notebooks)",
         description="On a CUDA machine: record the fingerprint and probe, run the sweep (--preset) into "
-                    "data/runs/, then build the report from every recorded run. Without CUDA: say so, build "
+                    "data/runs/, then measure the headline's reference point to its CI target (after the quiet "
+                    "rounds a CI needs) into a run of its own, then build the report from every recorded run. Without CUDA: say so, build "
                     "the report from the runs recorded in the data dir and print the headline (with the rule "
                     "that chose it) and a summary table of them.\n\n" + EXIT_CODES_HELP,
     )

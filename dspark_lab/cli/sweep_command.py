@@ -19,6 +19,7 @@ from dspark_lab.results.record import paths, store
 from dspark_lab.run import baseline as run_baseline, point
 from dspark_lab.run.sweep import PRESETS, ResumeError, SweepSpec, check_resume, run_sweep
 from dspark_lab.run.sweep import run_kind as sweep_kind
+from dspark_lab.run.sweep_spec import REFERENCE_TARGET_CI_PCT, REFERENCE_TIME_CAP_S, reference_spec
 
 
 def fingerprint() -> dict:
@@ -136,20 +137,38 @@ def _create_run(parser, out, **header):
         return None
 
 
+def _main_measurements(args, parser, data: Path, measure=None) -> int:
+    """The main job's measurements: the preset's sweep, then the headline's reference point measured
+    to the headline's own standard (its CI target after MIN_QUIET_ROUNDS quiet rounds), each into a
+    run file of its own; the worst exit status of the two."""
+    spec = PRESETS[args.preset]
+    fp = fingerprint()
+    print(f"CUDA device: {fp.get('gpu')} (driver {fp.get('driver')}, torch {fp.get('torch')}); "
+          f"running the {args.preset} sweep, then the reference point to a {REFERENCE_TARGET_CI_PCT:g}% CI", file=sys.stderr)
+    writer = _create_run(parser, paths.runs_dir(data), fingerprint=fp, sweep=spec.to_dict(), probe=run_probe(),
+                         run_kind=sweep_kind(spec), **run_baseline.header_fields(fp))
+    if writer is None:
+        return EXIT_CANNOT_WRITE
+    status = _run(spec, writer, progress=args.progress, measure=measure)
+    if status in (EXIT_INTERRUPTED, EXIT_CANNOT_WRITE):
+        return status
+    ref = reference_spec(spec)
+    adaptive = {"target_ci_pct": REFERENCE_TARGET_CI_PCT, "time_cap_s": REFERENCE_TIME_CAP_S}
+    writer = _create_run(parser, paths.runs_dir(data), fingerprint=fp, sweep=ref.to_dict(), adaptive=adaptive,
+                         run_kind=sweep_kind(ref, adaptive=True), stage="the main job's reference point",
+                         **run_baseline.header_fields(fp))
+    if writer is None:
+        return EXIT_CANNOT_WRITE
+    measure = partial(measure or point.measure_point, **adaptive)
+    return max(status, _run(ref, writer, progress=args.progress, measure=measure))
+
+
 def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=None) -> int:
     data = args.data if args.data is not None else paths.default_data_dir()
     status = 0
     if torch.cuda.is_available():
-        spec = PRESETS[args.preset]
-        fp = fingerprint()
-        print(f"CUDA device: {fp.get('gpu')} (driver {fp.get('driver')}, torch {fp.get('torch')}); "
-              f"running the {args.preset} sweep", file=sys.stderr)
-        writer = _create_run(parser, paths.runs_dir(data), fingerprint=fp, sweep=spec.to_dict(), probe=run_probe(),
-                             run_kind=sweep_kind(spec), **run_baseline.header_fields(fp))
-        if writer is None:
-            return EXIT_CANNOT_WRITE
-        status = _run(spec, writer, progress=args.progress, measure=measure)
-        if status == EXIT_INTERRUPTED:
+        status = _main_measurements(args, parser, data, measure)
+        if status in (EXIT_INTERRUPTED, EXIT_CANNOT_WRITE):
             return status
     else:
         print(f"No CUDA device on this machine (torch {torch.__version__}, CUDA "

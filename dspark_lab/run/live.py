@@ -126,6 +126,7 @@ class LiveBackend:
         self._ep_live = ep_live
         self.run_id = "live-" + datetime.now().strftime("%Y%m%d-%H%M%S")
         self.warm_s: Optional[float] = None  # how long the warm-up took
+        self.warm_ended_at: Optional[float] = None  # time.perf_counter() when it ended (the cold-start study)
         self.warm_parts: dict = {}  # its parts, seconds (for the live benchmark)
         self.warm_error: Optional[BaseException] = None  # a failed warm-up is kept here, get() goes on
         self._steps: Optional[tuple[LabConfig, dict]] = None  # the default strategy's step at the default setting (warm-up)
@@ -144,7 +145,8 @@ class LiveBackend:
                 self._warm_up()
         except Exception as e:  # noqa: BLE001 - the user's own request will measure and report
             self.warm_error = e
-        self.warm_s = time.perf_counter() - t0
+        self.warm_ended_at = time.perf_counter()
+        self.warm_s = self.warm_ended_at - t0
 
     def _warm_up(self) -> None:
         if self._fingerprint is None:  # reads the driver: off the first figure's path
@@ -419,6 +421,12 @@ def _half_width_of(rows: pd.DataFrame) -> Optional[float]:
     col = rows.get("ci_half_width_pct") if len(rows) else None
     vals = col.dropna() if col is not None else ()
     return float(vals.iloc[0]) if len(vals) else None
+
+
+def live_backend() -> Optional[LiveBackend]:
+    """A live backend on a CUDA device (config.choose_mode), else None: notebook 01's cold start
+    (views/cold_start.py) calls it on a thread, once the recorded panel is drawn."""
+    return LiveBackend() if choose_mode() == "live" else None
 
 
 def open_backend():

@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from dspark_lab.config import LabConfig
 from dspark_lab.results.facts.strategy_table import BUILTIN_ROWS
+from dspark_lab.results.rules.selection import REFERENCE
 
 GRID_FIELDS = ("ep_size", "batch_size", "gamma", "strategy")
 
@@ -159,6 +160,23 @@ QUICK_SWEEP = SweepSpec(
 )
 PRESETS: dict[str, SweepSpec] = {"default": DEFAULT_SWEEP, "quick": QUICK_SWEEP}
 PRESET_KINDS = {"default": "default_sweep", "quick": "quick_sweep"}  # preset -> its run kind (results.facts.run_kinds)
+
+
+# The reference point measured to the headline's own standard (results/query/headline.py: a CI needs
+# noise.MIN_QUIET_ROUNDS quiet rounds, and the stop rule waits for them): after its sweep the main job
+# measures it on, interleaved, until the headline CI half-width is at most this or the cap passes.
+# (The three H200 reference runs of 2026-12-01 stopped at 3% after 10 rounds, about 20 s each.)
+REFERENCE_TARGET_CI_PCT = 3.0
+REFERENCE_TIME_CAP_S = 40.0
+
+
+def reference_spec(spec: SweepSpec) -> SweepSpec:
+    """The headline's reference point (results REFERENCE: its workload, batch size and gamma, at the
+    sweep's largest EP size) over `spec`'s strategies and base config."""
+    if max(spec.ep_sizes) < 2:
+        raise SweepSpecError("ep_size", f"the reference point needs an EP size above 1; the sweep has {list(spec.ep_sizes)}")
+    return spec.with_(ep_sizes=(max(spec.ep_sizes),), batch_sizes=(REFERENCE.batch_size,), gammas=(REFERENCE.gamma,),
+                      workload=REFERENCE.workload)
 
 
 def run_kind(spec: SweepSpec, *, adaptive: bool = False) -> str:

@@ -30,11 +30,12 @@ class LiveController:
     on the panel. A setting submitted while one is measured cancels it (its later updates are not
     drawn) and runs next; settings submitted meanwhile replace each other (no backlog)."""
 
-    def __init__(self, panel, debounce_s: float = 0.05):
+    def __init__(self, panel, debounce_s: float = 0.05, on_drawn=None):
         """`debounce_s`: how long a new setting waits for another before it is measured. Short: the
         sliders report a value only when released (continuous_update=False), and a setting that
-        comes later still cancels the running one; at 0.3 s it was a seventh of a live update."""
-        self.panel, self.debounce_s = panel, debounce_s
+        comes later still cancels the running one; at 0.3 s it was a seventh of a live update.
+        `on_drawn(panel)`: called after each update drawn (views/cold_start.py swaps panels on the first)."""
+        self.panel, self.debounce_s, self.on_drawn = panel, debounce_s, on_drawn
         self._lock = threading.Lock()
         self._pending: Any = None
         self._has_pending = False
@@ -124,6 +125,8 @@ class LiveController:
                 p.progress.value = min(update.trials / max(update.planned, 1), 1.0) * 0.9  # the rest: profiling
                 p.status.value = f"<span class='dspark-status'>{html.escape(p._label(req))}: {line}</span>"
             self.updates.append((req, update.final, update.trials))
+            if self.on_drawn is not None:
+                self.on_drawn(p)
         except Exception as e:  # noqa: BLE001 - shown in the panel, not as a traceback
             traceback.print_exc()
             p.show_error(e, "Cannot draw this measurement")

@@ -85,7 +85,8 @@ def _apply(widget, fig: go.Figure) -> None:
 
 
 class Panel:
-    def __init__(self, backend: PanelBackend, *, debounce_s: float = 0.05):
+    def __init__(self, backend: PanelBackend, *, debounce_s: float = 0.05, on_drawn=None):
+        """`on_drawn(panel)`: a streaming backend's hook, after each update drawn (views/live_panel.py)."""
         import ipywidgets as W  # optional: only the panel needs it (recorded figures and the report do not)
 
         capabilities = checked_capabilities(backend)
@@ -117,7 +118,7 @@ class Panel:
         # the figures above are made meanwhile rather than beside the warm-up's step building.
         self.mode_html = W.HTML(self._mode_banner())
         self.widget = self._layout(W)
-        self._worker = live_panel.LiveController(self, debounce_s) if self.streams else None
+        self._worker = live_panel.LiveController(self, debounce_s, on_drawn) if self.streams else None
         for w in self.controls.values():
             w.observe(self._on_change, names="value")
         self.refresh()

@@ -1,253 +1,42 @@
-"""Where the cold first figure's second goes (a diagnosis; studies.live_panel.benchmark is the benchmark). Each case is
-a fresh Python process with an empty calibration cache, after one primer process (OS and driver
-caches as after any earlier torch process):
+"""Notebook 01's cold start, timed as a user meets it in a fresh kernel: the notebook's first code
+cell, read from notebooks/01_onboarding.ipynb and run as it is in a fresh Python process (display()
+stubbed: there is no frontend, so "drawn" means the panel's figures hold their data), then until
+the live panel has replaced the recorded one. Per process (seconds):
 
-  detail   the parts of a first step one after the other on the main thread, each ended by a
-           torch.cuda.synchronize, with a ticker thread that records the longest time the GIL was
-           held away from it during each part (torch lets go of the GIL inside ops: the driver's
-           module loads run without it, so two threads can load at once);
-  variants the detail path with one change each (--variant): no-fp32 (the old warm-up's fp32
-           matmul left out), warmed (the warm-up's path: LabStep.warmed), ops (each aten op of the
-           first eager forward timed, synchronized), sdpa-math and warmup1 (by hand);
-  backend  LiveBackend() then stream(defaults) at once, no panel: first update and its parts;
-  panel    the same through views.panel.Panel when ipywidgets is importable (as the benchmark).
+  first figure     cell start -> the recorded panel's figures drawn (targets: <= 1.5 s on an H200)
+  cell             cell start -> the cell returned (torch and the live backend imported meanwhile)
+  warm-up end      cell start -> the live backend's warm-up ended
+  first live       warm-up end -> the first live figure drawn in the recorded one's place (<= 1 s)
+  live complete    warm-up end -> the first complete live update drawn
 
-  OUT=/tmp/o python -m studies.live_panel.cold_start            # CUDA machine, about 60 s
-  OUT=/tmp/o python -m studies.live_panel.cold_start --cpu-dry-run
-Writes $OUT/cold-start/cold.json and prints a table last.
+One primer process first (OS and driver caches as after any earlier torch process); then one
+process with empty caches (calibration and the recorded runs' Parquet cache: a fresh clone) and
+three with the caches it left (a later start). The targets are judged on each process.
+
+  python -m studies.live_panel.cold_start                 # CUDA machine with ipywidgets, plotly, anywidget: ~60 s
+  python -m studies.live_panel.cold_start --cpu-dry-run   # the code path on CPU (no live figure there)
+Writes $OUT/live-cold-start/data/machines/<gpu>-live-cold-start-<date>.json (OUT defaults to out/;
+commit it under data/machines/) with the fingerprint, and prints a table last.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-CASE_TIMEOUT_S = 60
-
-
-class Ticker:
-    """A thread that wakes every 0.5 ms: the gaps between its wake-ups are the GIL held elsewhere."""
-
-    def __init__(self):
-        self.stamps: list = []
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.stamps.append(time.perf_counter())
-            time.sleep(0.0005)
-
-    def __enter__(self):
-        self._t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._t.join()
-
-    def longest_gap(self, a: float, b: float) -> float:
-        inside = [t for t in self.stamps if a <= t <= b]
-        pts = [a] + inside + [b]
-        return max((y - x for x, y in zip(pts, pts[1:])), default=0.0)
-
-
-def detail(cpu: bool, variant: str, with_cprofile: bool) -> dict:
-    t_imp = time.perf_counter()
-    import torch
-
-    from dspark_lab import strategies  # noqa: F401
-    from dspark_lab.config import LabConfig
-    from dspark_lab.measure import diagnostics
-    from dspark_lab.measure.probe import driver_version, fingerprint
-    from dspark_lab.measure.timing import time_trial
-    from dspark_lab.model import draft, workload
-    from dspark_lab.results.viewmodels import frames
-    from dspark_lab.run import live
-    from dspark_lab.run.point import timing_rows
-    imports_s = time.perf_counter() - t_imp
-
-    if variant == "warmup1":  # the capture's side-stream warm-up: one eager forward instead of two
-        def capture(self):
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s), torch.no_grad():
-                self._forward_static()
-            torch.cuda.current_stream().wait_stream(s)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph), torch.no_grad():
-                self.static_out = self._forward_static()
-        draft.DraftRunner.capture = capture
-
-    if variant == "sdpa-math":  # the attention's math kernels (matmul, softmax) instead of its own
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        fwd = draft.DraftLayer.forward
-
-        def layer_forward(self, *a, **k):
-            with sdpa_kernel(SDPBackend.MATH):
-                return fwd(self, *a, **k)
-        draft.DraftLayer.forward = layer_forward
-
-    base = (LabConfig(model="tiny", workload="tiny", steps=2, warmup=0, trials=2, device="cpu") if cpu else
-            LabConfig(steps=live.LIVE_STEPS, warmup=live.LIVE_WARMUP, trials=live.LIVE_TRIALS))
-    cfg = base
-    name = frames.default_strategy(list(strategies.names()))
-    cuda = cfg.resolved_device() == "cuda"
-    parts: list = []  # (part, seconds, longest GIL gap seen by the ticker)
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    import cProfile
-    import io
-    import pstats
-    prof = cProfile.Profile() if with_cprofile else None
-
-    spans = {}
-    # The parts of LabStep's construction and first step, timed where they are called.
-    for owner, attr, part in ((workload.TargetVerify, "_layers_for", "target verify calibration"),
-                              (workload.TargetVerify, "_capture", "target verify capture"),
-                              (draft.DraftModel, "__init__", "draft model built"),
-                              (draft.DraftRunner, "capture", "draft graph capture"),
-                              (draft.DraftRunner, "_forward_static", "draft eager forward")):
-        fn = getattr(owner, attr)
-
-        def timed(*a, _fn=fn, _part=part, **k):
-            t = time.perf_counter()
-            try:
-                return _fn(*a, **k)
-            finally:
-                spans.setdefault(_part, []).append((t, time.perf_counter()))
-        setattr(owner, attr, timed)
-
-    with Ticker() as tick:
-        def part(label, fn):
-            t = time.perf_counter()
-            out = fn()
-            sync()
-            e = time.perf_counter()
-            parts.append([label, e - t, tick.longest_gap(t, e)])
-            return out
-
-        if prof:
-            prof.enable()
-        t_all = time.perf_counter()
-        if cuda:
-            part("torch.cuda.init", torch.cuda.init)
-            x = part("first tensor on the GPU", lambda: torch.ones(64, 64, device="cuda"))
-            if variant not in ("no-fp32", "warmed"):
-                part("fp32 matmul (cuBLAS)", lambda: (x @ x).sum().item())
-            if variant != "warmed":
-                y = torch.ones(64, 64, device="cuda", dtype=torch.bfloat16)
-                part("bf16 matmul", lambda: (y @ y).float().sum().item())
-            part("driver version (NVML)", driver_version)
-        part("fingerprint", fingerprint)
-        part("spin calibration", workload._iters_per_us)
-        if variant == "warmed":  # the warm-up's path: target verify on a helper thread
-            st = part("LabStep.warmed", lambda: workload.LabStep.warmed(cfg, name))
-        else:
-            st = part("LabStep made", lambda: workload.LabStep(cfg, name))
-        if variant == "ops" and cuda:  # each aten op of the first eager forward, synchronized
-            from torch.utils._python_dispatch import TorchDispatchMode
-
-            class OpTimes(TorchDispatchMode):
-                def __init__(self):
-                    super().__init__()
-                    self.seen = {}
-
-                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                    t = time.perf_counter()
-                    r = func(*args, **(kwargs or {}))
-                    torch.cuda.synchronize()
-                    key = str(func)
-                    self.seen.setdefault(key, []).append(time.perf_counter() - t)
-                    return r
-            m = OpTimes()
-            with m, torch.no_grad():
-                part("first eager forward, each op synchronized", st.runner._forward_static)
-            first = sorted(((v[0], k, len(v), sum(v[1:]) / max(1, len(v) - 1)) for k, v in m.seen.items()), reverse=True)
-            for t0_, k, n, later in first[:25]:
-                parts.append([f"(op {k} first / later ms, x{n})", t0_ * 1e3, later])
-        part("first step (captures)", lambda: (st.step(), st.drain()))
-        part("second step", lambda: (st.step(), st.drain()))
-        nvml = part("NVML for diagnostics", lambda: diagnostics.nvml_for(0) if cuda else None)
-        timing = part("first look trial", lambda: time_trial(st.step, cfg.steps, cfg.warmup, st.drain, trial=0,
-                                                             diag=diagnostics.TrialDiagnostics(st, nvml=nvml)))
-        part("timing rows", lambda: timing_rows(cfg, {name: [timing]}))
-        total = time.perf_counter() - t_all
-        if prof:
-            prof.disable()
-    if cuda:  # could an eager timing stand in for the graph calibration? (no capture: cheaper cold)
-        tv = st.target
-        rate = workload.TargetVerify._layers_per_ms[torch.cuda.get_device_name(0)]
-        saved = tv.layers
-        tv.layers = 64
-        est = []
-        for _ in range(4):
-            t = time.perf_counter()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            tv._body()
-            b.record()
-            b.synchronize()
-            est.append((64 / a.elapsed_time(b), time.perf_counter() - t))
-        tv.layers = saved
-        parts.append(["(graph layers/ms vs eager)", rate, 0.0])
-        for i, (r, s_) in enumerate(est):
-            parts.append([f"(eager estimate {i}, its s)", r, s_])
-    out = {"variant": variant, "imports_s": imports_s, "total_s": total, "parts": parts,
-           "inner": {k: [round(b - a, 4) for a, b in v] for k, v in spans.items()}}
-    if prof:
-        buf = io.StringIO()
-        pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(35)
-        out["cprofile"] = buf.getvalue()
-    return out
-
-
-def backend_case(cpu: bool, with_panel: bool) -> dict:
-    if with_panel:
-        import ipywidgets  # noqa: F401
-        import plotly.graph_objects as go
-        go.FigureWidget()
-    from dspark_lab.config import LabConfig
-    from dspark_lab.run import live
-    base = LabConfig(model="tiny", workload="tiny", steps=2, warmup=0, trials=2, device="cpu") if cpu else None
-    marks: list = []
-    done = threading.Event()
-    t0 = time.perf_counter()
-    b = live.LiveBackend(base)
-    if with_panel:
-        from dspark_lab.views import panel as panel_mod
-
-        class P(panel_mod.Panel):
-            def show_partial(self, data):
-                super().show_partial(data)
-                marks.append(("partial drawn", time.perf_counter() - t0))
-
-            def show(self, data):
-                super().show(data)
-                marks.append(("complete drawn", time.perf_counter() - t0))
-                done.set()
-        p = P(b)
-        marks.append(("panel made", time.perf_counter() - t0))
-        done.wait(30)
-        p.close()
-    else:
-        def on_update(u):
-            marks.append(("first look" if u.first_look else ("complete" if u.final else f"{u.trials} trials"),
-                          time.perf_counter() - t0))
-        b.stream(b.defaults(), on_update=on_update)
-        b.close()
-    return {"marks": marks, "warm_s": b.warm_s, "warm_parts": b.warm_parts,
-            "warm_error": repr(b.warm_error) if b.warm_error else None}
-
-
+NOTEBOOK = ROOT / "notebooks" / "01_onboarding.ipynb"
+CASE_TIMEOUT_S = 120
+LIVE_TIMEOUT_S = 60
+TARGETS_S = {"first_figure_s": 1.5, "first_live_after_warm_s": 1.0}
+WARM_PROCESSES = 3
 PRIMER = """
 import torch
 x = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
@@ -255,84 +44,114 @@ x = torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16)
 """
 
 
-def run_child(args: list, env_extra: dict) -> dict:
+def first_code_cell(path: Path = NOTEBOOK) -> str:
+    """The source of the notebook's first code cell, as the kernel receives it."""
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    return next("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+
+def since(marks: dict, key: str, origin) -> float | None:
+    return None if origin is None or marks.get(key) is None else marks[key] - origin
+
+
+def timings(t_cell: float, t_returned: float, marks: dict, warm_end) -> dict:
+    """One process's timings (seconds) from the cold start's marks (time.perf_counter() values)."""
+    return {"first_figure_s": marks["recorded_drawn"] - t_cell, "cell_s": t_returned - t_cell,
+            "backend_made_s": since(marks, "backend_made", t_cell), "warm_end_s": since({"w": warm_end}, "w", t_cell),
+            "first_live_after_warm_s": since(marks, "first_live_drawn", warm_end),
+            "live_complete_after_warm_s": since(marks, "first_live_complete", warm_end)}
+
+
+def child(out: Path) -> None:
+    """Run the cell in this (fresh) process, wait for the live panel, write the timings to `out`."""
+    source = first_code_cell()
+    ns = {"display": lambda *a, **k: None, "__name__": "__main__"}
+    t_cell = time.perf_counter()
+    exec(compile(source, "notebook 01, first code cell", "exec"), ns)  # noqa: S102 - the notebook's own cell
+    t_returned = time.perf_counter()
+    explorer, backend = ns["explorer"], ns["backend"]
+    live = explorer.wait_live(LIVE_TIMEOUT_S)
+    rec = timings(t_cell, t_returned, dict(explorer.marks), getattr(backend, "warm_ended_at", None))
+    rec.update(mode=explorer.mode, live_complete=live, warm_parts=getattr(backend, "warm_parts", {}),
+               warm_error=repr(getattr(backend, "warm_error", None) or "") or None)
+    explorer.close()
+    out.write_text(json.dumps(rec, indent=1))
+
+
+def run_child(cache: str, env_extra: dict) -> dict:
     with tempfile.TemporaryDirectory(prefix="dspark-cold-") as d:
-        env = {**os.environ, "DSPARK_CACHE": d, **env_extra}
         out = Path(d) / "out.json"
-        r = subprocess.run([sys.executable, __file__, "--child", str(out)] + args, env=env,
-                           capture_output=True, text=True, timeout=CASE_TIMEOUT_S)
+        env = {**os.environ, "DSPARK_CACHE": cache, **env_extra}
+        r = subprocess.run([sys.executable, "-m", "studies.live_panel.cold_start", "--child", str(out)], cwd=ROOT,
+                           env=env, capture_output=True, text=True, timeout=CASE_TIMEOUT_S)
         if r.returncode != 0 or not out.exists():
             return {"error": (r.stderr or r.stdout)[-2000:]}
         return json.loads(out.read_text())
 
 
+def summarise(cases: dict) -> dict:
+    """Per timing: the cold process's, the warm processes' median, and each target met in every process."""
+    warm = [c for k, c in cases.items() if k.startswith("warm") and "error" not in c]
+    cold = cases.get("cold", {})
+    out = {}
+    for key in ("first_figure_s", "cell_s", "warm_end_s", "first_live_after_warm_s", "live_complete_after_warm_s"):
+        vals = [c[key] for c in warm if c.get(key) is not None]
+        out[key] = {"cold": cold.get(key), "warm_median": statistics.median(vals) if vals else None}
+    ok = [c for c in cases.values() if "error" not in c]
+    out["checks"] = {k: bool(ok) and all(c.get(k) is not None and c[k] <= t for c in ok) for k, t in TARGETS_S.items()}
+    return out
+
+
+def table(summary: dict) -> str:
+    lines = [f"{'measure':34s} {'cold':>7s} {'warm (median of ' + str(WARM_PROCESSES) + ')':>20s}  target"]
+    for key, v in summary.items():
+        if key == "checks":
+            continue
+        fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+        target = f"<= {TARGETS_S[key]:g} s: {'met' if summary['checks'][key] else 'MISSED'}" if key in TARGETS_S else ""
+        lines.append(f"{key:34s} {fmt(v['cold']):>7s} {fmt(v['warm_median']):>20s}  {target}")
+    return "\n".join(lines)
+
+
+def gpu_slug(gpu: str) -> str:
+    name = gpu.replace("NVIDIA", "").strip().lower()
+    return "-".join(name.split()) or "cpu"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cpu-dry-run", action="store_true", help="tiny model on CPU: the code path, no GPU numbers")
-    ap.add_argument("--child", help=argparse.SUPPRESS)
-    ap.add_argument("--case", default="detail", help="detail, cprofile, backend or panel (default: %(default)s)")
-    ap.add_argument("--variant", default="as-is", help="the detail path with one change (default: %(default)s)")
+    ap.add_argument("--cpu-dry-run", action="store_true", help="on CPU: the code path, recorded only (no live figure)")
+    ap.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
-        if os.environ.get("DSPARK_COLD_SWITCH_S"):  # a shorter GIL switch interval (CPython's default: 5 ms)
-            sys.setswitchinterval(float(os.environ["DSPARK_COLD_SWITCH_S"]))
-        if a.case == "detail":
-            res = detail(a.cpu_dry_run, a.variant, with_cprofile=False)
-        elif a.case == "cprofile":
-            res = detail(a.cpu_dry_run, a.variant, with_cprofile=True)
-        else:
-            res = backend_case(a.cpu_dry_run, a.case == "panel")
-        Path(a.child).write_text(json.dumps(res, indent=1))
+        child(a.child)
         return 0
-    dry = ["--cpu-dry-run"] if a.cpu_dry_run else []
+    t0 = time.perf_counter()
+    env = {"DSPARK_LAB_MODE": "recorded"} if a.cpu_dry_run else {}
     if not a.cpu_dry_run:
-        subprocess.run([sys.executable, "-c", PRIMER], timeout=CASE_TIMEOUT_S)
-    sw = {"DSPARK_COLD_SWITCH_S": "0.0002"}
-    cases = {  # the variants interleaved: host speed drifts within a call
-        "detail 1": (["--case", "detail"], {}),
-        "detail no-fp32": (["--case", "detail", "--variant", "no-fp32"], {}),
-        "detail warmed 1": (["--case", "detail", "--variant", "warmed"], {}),
-        "detail warmed switch": (["--case", "detail", "--variant", "warmed"], sw),
-        "detail warmed 2": (["--case", "detail", "--variant", "warmed"], {}),
-        "backend 1": (["--case", "backend"], {}),
-        "backend switch 1": (["--case", "backend"], sw),
-        "backend 2": (["--case", "backend"], {}),
-        "backend switch 2": (["--case", "backend"], sw),
-    }
-    try:
-        import ipywidgets  # noqa: F401
-        for i in (1, 2, 3):
-            cases[f"panel {i}"] = (["--case", "panel"], {})
-            cases[f"panel switch {i}"] = (["--case", "panel"], sw)
-    except ImportError:
-        pass
-    results = {}
-    for label, (args, env) in cases.items():
-        t = time.perf_counter()
-        results[label] = run_child(args + dry, env)
-        results[label]["wall_s"] = time.perf_counter() - t
-        print(f"[{label}] {results[label]['wall_s']:.1f} s", flush=True)
-    from dspark_lab.measure.probe import fingerprint  # after the cases: this process stays torch-free till now
+        subprocess.run([sys.executable, "-c", PRIMER], timeout=CASE_TIMEOUT_S, check=True)
+    cases = {}
+    with tempfile.TemporaryDirectory(prefix="dspark-cold-cache-") as cache:
+        for label in ["cold", *(f"warm {i}" for i in range(1, WARM_PROCESSES + 1))]:
+            cases[label] = run_child(cache, env)
+            print(f"[{label}] " + ("ERROR " + cases[label]["error"][-300:] if "error" in cases[label] else
+                                   f"first figure {cases[label]['first_figure_s']:.2f} s, mode {cases[label]['mode']}"), flush=True)
+    from dspark_lab.measure.probe import fingerprint  # after the cases: this process stayed torch-free
 
-    record = {"what": "where the cold first figure's time goes (studies/live_panel/cold_start.py)",
-              "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "fingerprint": fingerprint(), "cases": results}
-    out = Path(os.environ.get("OUT", "out")) / "cold-start"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "cold.json").write_text(json.dumps(record, indent=1))
-    for label, r in results.items():
-        if "error" in r:
-            print(f"{label}: ERROR {r['error'][-600:]}")
-        elif "parts" in r:
-            print(f"--- {label}: total {r['total_s']:.3f} s (imports {r['imports_s']:.2f} s)")
-            for p, s, gap in r["parts"]:
-                if p.startswith("("):
-                    print(f"  {p:28s} {s:8.2f}      {gap * 1e3:7.1f} ms")
-                else:
-                    print(f"  {p:28s} {s * 1e3:8.1f} ms   longest GIL gap {gap * 1e3:7.1f} ms")
-            print("  inner: " + "; ".join(f"{k} {v}" for k, v in r["inner"].items()))
-        else:
-            print(f"--- {label}: " + ", ".join(f"{m} {t:.3f}" for m, t in r["marks"]) + f"  warm {r['warm_parts']}")
+    fp, now = fingerprint(), datetime.now(timezone.utc)
+    summary = summarise(cases)
+    record = {"what": "notebook 01's first code cell in a fresh process: the recorded panel's first figure, "
+                      "then the live panel in its place (studies/live_panel/cold_start.py)",
+              "script": "studies/live_panel/cold_start.py" + (" --cpu-dry-run" if a.cpu_dry_run else ""),
+              "recorded_at": now.isoformat(timespec="seconds"), "fingerprint": fp, "targets_s": TARGETS_S,
+              "summary": summary, "cases": cases, "wall_s": time.perf_counter() - t0}
+    sub = "live-cold-start-cpu-dry-run" if a.cpu_dry_run else "live-cold-start"
+    path = (Path(os.environ.get("OUT", "out")) / sub / "data" / "machines"
+            / f"{gpu_slug(str(fp.get('gpu')))}-live-cold-start-{now:%Y%m%d-%H%M}.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, default=str))
+    print(f"wrote {path}" + (" (CPU dry run: not for committing)" if a.cpu_dry_run else f" (commit as data/machines/{path.name})"))
+    print(table(summary))
     return 0
 
 

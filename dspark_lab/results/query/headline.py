@@ -24,6 +24,9 @@ HEADLINE_RULE = (
     "against the fastest other strategy, paired by trial round; the headline ratio device_direct / "
     "non_blocking per trial round, over rounds where neither trial is disturbed, with its 95% CI "
     f"(no CI from fewer than {noise.MIN_QUIET_ROUNDS} quiet rounds: the count is printed instead). "
+    f"A run whose headline pair has fewer than {noise.MIN_QUIET_ROUNDS} quiet rounds there (no CI) is passed over "
+    "in favour of the most recent run of the machine that has them, and the line names each run passed over; "
+    "where no run has them the most recent stands, without a CI. "
     "A run disturbed as a whole at the point (results.noise.RUN_RULE) is skipped in favour of the most "
     "recent undisturbed run of the machine holding it, and the line says which run was skipped and why; "
     "a machine with no undisturbed run gets no headline, and a run that has neither another run of its "
@@ -55,6 +58,8 @@ class Headline:
                 line += f" ({e['disturbed_left_out']} disturbed trials left out)"
             for sk in e.get("skipped_runs", []):
                 line += f"; skipped {sk['label']} (disturbed run: {sk['reason']})"
+            for po in e.get("passed_over", []):
+                line += f"; passed over {po['label']} (newer, {po['quiet_rounds']} quiet rounds: no CI)"
             if e.get("not_judged"):
                 line += f"; this run {e['not_judged']}"
             out.append(line)
@@ -120,7 +125,7 @@ def headline(runs: "RunData", baseline: str = BASELINE) -> Headline:
     alone = {(str(r), p) for r, p, why in zip(rd["run_id"], rd["point_id"], rd["run_disturbed_reason"])
              if why == noise.CANNOT_JUDGE_ALONE}
     for _, m in machines.groupby(list(MACHINE_KEYS), sort=True):
-        skipped = []
+        skipped, candidates = [], []
         for rid in runs.newest_started(m["run_id"]):
             rows = _reference_rows(runs, rid, ref_ep)
             if rows is None:
@@ -129,12 +134,31 @@ def headline(runs: "RunData", baseline: str = BASELINE) -> Headline:
             if why:
                 skipped.append({"run_id": rid, "label": runs.label_of(rid), "reason": why})
                 continue
-            entry = _entry(runs, rid, rows, skipped, baseline)
+            entry = _entry(runs, rid, rows, list(skipped), baseline)
             if (rid, rows["point_id"].iloc[0]) in alone:
                 entry["not_judged"] = noise.CANNOT_JUDGE_ALONE
-            head.entries.append(entry)
-            break
-        else:
-            if skipped:
-                head.withheld.append({"label": skipped[0]["label"], "skipped_runs": skipped})
+            candidates.append(entry)
+            if _meets_the_standard(entry):
+                break
+        if candidates:
+            head.entries.append(_chosen(candidates))
+        elif skipped:
+            head.withheld.append({"label": skipped[0]["label"], "skipped_runs": skipped})
     return head
+
+
+def _meets_the_standard(entry: dict) -> bool:
+    """The headline's own standard: its ratio from at least MIN_QUIET_ROUNDS quiet rounds (a CI)."""
+    ratio = entry.get("ratio")
+    return bool(ratio) and ratio.get("quiet_rounds", 0) >= noise.MIN_QUIET_ROUNDS and ratio.get("ci_low") is not None
+
+
+def _chosen(candidates: list) -> dict:
+    """The newest candidate that meets the standard, naming the newer ones passed over; the newest
+    candidate when none meets it (its line says it has no CI)."""
+    if not _meets_the_standard(candidates[-1]):
+        return candidates[0]
+    chosen = candidates[-1]
+    chosen["passed_over"] = [{"run_id": e["run_id"], "label": e["label"],
+                              "quiet_rounds": (e.get("ratio") or {}).get("quiet_rounds", 0)} for e in candidates[:-1]]
+    return chosen
