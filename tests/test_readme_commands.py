@@ -123,8 +123,12 @@ def test_the_sglang_environment_s_build_time_is_stated_once_in_the_readme():
 
 
 def _cases() -> list:
-    return [pytest.param(cmd, how, marks=[pytest.mark.cuda] if how.cpu is None else [], id=cmd[:80])
-            for cmd, how in HOW.items()]
+    """Each command as a case: `cuda` where it runs only there, `readme_job` where it measures on a GPU
+    (minutes: the device round runs these as a stage of their own, not inside the CUDA suite)."""
+    def marks(how: How) -> list:
+        return ([pytest.mark.cuda] if how.cpu is None else []) + \
+            ([pytest.mark.readme_job] if how.cpu is None or how.cuda is not None else [])
+    return [pytest.param(cmd, how, marks=marks(how), id=cmd[:80]) for cmd, how in HOW.items()]
 
 
 def _env(tmp: Path, run: Run) -> dict:
