@@ -6,6 +6,8 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
+from dspark_lab.results.record.shown import one_line
+
 EP_MODE_LABELS = {"real": "real ranks", "predicate_only": "one GPU, predicate only", "predicted": "predicted"}
 
 
@@ -73,8 +75,9 @@ def run_labels(headers: Sequence[dict], rows: pd.DataFrame, kinds: Optional[dict
 
     def label(rid: str, width: int) -> str:
         i = info[rid]
-        if i.get("name"):  # the name given at record time, as given (the time added only to break ties)
-            return str(i["name"]) if width == 16 else f"{i['name']} · {_when(i['at'], width)}"
+        if i.get("name"):  # the name given at record time, one line (the time added only to break ties)
+            name = one_line(i["name"])
+            return name if width == 16 else f"{name} · {_when(i['at'], width)}"
         who = short_gpu(i["gpu"])
         w = world.get(rid)
         if isinstance(w, int) and w > 1:
