@@ -27,7 +27,7 @@ from dspark_lab.parallel import checks
 from dspark_lab.parallel.measure import RankCase, measure_ranks, unfinished_rows
 from dspark_lab.parallel.spec import PointResult
 from dspark_lab.config import DEFAULT_TIMEOUT_S
-from dspark_lab.parallel.ranks import RankContext, init_rank
+from dspark_lab.parallel.ranks import RankContext, env_int, init_rank
 from dspark_lab.parallel.run import create_writer, reference_args
 from dspark_lab.parallel.workers import apply_nccl_safe_env, die_with_parent, resolve_backend
 
@@ -52,6 +52,8 @@ def join_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
                          "for the single-host worker group")
     if timeout_s <= 0:
         raise ValueError(f"--timeout-s must be > 0; got {timeout_s!r}")
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):  # each named when it is not an integer, before anything starts
+        env_int(name, None, 1 if name == "WORLD_SIZE" else 0)
     die_with_parent(os.getppid())  # no rank outlives its agent (a killed node takes its ranks with it)
     apply_nccl_safe_env()
     return init_rank(resolve_backend(backend), timeout_s)
