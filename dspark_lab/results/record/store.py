@@ -106,6 +106,8 @@ def _dumps(record: dict) -> str:
 def _read_checked(path: Path) -> records.FileRecords:
     """A run file's records for resuming or its header; SchemaVersionError / ValueError if unusable."""
     recs = records.read_file(path)
+    if recs.header_line is None and recs.unreadable is not None:  # not read at all (a FIFO, a device, too large)
+        raise ValueError(f"{path}: {recs.unreadable}")
     if recs.header_line is not None and recs.header is None:
         # read_file skipped the file: say why, as an error (resume must not append to it).
         with warnings.catch_warnings():
