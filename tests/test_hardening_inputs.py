@@ -35,6 +35,7 @@ from helpers import inspect_record as synthetic_record
 from test_cli import fake_runner, run_main  # noqa: F401 - fake_runner: a fixture
 from test_hardening_load import ROWS_PER_FILE, _entry, _quiet_load, _settled, two  # noqa: F401 - two: a fixture
 from test_loading_reliability import base, lines, patch_header, patch_row, put, rows_of, timelines_of
+from test_torchrun import TINY as TORCHRUN_TINY, TOKEN_ENV, _free_port, token  # noqa: F401 - token: a fixture
 
 REPO = Path(__file__).resolve().parents[1]
 HANG_DEADLINE_S = 120.0  # only a real hang reaches it (a load here takes well under a second)
@@ -540,3 +541,17 @@ def test_7_an_unknown_kind_is_echoed_bounded_and_escaped(tmp_path):
     got = _quiet_load(path, cache=False)
     assert got.warnings[0] == (f"{path}:2: record of unknown kind '\\u202e\\x1b[2JAAAAAAAAAAAAAAA', skipped "
                                "(known: header, row, timeline, point)")
+
+
+def test_6_a_torchrun_agent_whose_peer_never_comes_ends_at_the_join_timeout_the_docs_give(tmp_path, token):
+    # docs/hardening.md: the agent's rendezvous is bounded by --rdzv-conf join_timeout (the rank's own
+    # waits by --timeout-s); one node of two started, the other never comes.
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
+           f"--rdzv-endpoint=127.0.0.1:{_free_port()}", f"--rdzv-id={token[:8]}", "--rdzv-conf", "join_timeout=5",
+           "--max-restarts=0", "-m", "dspark_lab.cli", "ep", "--launcher", "torchrun", *TORCHRUN_TINY, "--timeout-s", "5",
+           "--out", str(tmp_path / "r.jsonl")]
+    env = {**os.environ, "PYTHONPATH": str(REPO), TOKEN_ENV: token, "OMP_NUM_THREADS": "1"}
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=HANG_DEADLINE_S, stdin=subprocess.DEVNULL)
+    assert p.returncode != 0
+    assert "RendezvousTimeoutError" in p.stderr
+    assert not (tmp_path / "r.jsonl").exists()

@@ -1,7 +1,10 @@
 """The EP measurement under torchrun (or any launcher that sets torch.distributed's environment).
 
-`torchrun --nnodes=N --nproc-per-node=M --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --no-python
-dspark-lab ep --launcher torchrun ...` starts every rank itself; this module is what each rank runs.
+`torchrun --nnodes=N --nproc-per-node=M --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --rdzv-conf
+join_timeout=T --no-python dspark-lab ep --launcher torchrun --timeout-s T ...` starts every rank
+itself; this module is what each rank runs. A rank waits at most --timeout-s to join and in any one
+collective; the agent's rendezvous, before any rank starts, is bounded by torchrun's join_timeout
+(600 s unless given).
 It is the second launcher of one per-rank code path: ranks join through ranks.init_rank, measure
 with measure.measure_ranks (which gathers every rank's rows to rank 0 over the process group),
 and check against the one-process reference with checks.equivalence, exactly as the single-host
