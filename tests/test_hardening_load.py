@@ -275,7 +275,7 @@ GOOD_REAL = REAL / "h200x2-ep-predicted-20261130-165513-87405c.jsonl"  # the sma
 VICTIM_REAL = REAL / "h200x2-ep-predicted-20261130-174843-0fab00.jsonl"
 # The values that broke loads before drawn as often as arbitrary JSON, so 15 examples meet them.
 NASTY = [10**400, -(10**400), 2**63, [1], {"a": 1}, [[[]]], float("inf"), float("nan"), None, "", "\x1b]0;x\x07",
-         "\udcff", True, 0, -1, -5.79, 7, "a\nb\u202ec"]
+         "\udcff", True, 0, -1, -5.79, 7, "a\nb\u202ec", {"gpu": "G\nFAKE\u202e", "driver": "1"}]
 JSON_VALUES = st.sampled_from(NASTY) | st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(10**400), max_value=10**400)
     | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=30),

@@ -92,13 +92,8 @@ def secret() -> Optional[bytes]:
 def _read_or_make_secret(path: Path) -> Optional[bytes]:
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(32))
+        if not os.path.lexists(path):
+            _make_secret(path)
         with open_regular(path) as f:
             st = os.fstat(f.fileno())
             if st.st_uid != os.getuid() or st.st_mode & 0o077 or os.path.islink(path):
@@ -107,6 +102,21 @@ def _read_or_make_secret(path: Path) -> Optional[bytes]:
     except OSError:
         return None
     return text if len(text) >= 32 else None
+
+
+def _make_secret(path: Path) -> None:
+    """Written whole beside it, then linked into place: a process racing this one reads the winner's, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(tmp)
 
 
 def _mac(data: bytes) -> str:

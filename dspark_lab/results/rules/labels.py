@@ -74,10 +74,12 @@ def run_labels(headers: Sequence[dict], rows: pd.DataFrame, kinds: Optional[dict
     world = {str(h.get("run_id")): h.get("world_size") for h in headers}
 
     def label(rid: str, width: int) -> str:
+        return one_line(_label(rid, width))  # every part comes from a run file: shown as one line
+
+    def _label(rid: str, width: int) -> str:
         i = info[rid]
-        if i.get("name"):  # the name given at record time, one line (the time added only to break ties)
-            name = one_line(i["name"])
-            return name if width == 16 else f"{name} · {_when(i['at'], width)}"
+        if i.get("name"):  # the name given at record time (the time added only to break ties)
+            return str(i["name"]) if width == 16 else f"{i['name']} · {_when(i['at'], width)}"
         who = short_gpu(i["gpu"])
         w = world.get(rid)
         if isinstance(w, int) and w > 1:
