@@ -333,8 +333,9 @@ def no_host_syncs(*, allow: Iterable[str] = (), count: bool = False, strict: boo
             or not all(isinstance(a, str) for a in allow):
         raise TypeError(f"allow must be a list or tuple of site patterns (strings), e.g. [\"lib/x.py:99\"]; "
                         f"got {type(allow).__name__} {allow!r:.80}")
-    if not isinstance(strict, bool):
-        raise TypeError(f"strict must be True or False; got {type(strict).__name__} {strict!r:.40}")
+    for name, flag in (("count", count), ("strict", strict)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False; got {type(flag).__name__} {flag!r:.40}")
     allow = tuple(allow)
     report = SyncReport()
     if not torch.cuda.is_available():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 import warnings
@@ -18,6 +19,7 @@ from dspark_lab.model import calibration, workload
 from dspark_lab.results import Runs
 from dspark_lab.results.loading import cache as run_cache
 from dspark_lab.results.loading.load import DataWarning, load
+from dspark_lab.results.record import rows as rows_schema
 from dspark_lab.results.record.paths import SettingError
 from test_loading_reliability import base, lines, patch_row, put
 
@@ -273,14 +275,18 @@ GOOD_REAL = REAL / "h200x2-ep-predicted-20261130-165513-87405c.jsonl"  # the sma
 VICTIM_REAL = REAL / "h200x2-ep-predicted-20261130-174843-0fab00.jsonl"
 # The values that broke loads before drawn as often as arbitrary JSON, so 15 examples meet them.
 NASTY = [10**400, -(10**400), 2**63, [1], {"a": 1}, [[[]]], float("inf"), float("nan"), None, "", "\x1b]0;x\x07",
-         "\udcff", True]
+         "\udcff", True, 0, -1, -5.79, 7, "a\nb\u202ec", {"gpu": "G\nFAKE\u202e", "driver": "1"}]
 JSON_VALUES = st.sampled_from(NASTY) | st.recursive(
     st.none() | st.booleans() | st.integers(min_value=-(10**400), max_value=10**400)
     | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=30),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12)
 FIELDS = ["kind", "point_id", "strategy", "status", "attempt", "trial", "step_ms", "rank", "dispatch", "rank_case",
-          "ep_mode", "run_id", "fingerprint", "schema_version", "segments", "n_rows", "__json__x", "sweep", "error"]
+          "ep_mode", "run_id", "fingerprint", "schema_version", "segments", "n_rows", "__json__x", "sweep", "error",
+          # ranges (rows.POSITIVE, rows.NONNEGATIVE) and the header fields labels and recordings read
+          "batch_size", "ep_size", "gamma", "steps", "local_rank", "node_rank", "world_size", "syncs_per_step",
+          "gpu_idle_sync_caused_ms", "host_work_ms", "step_ms_max_rank", "name", "launcher", "recording_id",
+          "run_kind", "created_at"]
 NAMES = st.binary(min_size=1, max_size=20).map(lambda b: os.fsdecode(b.replace(b"/", b"_").replace(b"\0", b"_")))
 
 
@@ -294,7 +300,7 @@ def _damage(data: bytes, how: tuple) -> bytes:
             rec = json.loads(ls[i])
             rec[field] = value
             ls[i] = json.dumps(rec).encode()
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, RecursionError):  # a line already nested past the parser's depth
             pass
     elif kind == "cut":
         return data[: arg % (len(data) + 1)]
@@ -339,6 +345,24 @@ def test_fuzz_random_damage_never_raises_out_of_load_and_never_loses_a_good_file
             got = _quiet_load(folder, cache=Path(tmp) / "cache")
             good = got.rows[got.rows["run_id"] == want["run_id"].iloc[0]].reset_index(drop=True)
             pd.testing.assert_frame_equal(good[list(want.columns)], want, check_dtype=False)
+            _assert_in_range(got.rows)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DataWarning)
+            runs = Runs.load(folder, cache=Path(tmp) / "cache")
+        info = runs.run_info()  # labels, kinds and recordings built from whatever header loaded
+        assert not any(_UNSAFE.search(str(v)) for v in [*info["label"], *info["name"], *info["file"]])
+
+
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u202e]")
+
+
+def _assert_in_range(rows: pd.DataFrame) -> None:
+    """No loaded row holds a value outside its column's range."""
+    for col in rows_schema.POSITIVE + rows_schema.NONNEGATIVE:
+        if col in rows.columns:
+            v = pd.to_numeric(rows[col], errors="coerce").dropna()
+            bad = v[v <= 0] if col in rows_schema.POSITIVE else v[v < 0]
+            assert bad.empty, f"{col}: {list(bad)[:3]} loaded"
 
 
 _GOOD: list = []

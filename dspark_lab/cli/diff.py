@@ -13,7 +13,7 @@ from pathlib import Path
 
 from dspark_lab.cli.inspect import (EXIT_BAD_TARGET, EXIT_CANNOT_WRITE, EXIT_OK, TARGET_HELP, add_measure_options,
                                     err, outputs, stem)
-from dspark_lab.cli.options import HelpFormatter
+from dspark_lab.cli.options import HelpFormatter, file_stem
 from dspark_lab.results.analyses import step_diff, verdict
 from dspark_lab.results.record import inspect_record
 from dspark_lab.results.record.output import OutputError, check_output, write_text_safely
@@ -38,7 +38,7 @@ def add_diff_parser(sub) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
                    help="folder for <name>.md and, for two targets, their records <name>-before/-after.json")
-    o.add_argument("--name", default=None, metavar="NAME", help="file name stem (default: both callables and the time)")
+    o.add_argument("--name", default=None, metavar="NAME", type=file_stem, help="file name stem (default: both callables and the time)")
     o.add_argument("--json", action="store_true", help="print the diff as JSON instead of the table")
     p.set_defaults(func=cmd_diff)
 

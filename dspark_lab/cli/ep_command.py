@@ -6,7 +6,7 @@ import os
 import sys
 
 from dspark_lab.cli.ep import CONFIG_FIELDS, DEFAULT_WORLD, max_cpu_world
-from dspark_lab.cli.exits import EXIT_CANNOT_WRITE, EXIT_FAILED, EXIT_OK
+from dspark_lab.cli.exits import EXIT_CANNOT_WRITE, EXIT_FAILED, EXIT_OK, sigterm_as_interrupt
 from dspark_lab.cli.terminal import err, say
 from dspark_lab.config import LabConfig
 from dspark_lab.parallel import torchrun
@@ -60,8 +60,14 @@ def _on_point(d: str, r) -> None:
 
 
 def cmd_ep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    if args.launcher == "torchrun":
-        return _cmd_ep_torchrun(args, parser)
+    # SIGTERM (timeout, Slurm) ends the command as Ctrl-C does: no header-only run file, no rank left.
+    with sigterm_as_interrupt():
+        if args.launcher == "torchrun":
+            return _cmd_ep_torchrun(args, parser)
+        return _cmd_ep_workers(args, parser)
+
+
+def _cmd_ep_workers(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     cfg, cases = check_ep_args(args, parser)
     try:
         res = run_ep(cfg, args.world, args.dispatch, cases, out=args.out, backend=args.backend,

@@ -14,7 +14,7 @@ import re
 import sys
 from pathlib import Path
 
-from dspark_lab.cli.options import HelpFormatter, float_in, int_in
+from dspark_lab.cli.options import HelpFormatter, file_stem, float_in, int_in
 from dspark_lab.results.analyses import verdict as verdict_line
 from dspark_lab.results.record import inspect_record
 from dspark_lab.results.record.output import OutputError, check_output
@@ -55,7 +55,7 @@ def add_inspect_parser(sub) -> None:
     o = p.add_argument_group("output")
     o.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR",
                    help="folder for <name>.json and <name>.html")
-    o.add_argument("--name", default=None, metavar="NAME", help="file name stem (default: the callable and the time)")
+    o.add_argument("--name", default=None, metavar="NAME", type=file_stem, help="file name stem (default: the callable and the time)")
     o.add_argument("--guard", action="store_true", help="exit 1 on any host sync that --allow does not name")
     o.add_argument("--strict", action="store_true", help="with --guard: exit 1 without CUDA (nothing could be checked)")
     o.add_argument("--json", action="store_true", help="print the record as JSON instead of the report")

@@ -14,10 +14,11 @@ from dspark_lab.cli.doctor import add_doctor_parser
 from dspark_lab.cli.ep import add_ep_parser
 # The exit statuses, also importable from here (tests and scripts name them as main.EXIT_*).
 from dspark_lab.cli.exits import (EXIT_BUSY, EXIT_CANNOT_WRITE, EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED,  # noqa: F401
-                                  EXIT_OK, EXIT_REFUSED, EXIT_USAGE, hold_interrupts)
+                                  EXIT_OK, EXIT_REFUSED, EXIT_TERMINATED, EXIT_USAGE, Terminated, hold_interrupts)
 from dspark_lab.cli.inspect import add_inspect_parser
 from dspark_lab.cli.options import DEFAULT_TIME_CAP_S, HelpFormatter, add_sweep_config_options, float_in
 from dspark_lab.cli.report_command import cmd_report
+from dspark_lab.cli.startup import started
 from dspark_lab.cli.terminal import err as _err
 from dspark_lab.cli.verify import add_verify_parser
 from dspark_lab.results.record import paths, store
@@ -162,12 +163,13 @@ def cmd_ep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 # ---------------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    # The subcommand's own parser, so that its errors print its usage.
-    sub = next(a for a in parser._subparsers._group_actions if isinstance(a, argparse._SubParsersAction))
-    subparser = sub.choices[args.command]
     try:
+        started()  # Ctrl-C is a KeyboardInterrupt again (cli/startup.py), handled below
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        # The subcommand's own parser, so that its errors print its usage.
+        sub = next(a for a in parser._subparsers._group_actions if isinstance(a, argparse._SubParsersAction))
+        subparser = sub.choices[args.command]
         return int(args.func(args, subparser) or 0)
     except store.SchemaVersionError as e:
         _err(str(e))
@@ -178,6 +180,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except paths.SettingError as e:  # DSPARK_DATA or DSPARK_CACHE unusable (also a cache inside the runs)
         _err(str(e))
         return EXIT_USAGE
+    except Terminated:
+        hold_interrupts()
+        _err("terminated (SIGTERM)")
+        return EXIT_TERMINATED
     except KeyboardInterrupt:
         hold_interrupts()
         _err("interrupted")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dspark_lab.results.facts import strategy_table
+from dspark_lab.results.record.paths import file_name_part
 from dspark_lab.cli.lists import allowed_values, parse_ints, parse_strategies
 from dspark_lab.config import FIELDS, choices_of, type_of
 from dspark_lab.run.sweep_spec import GRID_FIELDS, PRESETS, SweepSpec, SweepSpecError
@@ -49,6 +50,14 @@ def _number_in(cast: Callable[[str], float], what: str, lo: float, hi: float) ->
         return v
 
     return parse
+
+
+def file_stem(text: str) -> str:
+    """--name: one file name inside the chosen folder (results.record.paths.file_name_part)."""
+    try:
+        return file_name_part(text, "name")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def float_in(lo: float, hi: float) -> Callable[[str], float]:

@@ -44,6 +44,14 @@ def _interrupted(path: Path) -> int:
 def _run(spec: SweepSpec, writer: store.RunWriter, *, progress: bool, retry_failed: bool = False,
          save_traces: bool = False, measure=None) -> int:
     say(f"run file: {writer.path}", file=sys.stderr)
+    if save_traces:
+        try:
+            writer.traces_folder()  # before measuring: a file or a link in its place is said now
+        except (store.RunPathError, OSError) as e:
+            writer.discard_if_empty()
+            writer.close()
+            _err(f"--save-traces: {e if isinstance(e, store.RunPathError) else f'cannot make a traces folder ({e.strerror or e})'}")
+            return EXIT_CANNOT_WRITE
     print(f"sweep: {spec.describe()}", file=sys.stderr)
     try:
         summary = run_sweep(spec, writer, measure=measure, progress=progress,
@@ -55,7 +63,7 @@ def _run(spec: SweepSpec, writer: store.RunWriter, *, progress: bool, retry_fail
         return _interrupted(writer.path)
     except OSError as e:  # a full disk or file size limit mid-point: the torn block was cut off
         writer.close()
-        _err(f"cannot write {writer.path} ({e.strerror or e}); every finished point is saved; "
+        _err(f"cannot write {e.filename or writer.path} ({e.strerror or e}); every finished point is saved; "
              f"free space, then resume with: dspark-lab sweep --resume --out {writer.path}")
         return EXIT_CANNOT_WRITE
     writer.close()

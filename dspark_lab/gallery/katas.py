@@ -75,10 +75,9 @@ def names() -> tuple[str, ...]:
 
 
 def kata(name: str) -> Kata:
-    try:
-        return KATAS[name]
-    except KeyError:
-        raise ValueError(f"kata must be one of {', '.join(KATAS)}; got {name!r}") from None
+    if not isinstance(name, str) or name not in KATAS:
+        raise ValueError(f"kata must be one of {', '.join(KATAS)}; got {name!r:.60}")
+    return KATAS[name]
 
 
 def _helpers_of(fn: Callable) -> list[str]:

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Optional
 
 from dspark_lab.results.record.paths import CACHE_ENV, SettingError, cache_setting  # noqa: F401 - CACHE_ENV: its name
+from dspark_lab.results.record.regular_files import lexists_not_regular, read_regular
 
 FILE_NAME = "calibration.json"
+LIMIT = 1 << 20  # bytes read at most: a few small dicts (a FIFO or /dev/zero there is a miss, never a hang)
 _LOCK = threading.Lock()
 
 
@@ -41,9 +43,9 @@ def _read_all() -> dict:
     if path is None:
         return {}
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return {}  # missing or corrupt: a miss; store() rewrites the file
+        data = json.loads(read_regular(path, LIMIT).decode("utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return {}  # missing, corrupt, a FIFO, a device or too large: a miss; store() rewrites the file
     return data if isinstance(data, dict) else {}
 
 
@@ -76,6 +78,8 @@ def store(key: str, values: dict) -> bool:
         folder = cache_dir()
         if folder is None:
             return False
+        if lexists_not_regular(cache_file()):
+            return False  # a FIFO, a device or a link there is not the kit's: never replaced
         try:
             folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".calibration-", suffix=".json")

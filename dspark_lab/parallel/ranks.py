@@ -87,12 +87,30 @@ def nccl_version() -> Optional[str]:
     return ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
 
 
+def env_int(name: str, default, minimum: int) -> int:
+    """The integer environment variable `name` (`default` when unset), or ValueError naming it."""
+    text = os.environ.get(name)
+    if text is None and default is not None:
+        return default
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise ValueError(f"{name}={str(text)[:40]!r} is not an integer (the launcher sets it: an integer "
+                         f">= {minimum})") from None
+    if value < minimum:
+        raise ValueError(f"{name}={value} is out of range (an integer >= {minimum})")
+    return value
+
+
 def init_rank(backend: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> RankContext:
     """Join the group described by RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT (and LOCAL_RANK /
     GROUP_RANK where set). A rank that cannot join within `timeout_s` fails naming the endpoint."""
     env = os.environ
-    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
-    local_rank, node_rank = int(env.get("LOCAL_RANK", rank)), int(env.get("GROUP_RANK", 0))
+    world = env_int("WORLD_SIZE", None, 1)
+    rank = env_int("RANK", None, 0)
+    if rank >= world:
+        raise ValueError(f"RANK={rank} is not below WORLD_SIZE={world} (ranks are 0 to WORLD_SIZE-1)")
+    local_rank, node_rank = env_int("LOCAL_RANK", rank, 0), env_int("GROUP_RANK", 0, 0)
     timeout = timedelta(seconds=timeout_s)
     try:
         if backend == "nccl":

@@ -1,7 +1,10 @@
 """The EP measurement under torchrun (or any launcher that sets torch.distributed's environment).
 
-`torchrun --nnodes=N --nproc-per-node=M --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --no-python
-dspark-lab ep --launcher torchrun ...` starts every rank itself; this module is what each rank runs.
+`torchrun --nnodes=N --nproc-per-node=M --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT --rdzv-conf
+join_timeout=T --no-python dspark-lab ep --launcher torchrun --timeout-s T ...` starts every rank
+itself; this module is what each rank runs. A rank waits at most --timeout-s to join and in any one
+collective; the agent's rendezvous, before any rank starts, is bounded by torchrun's join_timeout
+(600 s unless given).
 It is the second launcher of one per-rank code path: ranks join through ranks.init_rank, measure
 with measure.measure_ranks (which gathers every rank's rows to rank 0 over the process group),
 and check against the one-process reference with checks.equivalence, exactly as the single-host
@@ -27,7 +30,7 @@ from dspark_lab.parallel import checks
 from dspark_lab.parallel.measure import RankCase, measure_ranks, unfinished_rows
 from dspark_lab.parallel.spec import PointResult
 from dspark_lab.config import DEFAULT_TIMEOUT_S
-from dspark_lab.parallel.ranks import RankContext, init_rank
+from dspark_lab.parallel.ranks import RankContext, env_int, init_rank
 from dspark_lab.parallel.run import create_writer, reference_args
 from dspark_lab.parallel.workers import apply_nccl_safe_env, die_with_parent, resolve_backend
 
@@ -52,6 +55,8 @@ def join_from_env(backend: str = "auto", timeout_s: float = DEFAULT_TIMEOUT_S) -
                          "for the single-host worker group")
     if timeout_s <= 0:
         raise ValueError(f"--timeout-s must be > 0; got {timeout_s!r}")
+    for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):  # each named when it is not an integer, before anything starts
+        env_int(name, None, 1 if name == "WORLD_SIZE" else 0)
     die_with_parent(os.getppid())  # no rank outlives its agent (a killed node takes its ranks with it)
     apply_nccl_safe_env()
     return init_rank(resolve_backend(backend), timeout_s)

@@ -13,6 +13,7 @@ measurement are imported, so a target that does not import fails fast.
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 from typing import Iterable
 
 from dspark_lab.run import target as _target
@@ -45,18 +46,31 @@ def _measure(kind: str, loaded: list, opts: dict) -> tuple:
     return inspect_run.inspect_pair(fa, fb, targets=(ta.text, tb.text), labels=labels, source_roots=(ra, rb), **opts)
 
 
+SEND_FAILED = 3  # the worker's exit status when it cannot send its answer (its pipe closed under it)
+
+
+def _answer(kind: str, texts, opts: dict) -> tuple:
+    """("ok", records) or ("error", line): whatever the target raises, KeyboardInterrupt and
+    SystemExit included, is one line (the worker never prints a traceback above the parent's error)."""
+    try:
+        return ("ok", _measure(kind, [_load(x) for x in texts], opts))
+    except _target.TargetError as e:
+        return ("error", str(e))
+    except BaseException as e:  # noqa: BLE001 -- measuring the target failed: say so in one line
+        why = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        return ("error", f"target {' / '.join(texts)!r}: measuring it failed: {why}")
+
+
 def _worker(conn, job: tuple) -> None:
     """In the worker: load the target(s), measure, send ("ok", records) or ("error", line)."""
-    conn.send(("ready",))
     kind, texts, opts = job
     try:
-        conn.send(("ok", _measure(kind, [_load(x) for x in texts], opts)))
-    except _target.TargetError as e:
-        conn.send(("error", str(e)))
-    except Exception as e:  # noqa: BLE001 -- measuring the target failed: say so in one line
-        conn.send(("error", f"target {' / '.join(texts)!r}: measuring it failed: {type(e).__name__}: {e}"))
-    finally:
+        conn.send(("ready",))
+        answer = _answer(kind, texts, opts)
+        conn.send(answer)
         conn.close()
+    except BaseException:  # noqa: BLE001 -- the pipe is gone (a target closed the descriptors): the exit status says it
+        os._exit(SEND_FAILED)
 
 
 def run_job(job: tuple, time_limit_s: float) -> tuple:
@@ -78,6 +92,9 @@ def run_job(job: tuple, time_limit_s: float) -> tuple:
         status, payload = ours.recv()
     except EOFError:
         proc.join(10)
+        if proc.exitcode == SEND_FAILED:
+            raise _target.TargetError(names, "the worker could not send its result back (did the target close "
+                                      "file descriptors it did not open?)") from None
         raise _target.TargetError(names, f"the worker process died (exit code {proc.exitcode})") from None
     finally:
         if proc.is_alive():

@@ -17,6 +17,7 @@ from typing import Optional
 import pandas as pd
 
 from dspark_lab.results.rules.stats import compare, median_ci
+from dspark_lab.results.record import inspect_record
 from dspark_lab.results.record.sync_sites import parse_site
 
 STATUSES = ("added", "removed", "changed", "same")
@@ -86,6 +87,10 @@ def step_time_change(before: dict, after: dict) -> dict:
 
 
 def diff(before: dict, after: dict) -> dict:
+    """The change from one inspect record to another (each checked: RecordError, a ValueError,
+    naming the argument and the field)."""
+    inspect_record.validate(before, "before")
+    inspect_record.validate(after, "after")
     return {"before": before["target"], "after": after["target"], "sites": site_changes(before, after),
             "summary": summary(before, after), "step_time": step_time_change(before, after),
             "machine": _machine(before, after), "cuda": before["device"] == "cuda" and after["device"] == "cuda"}

@@ -31,6 +31,9 @@ COLUMNS = (
 
 
 def _one_point(rows: pd.DataFrame) -> pd.DataFrame:
+    if not isinstance(rows, pd.DataFrame):
+        raise TypeError(f"rows must be a pandas DataFrame of one point's rows; "
+                        f"got {type(rows).__name__}")
     df = rows
     if "status" in df.columns:
         df = df[df["status"] == "ok"]

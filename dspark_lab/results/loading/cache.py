@@ -9,13 +9,18 @@ view asks for them. The cache is verified, never trusted. An entry is used only 
         SHA-256 of the file's bytes (an edit that restores size and time is still seen),
         LOADER_VERSION, the schema versions read, and the disturbed-trial rule's version
         (results.rules.noise.RULE_VERSION: the rows hold its verdict);
-    the entry's own bytes match the SHA-256 in its sidecar (<entry>.sha256, written after it): an
-        entry rewritten or cut by anything but this module is rebuilt;
+    the entry's own bytes match the keyed hash (HMAC-SHA-256) in its sidecar (<entry>.sha256,
+        written after it), keyed by a secret of this user kept outside the cache folder
+        ($XDG_CONFIG_HOME/dspark-lab/cache-key, else ~/.config/dspark-lab/cache-key, mode 0600): an
+        entry rewritten or cut by anything but this module, or planted in a shared $DSPARK_CACHE
+        with a hash of its own, is rebuilt;
     and its row count is the one recorded in its metadata (a bundle: the sum over its files).
 
 Otherwise the run file is parsed again and the entry rewritten; a file modified in the last RACY_S
 seconds is not cached yet (its timestamp may not show a change to come). An entry that cannot be
-read (corrupt, truncated, written by another pyarrow, of another key) is ignored and rebuilt.
+read (corrupt, truncated, written by another pyarrow, of another key, a FIFO or a device, larger
+than regular_files.CACHE_ENTRY_LIMIT) is ignored and rebuilt. Without a usable secret (the key file
+cannot be made or read, or is another user's or readable by others) there is no cache.
 Entries are written to a temporary name and renamed, so a reader never sees half an entry.
 
 Loading a set of files also writes a bundle: every kept row of that set in one Parquet file, with
@@ -31,7 +36,9 @@ gives the same rows, parsed every time.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import secrets
 import os
 import tempfile
 import time
@@ -41,6 +48,7 @@ from typing import TYPE_CHECKING, Optional
 
 from dspark_lab.results.rules import noise
 from dspark_lab.results.record import schema
+from dspark_lab.results.record.regular_files import CACHE_ENTRY_LIMIT, SIDECAR_LIMIT, open_regular, read_regular
 from dspark_lab.results.record.paths import CACHE_ENV as ENV, OFF, SettingError, cache_setting  # noqa: F401 - OFF: its values
 
 if TYPE_CHECKING:
@@ -61,7 +69,58 @@ def available() -> bool:
         import pyarrow.parquet  # noqa: F401
     except ImportError:
         return False
-    return True
+    return secret() is not None
+
+
+KEY_FILE = Path("dspark-lab") / "cache-key"
+_secrets: dict = {}  # key file -> its secret, read once per process
+
+
+def key_file() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base).expanduser() / KEY_FILE
+
+
+def secret() -> Optional[bytes]:
+    """This user's cache secret (made on first use), or None when it cannot be made or trusted."""
+    path = key_file()
+    if path not in _secrets:
+        _secrets[path] = _read_or_make_secret(path)
+    return _secrets[path]
+
+
+def _read_or_make_secret(path: Path) -> Optional[bytes]:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not os.path.lexists(path):
+            _make_secret(path)
+        with open_regular(path) as f:
+            st = os.fstat(f.fileno())
+            if st.st_uid != os.getuid() or st.st_mode & 0o077 or os.path.islink(path):
+                return None  # another user's, or one others can read: its hashes prove nothing
+            text = f.read(SIDECAR_LIMIT).strip()
+    except OSError:
+        return None
+    return text if len(text) >= 32 else None
+
+
+def _make_secret(path: Path) -> None:
+    """Written whole beside it, then linked into place: a process racing this one reads the winner's, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
+        os.unlink(tmp)
+
+
+def _mac(data: bytes) -> str:
+    return hmac.new(secret() or b"", data, hashlib.sha256).hexdigest()
 
 
 def default_dir() -> Optional[Path]:
@@ -88,7 +147,7 @@ def check_outside(cache_dir: Path, folders) -> None:
 
 def _sha256_of_file(path: Path) -> str:
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO or a device in place of a run file: OSError, never a hang
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
@@ -209,13 +268,15 @@ def _read_verified(target: Path) -> Optional[tuple]:
     import pyarrow.parquet as pq
 
     try:
-        want = _sidecar(target).read_text().strip()
-        data = target.read_bytes()
-        if hashlib.sha256(data).hexdigest() != want:
-            return None  # rewritten, cut or half-replaced: rebuilt from the run files
+        want = read_regular(_sidecar(target), SIDECAR_LIMIT).strip().decode("ascii")
+        data = read_regular(target, CACHE_ENTRY_LIMIT)
+        if secret() is None or not hmac.compare_digest(_mac(data), want):
+            return None  # rewritten, cut, half-replaced or planted: rebuilt from the run files
         table = pq.read_table(pa.BufferReader(data))
         meta = json.loads((table.schema.metadata or {})[_META])
-    except Exception:  # noqa: BLE001 - any unreadable entry is rebuilt from the run file
+    except TimeoutError:  # an OSError, but an alarm's: the caller's, never swallowed
+        raise
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException):  # unreadable: rebuilt from the run file
         return None
     return (table, meta) if isinstance(meta, dict) else None
 
@@ -235,7 +296,7 @@ def _atomic_bytes(target: Path, data: bytes) -> None:
 
 
 def _atomic_write(target: Path, table) -> None:
-    """The entry, then its sidecar (the SHA-256 of the entry's bytes): a reader between the two sees
+    """The entry, then its sidecar (the keyed hash of the entry's bytes): a reader between the two sees
     a mismatch and rebuilds, never a wrong entry."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -244,7 +305,13 @@ def _atomic_write(target: Path, table) -> None:
     pq.write_table(table, sink, compression="zstd")
     data = sink.getvalue().to_pybytes()
     _atomic_bytes(target, data)
-    _atomic_bytes(_sidecar(target), hashlib.sha256(data).hexdigest().encode())
+    _atomic_bytes(_sidecar(target), _mac(data).encode())
+
+
+def _write_failures() -> tuple:
+    import pyarrow as pa
+
+    return (OSError, ValueError, TypeError, OverflowError, RecursionError, pa.ArrowException)
 
 
 def write(cache_dir: Path, entry: Entry, rows_df: Optional["pd.DataFrame"]) -> Optional[object]:
@@ -267,7 +334,9 @@ def write(cache_dir: Path, entry: Entry, rows_df: Optional["pd.DataFrame"]) -> O
         table = table.replace_schema_metadata({_META: json.dumps(_meta(entry), default=str)})
         _atomic_write(Path(f"{stem}.rows.parquet"), table)
         return table.replace_schema_metadata(None)
-    except Exception:  # noqa: BLE001 - a read-only or full cache folder: load without it
+    except TimeoutError:  # an alarm's, the caller's
+        raise
+    except _write_failures():  # a read-only or full cache folder, a value pyarrow cannot hold: load without it
         return None
 
 
@@ -313,6 +382,8 @@ def write_bundle(cache_dir: Path, files, entries: list, table) -> bool:
     try:
         _atomic_write(bundle_path(cache_dir, files),
                       table.replace_schema_metadata({_META: json.dumps(meta, default=str)}))
-    except Exception:  # noqa: BLE001
+    except TimeoutError:
+        raise
+    except _write_failures():
         return False
     return True

@@ -14,7 +14,12 @@ Rules (each case warns with a DataWarning naming file:line, and is listed in `Lo
     with a warning saying how many are missing;
   - per point, only its last committed attempt is loaded (a retried point replaces its failure);
   - a subfolder that cannot be listed: said (file None), the rest of the folder loads;
-  - a file name that is not valid UTF-8: loaded like any other (its cache entry is named safely).
+  - a file name that is not valid UTF-8: loaded like any other (its cache entry is named safely);
+  - a symbolic link met in a folder: not followed, said (a file named itself is read);
+  - only regular files are read, each up to regular_files.RUN_FILE_LIMIT bytes (a FIFO or a device
+    in place of a run file is said, never waited on);
+  - a row value out of its range (a step of 0 ms or less, a negative trial or rank: rows.POSITIVE,
+    rows.NONNEGATIVE): the row is skipped, the warning naming the field.
 Good records of every other file (and of the same file) still load.
 """
 from __future__ import annotations
@@ -45,7 +50,13 @@ def _files_under(folder: Path, log: ProblemLog) -> list[Path]:
     found = []
     for root, dirs, names in os.walk(folder, onerror=unreadable):  # symlinked folders not followed: no loops
         found += [Path(root) / n for n in names if n.endswith(RUN_SUFFIX)]
-    return sorted(q for q in found if q.is_file())
+    kept = []
+    for q in sorted(found):
+        if q.is_symlink():  # it may point anywhere (a secret, a device): loaded only when named itself
+            log(q, None, "a symbolic link, not followed; give its target's path to load it")
+        elif q.is_file():
+            kept.append(q)
+    return kept
 
 
 def run_files(paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None,

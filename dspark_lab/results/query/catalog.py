@@ -9,6 +9,7 @@ import pandas as pd
 
 from dspark_lab.results.rules.labels import gpu_name
 from dspark_lab.results.record.schema import MACHINE_KEYS
+from dspark_lab.results.record.shown import one_line
 from dspark_lab.results.rules.selection import failed_rows
 
 MAX_COMPARED = 4  # runs drawn side by side by default (report, panel "all selected"); the rest in tables
@@ -50,14 +51,15 @@ def run_info(rows: pd.DataFrame, headers: Sequence[dict], labels: dict, run_ids:
             fp = h.get("fingerprint") or h
             vals = {k: fp.get(k) for k in MACHINE_KEYS}
             created, name = h.get("created_at") or h.get("recorded_at") or "", h.get("name")
-            file = Path(str(h["path"])).stem if h.get("path") else ""
+            # one_line: a name that is not valid UTF-8 (surrogates), which pyarrow's strings refuse
+            file = one_line(Path(str(h["path"])).stem) if h.get("path") else ""
         else:
             file = ""
             r = first.loc[rid] if rid in first.index else {}
             vals = {k: r.get(k) for k in MACHINE_KEYS}
             created, name = (r.get("recorded_at") if len(r) else "") or "", None
         out.append({"run_id": rid, "label": labels.get(rid, rid), "kind": kinds.get(rid, ""),
-                    "part": parts.get(rid, ""), "name": name or "", "file": file,
+                    "part": parts.get(rid, ""), "name": one_line(name) if name else "", "file": file,
                     **{k: "unknown" if v is None or v != v else str(v) for k, v in vals.items()},
                     "created": str(created).replace(" ", "T")})
     return pd.DataFrame(out, columns=INFO_COLUMNS)

@@ -10,6 +10,7 @@ from dspark_lab.results.rules import sync_penalty
 from dspark_lab.results.rules.labels import point_label
 from dspark_lab.results.record.schema import MACHINE_KEYS
 from dspark_lab.results.rules.selection import REFERENCE, one_process
+from dspark_lab.results.facts import strategy_table
 from dspark_lab.results.facts.strategy_table import BASELINE
 
 if TYPE_CHECKING:
@@ -107,9 +108,17 @@ def _reference_rows(runs: "RunData", rid: str, ref_ep: int) -> Optional["pd.Data
     return rows
 
 
+def _check_baseline(runs: "RunData", baseline) -> None:
+    """ValueError unless `baseline` is a strategy the kit knows or the runs recorded."""
+    known = set(strategy_table.names()) | {str(s) for s in runs.rows["strategy"].dropna().unique()}
+    if not isinstance(baseline, str) or baseline not in known:
+        raise ValueError(f"baseline must be a strategy name, got {baseline!r:.60}; allowed: {', '.join(sorted(known))}")
+
+
 def headline(runs: "RunData", baseline: str = BASELINE) -> Headline:
     """The reference point's numbers by HEADLINE_RULE (printed with them): per machine, its newest
     run holding the point that is not disturbed as a whole there (noise.RUN_RULE)."""
+    _check_baseline(runs, baseline)
     head = Headline(HEADLINE_RULE)
     ok = one_process(runs.ok)
     if ok.empty:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Union
 
 from dspark_lab.results.record.output import write_text_safely
+from dspark_lab.results.record.regular_files import read_regular_text
 from dspark_lab.results.record.paths import default_data_dir
 
 KIND, SCHEMA = "dspark_inspect", 1
@@ -77,11 +78,13 @@ def save(rec: dict, path: Union[str, Path]) -> Path:
 def load(path: Union[str, Path]) -> dict:
     p = Path(path)
     try:
-        rec = json.loads(p.read_text())
+        rec = json.loads(read_regular_text(p))  # a FIFO or a device: refused, never waited on
     except OSError as e:
         raise RecordError(f"{p}: cannot be read ({e.strerror or e})") from None
     except ValueError as e:
-        raise RecordError(f"{p}: not JSON ({e})") from None
+        raise RecordError(f"{p}: not JSON ({str(e)[:200]})") from None
+    except RecursionError:
+        raise RecordError(f"{p}: not an inspect record (JSON nested too deeply)") from None
     rec = validate(rec, str(p))
     rec["source"] = str(p)
     return rec

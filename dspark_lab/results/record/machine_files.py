@@ -9,15 +9,18 @@ from typing import Callable
 
 from dspark_lab.results.record.output import write_text_safely
 from dspark_lab.results.record.paths import default_data_dir
+from dspark_lab.results.record.regular_files import read_regular_text
 
 
 def read_json(path, what: str) -> dict:
     """The JSON object in `path`, or a ValueError naming the file and what it should have been."""
     p = Path(path)
     try:
-        rec = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{p}: not a readable JSON {what} ({e})") from None
+        rec = json.loads(read_regular_text(p))  # a FIFO or /dev/zero: refused, never waited on or read on
+    except OSError as e:
+        raise ValueError(f"{p}: not a readable JSON {what} ({e.strerror or e})") from None
+    except (ValueError, RecursionError) as e:
+        raise ValueError(f"{p}: not a readable JSON {what} ({str(e)[:200] or 'nested too deeply'})") from None
     if not isinstance(rec, dict):
         raise ValueError(f"{p}: a {what} is a JSON object; got {type(rec).__name__}")
     return rec
@@ -25,8 +28,8 @@ def read_json(path, what: str) -> dict:
 
 def kind_of(path: Path):
     try:
-        rec = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        rec = json.loads(read_regular_text(path))
+    except (OSError, ValueError, RecursionError):
         return None
     return rec.get("kind") if isinstance(rec, dict) else None
 

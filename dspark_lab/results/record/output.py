@@ -3,7 +3,8 @@
 `write_text_safely(path, text)` refuses to overwrite a run file (*.jsonl, or any file whose first
 line is a run header) or to write into a runs folder (one holding run files, or named runs/), refuses
 to replace anything that is not a regular file (a device node such as /dev/null or /dev/full, a
-FIFO, a socket, a symlink: renaming over it would replace the node), and
+FIFO, a socket, a symlink: renaming over it would replace the node), judges the path where it lands
+(its folder resolved, "..", symlinks and folders yet to be made included), and
 turns every OS failure (a name too long included) (a directory in the way, a parent that is a file, no permission, a
 read-only or full disk) into one OutputError naming the path. Missing parent folders are created.
 The text is written to a temporary file beside the target and renamed over it, so a full disk
@@ -17,6 +18,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from dspark_lab.results.record.paths import resolved_parent
 from dspark_lab.results.record.records import RUN_SUFFIX
 
 
@@ -65,12 +67,23 @@ def _not_regular(path: Path):
 
 
 def check_output(path: Path) -> None:
-    """Raise OutputError if `path` must not or cannot be written (before any work is done)."""
-    path = Path(path)
+    """Raise OutputError if `path` must not or cannot be written (before any work is done); the
+    path is judged where it lands (paths.resolved_parent), never through a folder yet to be made."""
+    path = _landing(path)
     try:
         _check_output(path)
     except OSError as e:  # ENAMETOOLONG, EACCES on a parent, ELOOP: cannot be written
         raise OutputError(f"{_short(path)}: cannot write it ({e.strerror or e})") from None
+
+
+def _landing(path) -> Path:
+    path = Path(path)
+    if path.name in ("", ".", ".."):
+        raise OutputError(f"{path}: names a folder; give a file name such as {path / 'report.html'}")
+    try:
+        return resolved_parent(path)
+    except (OSError, RuntimeError, ValueError) as e:  # a loop, a NUL byte
+        raise OutputError(f"{_short(path)}: cannot be resolved ({getattr(e, 'strerror', None) or e})") from None
 
 
 def _short(path: Path) -> str:
@@ -97,7 +110,7 @@ def _check_output(path: Path) -> None:
 
 
 def write_text_safely(path: Path, text: str) -> Path:
-    path = Path(path)
+    path = _landing(path)  # folders made below are the ones the check saw
     check_output(path)  # checked again just before the rename below replaces it
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -43,6 +43,27 @@ def checked_folder(name: str, value: str, allowed: str) -> Path:
     return path
 
 
+def file_name_part(value, what: str) -> str:
+    """`value` when it can stand as one file name (a run id, a --name stem), else ValueError naming
+    `what`: empty, ".", "..", a "/" or a NUL byte would climb out of the folder it is meant for."""
+    if not isinstance(value, str):
+        raise ValueError(f"{what} must be a string (one file name), got {type(value).__name__}")
+    if value in ("", ".", "..") or "/" in value or "\0" in value or (os.altsep and os.altsep in value):
+        raise ValueError(f"{what} {ascii(value)[:80]} must be one file name: not empty, not '.' or '..', "
+                         "no '/' (it names a file inside the chosen folder)")
+    if len(os.fsencode(value)) > 200:
+        raise ValueError(f"{what} is {len(os.fsencode(value))} bytes long; a file name takes at most 200 here")
+    return value
+
+
+def resolved_parent(path: str | os.PathLike) -> Path:
+    """`path` with its folder resolved (symlinks and "..", also through folders that do not exist
+    yet) and its last part kept as given: what a later mkdir(parents=True) and write will really
+    touch, so that a check of it sees where the file lands ("missing/../runs/x" is runs/x)."""
+    path = Path(path)
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
 def default_data_dir() -> Path:
     """The repository's data/ folder, or $DSPARK_DATA when set (checked: SettingError if unusable)."""
     env = os.environ.get(DATA_ENV)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from dspark_lab.results.record import schema
+from dspark_lab.results.record.regular_files import RUN_FILE_LIMIT, read_regular
 from dspark_lab.results.record.rows import STATUSES, row_problems
 
 RUN_SUFFIX = ".jsonl"
@@ -75,6 +76,13 @@ def header_problems(rec: dict) -> list[str]:
     for key in ("fingerprint", "sweep", "host_baseline"):  # host_baseline: results.rules.noise.BASELINE_HEADER
         if rec.get(key) is not None and not isinstance(rec.get(key), dict):
             out.append(f"{key} must be an object")
+    for key in ("run_kind", "launcher", "recording_id"):  # labels and recordings are built from these
+        if rec.get(key) is not None and not isinstance(rec.get(key), str):
+            out.append(f"{key} must be a string")
+    dispatch = rec.get("dispatch")
+    if dispatch is not None and not isinstance(dispatch, str) \
+            and not (isinstance(dispatch, list) and all(isinstance(d, str) for d in dispatch)):
+        out.append(f"dispatch must be a string or a list of strings, got {_shown(dispatch)}")
     fp = rec.get("fingerprint") or {}
     if isinstance(fp, dict):
         for k in ("gpu", "driver", "cuda", "torch"):
@@ -82,6 +90,11 @@ def header_problems(rec: dict) -> list[str]:
             if v is not None and (isinstance(v, bool) or not isinstance(v, (str, int, float))):
                 out.append(f"fingerprint.{k} must be a string")
     return out
+
+
+def _shown(value) -> str:
+    """A recorded value as a message shows it: escaped (ascii) and cut to 40 characters."""
+    return ascii(value)[:40]
 
 
 def _segment_ok(seg) -> bool:
@@ -125,7 +138,8 @@ def _parse(raw: bytes, lineno: int, last: bool, out: FileRecords, log: ProblemLo
         return None
     if not isinstance(rec, dict) or rec.get("kind") not in KINDS:
         kind = rec.get("kind") if isinstance(rec, dict) else type(rec).__name__
-        log(path, lineno, f"record of unknown kind {str(kind)[:40]!r}, skipped (known: {', '.join(KINDS)})")
+        # ascii(): whatever the line holds reaches a terminal or a report only as \xNN escapes.
+        log(path, lineno, f"record of unknown kind {_shown(str(kind)[:20])}, skipped (known: {', '.join(KINDS)})")
         return None
     return rec
 
@@ -193,7 +207,7 @@ def _take_point(out: FileRecords, rec: dict, lineno: int, log: ProblemLog) -> No
 def _lines(out: FileRecords, log: ProblemLog) -> Optional[list]:
     """The file's lines (BOM stripped), or None when it cannot be read (marked unreadable)."""
     try:
-        data = out.path.read_bytes()
+        data = read_regular(out.path, RUN_FILE_LIMIT)
     except OSError as e:
         out.unreadable = f"cannot read it ({e.strerror or e})"
         log(out.path, None, out.unreadable + ", skipped")

@@ -23,10 +23,22 @@ REQUIRED = ("point_id", "strategy", "status")  # a row without these cannot be p
 REQUIRED_OK: tuple = ()  # null measurements load as NaN (summaries skip them)
 # The rank columns (schema.RANK_COLUMNS) are extras, but views group and label by them: typed too,
 # so a list or an object there skips its row instead of breaking a groupby or a label.
-RANK_TYPES = {"rank": "int", "world_size": "int", "ep_mode": "str", "dispatch": "str", "rank_case": "str",
+RANK_TYPES = {"rank": "int", "world_size": "int", "node_rank": "int", "local_rank": "int", "node": "str", "ep_mode": "str", "dispatch": "str", "rank_case": "str",
               "rank_strategies": "str", "sync_sites": "str", "host_delay_ms": "float", "host_jitter_ms": "float",
               "gpu_collective_ms": "float", "step_ms_max_rank": "float", "blocked_from_others_ms": "float",
               "collective_from_others_ms": "float"}
+# What a recorded value can be at all, checked at load (a step cannot take -5 ms, a batch hold 0
+# requests): "positive" > 0, "nonnegative" >= 0. Columns that may be negative by their meaning (a
+# residual such as host_other_ms, a rise over another case such as blocked_from_others_ms) are not listed.
+POSITIVE = ("step_ms", "batch_size", "ep_size", "gamma", "steps", "world_size", "step_ms_max_rank",
+            "query_token_num", "bucket_batch_size", "num_tokens")
+NONNEGATIVE = ("trial", "rank", "node_rank", "local_rank", "step_ms_p50", "step_ms_p90", "profiled_step_ms",
+               *(c for c in schema.TRACE_COLUMNS if c.endswith("_per_step")),
+               "host_prep_ms", "host_blocked_ms", "host_readback_ms", "host_copy_ms", "host_launch_ms",
+               "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms", "gpu_ms", "host_work_ms", "host_wait_ms",
+               "offcpu_ms", "ctx_switches_invol", "ctx_switches_vol", "cpu_steal_ms", "sm_clock_mhz",
+               "throttle_reasons", "ci_half_width_pct", "target_verify_ms", "host_delay_ms", "host_jitter_ms",
+               "gpu_collective_ms")
 INT64 = 2**63  # integers are stored as int64: a larger one cannot be a count or an index
 
 
@@ -93,16 +105,30 @@ def _plainly_valid(column: str, value: Any) -> bool:
     return t in _PLAIN.get(column, ()) and (t is not float or math.isfinite(value))
 
 
+_STRICT = {**{c: False for c in NONNEGATIVE}, **{c: True for c in POSITIVE}}  # column -> must be > 0
+
+
+def range_problem(column: str, value: Any) -> Optional[str]:
+    """Why a number (JSON-decoded: int or float) is out of `column`'s range (POSITIVE, NONNEGATIVE), or None."""
+    strict = _STRICT.get(column)
+    if strict is None or type(value) not in (int, float) or value > 0 or (value == 0 and not strict):
+        return None
+    if value != value:  # NaN: a type problem, said by value_problem
+        return None
+    return f"{column} must be {'> 0' if strict else '>= 0'}, got {_short(value)}"
+
+
 def row_problems(rec: dict) -> list[str]:
-    """Everything wrong with a recorded row (empty: it is valid)."""
+    """Everything wrong with a recorded row, its types and its ranges (empty: it is valid)."""
     out = [f"{c} is missing" for c in REQUIRED if rec.get(c) in (None, "")]
     if rec.get("status") == "ok":
         out += [f"{c} is missing from an ok row" for c in REQUIRED_OK if rec.get(c) is None]
     for c in (*schema.ROW_COLUMNS, *RANK_TYPES):
         v = rec.get(c)
-        if v is None or _plainly_valid(c, v):
+        if v is None:
             continue
-        p = value_problem(c, v)
+        p = None if _plainly_valid(c, v) else value_problem(c, v)
+        p = p or range_problem(c, v)
         if p:
             out.append(p)
     return out

@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 from dspark_lab.results.record import schema
 from dspark_lab.results.record.header import RunHeader
-from dspark_lab.results.record.paths import runs_dir
+from dspark_lab.results.record.paths import file_name_part, resolved_parent, runs_dir
 from dspark_lab.results.record import records
 # DataWarning: what reading a damaged run file warns with (tests and the CLI catch it from here).
 from dspark_lab.results.record.records import RUN_SUFFIX, DataWarning, SchemaVersionError
@@ -56,8 +56,10 @@ class RunPathError(FileExistsError):
 def new_run_path(out: str | os.PathLike | None, run_id: str) -> Path:
     """Where a new run file goes: `out` itself when it is a *.jsonl path (it must not exist, in any
     form: a device, a FIFO or a link there is never written through), else <out>/<run_id>.jsonl
-    (out a folder, made if missing). RunPathError says why not; nothing is created here."""
-    out = Path(out) if out is not None else runs_dir()
+    (out a folder, made if missing). RunPathError says why not, ValueError when `run_id` is not one
+    file name (paths.file_name_part); nothing is created here."""
+    file_name_part(run_id, "run_id")
+    out = resolved_parent(out if out is not None else runs_dir())  # where it lands: no folder made through ".."
     if os.path.lexists(out) and not out.is_dir():
         if out.suffix != RUN_SUFFIX:
             raise RunPathError(f"{out} exists and is not a folder; give a folder or a new *{RUN_SUFFIX} path")
@@ -104,6 +106,8 @@ def _dumps(record: dict) -> str:
 def _read_checked(path: Path) -> records.FileRecords:
     """A run file's records for resuming or its header; SchemaVersionError / ValueError if unusable."""
     recs = records.read_file(path)
+    if recs.header_line is None and recs.unreadable is not None:  # not read at all (a FIFO, a device, too large)
+        raise ValueError(f"{path}: {recs.unreadable}")
     if recs.header_line is not None and recs.header is None:
         # read_file skipped the file: say why, as an error (resume must not append to it).
         with warnings.catch_warnings():
@@ -138,7 +142,7 @@ class RunWriter:
         self.header = header
         # point_id -> status of its last committed attempt ("ok" | "failed")
         self.points: dict[str, str] = dict(points or {})
-        self._f = open(self.path, "ab", buffering=0)
+        self._f = open(self.path, "a+b", buffering=0)  # readable too: _append reads the last byte
         self._lock()
 
     def _lock(self) -> None:
@@ -169,6 +173,7 @@ class RunWriter:
         results.facts.run_kinds) says what the run is; a ValueError naming it and the allowed kinds
         before anything is created otherwise. `extra` goes into the header."""
         run_id = run_id or new_run_id()
+        file_name_part(run_id, "run_id")  # it names the file: never a path out of `out`
         header = RunHeader(run_kind, run_id, _now(), fingerprint, sweep, extra).record()
         path = new_run_path(out, run_id)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -189,7 +194,7 @@ class RunWriter:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no run file at {path}")
-        probe = open(path, "ab", buffering=0)  # take the lock before reading what the file holds
+        probe = open(path, "a+b", buffering=0)  # take the lock before reading what the file holds
         try:
             fcntl.flock(probe.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -263,21 +268,38 @@ class RunWriter:
     def write_traces(self, point_id: str, traces: dict[str, dict]) -> list[Path]:
         """Save chrome traces beside the run file (<run>.traces/<point>-<strategy>.json.gz, which
         chrome://tracing and Perfetto open); they are large, so they are kept out of the run file."""
-        folder = self.path.with_suffix(".traces")
-        folder.mkdir(exist_ok=True)
+        folder = self.traces_folder()
         written = []
         for strategy, trace in traces.items():
-            p = folder / f"{point_id}-{strategy}.json.gz"
-            with gzip.open(p, "wt", encoding="utf-8") as f:
+            p = folder / f"{file_name_part(f'{point_id}-{strategy}', 'trace name')}.json.gz"
+            # O_NOFOLLOW: a link planted in the folder is never written through.
+            fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            with os.fdopen(fd, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as f:
                 json.dump(trace, f, default=_json_default)
             written.append(p)
         return written
+
+    def traces_folder(self) -> Path:
+        """<run>.traces, made if missing; RunPathError when something else stands there (a file, a
+        symbolic link: it would take the traces out of the runs folder)."""
+        folder = self.path.with_suffix(".traces")
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            pass
+        if folder.is_symlink() or not folder.is_dir():
+            raise RunPathError(f"{folder} exists and is not a folder (a file or a symbolic link); move it "
+                               "away to save traces beside the run file")
+        return folder
 
     def _append(self, data: bytes) -> None:
         # Ctrl-C is held back until the block is on disk, so it never splits a point's records.
         with _sigint_deferred():
             fd = self._f.fileno()
             start = os.lseek(fd, 0, os.SEEK_END)
+            if start and os.pread(fd, 1, start - 1) != b"\n":
+                # Another process appended a partial line: end it, so this block starts a record of its own.
+                data = b"\n" + data
             view = memoryview(data)
             try:
                 while view:

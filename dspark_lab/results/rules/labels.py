@@ -6,6 +6,8 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
+from dspark_lab.results.record.shown import one_line
+
 EP_MODE_LABELS = {"real": "real ranks", "predicate_only": "one GPU, predicate only", "predicted": "predicted"}
 
 
@@ -72,8 +74,11 @@ def run_labels(headers: Sequence[dict], rows: pd.DataFrame, kinds: Optional[dict
     world = {str(h.get("run_id")): h.get("world_size") for h in headers}
 
     def label(rid: str, width: int) -> str:
+        return one_line(_label(rid, width))  # every part comes from a run file: shown as one line
+
+    def _label(rid: str, width: int) -> str:
         i = info[rid]
-        if i.get("name"):  # the name given at record time, as given (the time added only to break ties)
+        if i.get("name"):  # the name given at record time (the time added only to break ties)
             return str(i["name"]) if width == 16 else f"{i['name']} · {_when(i['at'], width)}"
         who = short_gpu(i["gpu"])
         w = world.get(rid)

@@ -6,6 +6,7 @@ notebook or on the command line says what there is to choose from.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Optional
 
 import pandas as pd
@@ -20,9 +21,18 @@ def date_text(field: str, value) -> str:
     """A date filter as the ISO prefix it compares with: "2026-11-30", "2026-11", a date or datetime."""
     text = value.isoformat() if hasattr(value, "isoformat") else str(value)
     text = text.replace(" ", "T")[:19]
-    if not _DATE.match(text):
-        raise ValueError(f"{field} must be a date like 2026-11-30 (or 2026-11, or a datetime), got {value!r}")
+    if not _DATE.match(text) or not _on_calendar(text):
+        raise ValueError(f"{field} must be a date like 2026-11-30 (or 2026-11, or a datetime), got {value!r:.60}")
     return text
+
+
+def _on_calendar(text: str) -> bool:
+    """A date prefix names a real day and time ("2026-13-45" has the shape, not a month or a day)."""
+    try:
+        datetime.fromisoformat(text + "0000-01-01T00:00:00"[len(text):])
+    except ValueError:
+        return False
+    return True
 
 
 def _fail(field, want, values):
