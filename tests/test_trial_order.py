@@ -81,3 +81,22 @@ def test_a_seed_that_is_not_an_integer_is_refused(seed):
 def test_a_single_step_runs_alone_every_round():
     res, ran = _run(3, names=["only"])
     assert res.orders == [["only"]] * 3 and ran == ["only"] * 3
+
+
+def test_the_order_study_reads_recorded_runs_and_shows_the_rotation_bias():
+    # The three reference runs recorded with the rotated order: on_demand, doing exactly non_blocking's work
+    # at EP 8, came out measurably slower in each; the study's analysis says so, and the advice (gated by the
+    # recorded card and hazards) is the same in the three runs.
+    from pathlib import Path
+
+    from dspark_lab.results import Runs
+    from dspark_lab.results.analyses import card, hazards
+    from studies.order import randomised_reference as study
+
+    root = Path(__file__).resolve().parents[1] / "data" / "runs"
+    runs = Runs.load(sorted(str(p) for p in root.glob("h200-reference-run[123]-*.jsonl")), cache=False)
+    diff = [d for d in study.differences(runs.rows) if d["strategy"] == "on_demand" and d["against"] == "non_blocking"]
+    assert len(diff) == 3 and all(not d["within CI"] and d["ci_low"] > 0 for d in diff)
+    assert "order_seed" not in runs.rows.columns or runs.rows["order_seed"].isna().all()  # recorded before the seed
+    picks = study.choices(runs.rows, card.recorded(), hazards.recorded())
+    assert len(picks) == 3 and len({p["choice"] for p in picks}) == 1 and picks[0]["choice"] is not None

@@ -54,7 +54,7 @@ BUILTIN_ROWS = (
     StrategyRow("non_blocking", "pageable host tensor .to(cuda, non_blocking=True)", "PR #34782",
                 colour="#ff7f0e", card_cell=("h2d", "pageable_to_nb")),
     StrategyRow("on_demand", "None unless the predicate holds, else the pageable non-blocking copy",
-                "PR #34759 (its copy from PR #34782)",
+                "PR #34759, its copy from PR #34782",
                 colour="#2ca02c", card_cell=("h2d", "pageable_to_nb"), mirrors_sglang=True),
     StrategyRow("on_demand_pinned", "on demand, pinned host tensor, non-blocking copy", "sglang 0.5.23",
                 colour="#17becf", card_cell=("h2d", "pinned_to_nb"), mirrors_sglang=True),
