@@ -60,3 +60,8 @@ def test_a_row_with_an_unknown_project_or_status_is_refused():
 def test_what_could_not_be_found_is_marked_so():
     assert C.get("SGLang", 6474).status == C.get("SGLang", 29415).status == C.NOT_FOUND
     assert C.get("SGLang", 26462).state == "closed"
+
+
+def test_a_bare_number_far_from_a_project_is_sglangs():
+    text = "vLLM #24105 made the trade.\nLater PR #34782 fixed the scalar."
+    assert C.find(text) == [("vLLM", 24105), ("SGLang", 34782)]

@@ -130,7 +130,7 @@ _CASES = (
         "pageable_copy", "a pageable copy that only looks non-blocking",
         C.seq_lens_to_pageable, C.seq_lens_to_pinned,
         "no PR of this exact shape checked; on the same path "
-        f"{cite('SGLang', 26128)} / #30365 / #31364 removed a per-step pinned device-to-host copy plus a stream "
+        f"{cite('SGLang', 26128)} / {cite('SGLang', 30365)} / {cite('SGLang', 31364)} removed a per-step pinned device-to-host copy plus a stream "
         "sync (a sync the counters do see)",
         "`host.copy_(dev, non_blocking=True)` into pageable memory returns only once the copy has run, "
         "so the host waits for all work queued before it, with no sync call anywhere: neither "

@@ -213,9 +213,8 @@ def run_rounds(
     if not names:
         raise ValueError("steps_by_name must name at least one step")
     timings: Timings = {n: [] for n in names}
-    headline = _Headline(timings)
+    headline, orders, order_of_rounds = _Headline(timings), round_orders(names, order_seed), []
     start, started, t = clock(), 0, 0
-    orders, order_of_rounds = round_orders(names, order_seed), []
     while True:
         order_of_rounds.append(next(orders))
         for position, n in enumerate(order_of_rounds[-1]):

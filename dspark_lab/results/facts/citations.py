@@ -199,25 +199,30 @@ def cite(project: str, number: int) -> str:
 _PROJECT = "|".join(re.escape(a) for a in sorted(_ALIASES, key=len, reverse=True))
 _HEAD = re.compile(rf"(?<![\w-])(?:(?P<project>{_PROJECT})\s+)?(?:(?:PRs?|pull request|issue)\s+)?#(?P<n>\d{{1,7}})(?![\w])",
                    re.IGNORECASE)
+NEAR = 80  # characters: how far a bare "#N" may follow the project named before it
 _NEXT = re.compile(r"\s*(?:/|,|and|or|in|of|to)\s*#(?P<n>\d{2,7})(?![\w])")
 
 
 def find(text: str) -> list[tuple[str, int]]:
     """The (project, number) citations in `text`, in order. A number after a project name is that
     project's; one continuing a list ("#1 / #2", "and #3") or after "PR"/"in"/"of" takes the project
-    named last in the text, SGLang before any. Colours ('#17becf', 'color:#555') are not citations."""
-    out, last, pos = [], DEFAULT_PROJECT, 0
+    named last, when that was on the same line and at most NEAR characters before; else SGLang's.
+    Colours ('#17becf', 'color:#555') are not citations."""
+    out, last, last_end, pos = [], DEFAULT_PROJECT, -NEAR, 0
     for m in _HEAD.finditer(text):
         start = m.start("n") - 1
         if not m.group("project") and ((start > 0 and text[start - 1] in ":'\"=") or len(m.group("n")) < 2):
             continue  # a CSS or a string colour, or a one-digit "#1" that names no project
         if m.group("project"):
             last = _ALIASES[m.group("project").lower()]
+        elif m.start() - last_end > NEAR or "\n" in text[max(last_end, 0):m.start()]:
+            last = DEFAULT_PROJECT  # far from the last project named: the case's own project
         out.append((last, int(m.group("n"))))
+        last_end = m.end()
         pos = m.end()
         while (nxt := _NEXT.match(text, pos)) is not None:
             out.append((last, int(nxt.group("n"))))
-            pos = nxt.end()
+            pos = last_end = nxt.end()
     return list(dict.fromkeys(out))
 
 
