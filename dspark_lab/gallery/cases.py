@@ -36,8 +36,8 @@ class Scale:
 
 SCALES = {
     # The verify stand-in as 16 eager layers and 0.2 ms of host preparation: its steps are host-bound
-    # (the recorded H200 gallery at this scale: GPU idle 0.6-2.4 ms of 1.4-3.3 ms steps), so a sync
-    # there finds little queued work to wait for.
+    # (data/gallery/h200-gallery-20261201.json: the GPU idles for much of every step), so a sync there
+    # finds little queued work to wait for.
     "gpu": Scale(rows=1024, hidden=4096, layers=16, host_prep_us=200.0, batch=64, experts=32),
     # The same, with 4 ms of GPU work queued ahead in one kernel: every case's sync waits for it.
     "queued": Scale(rows=1024, hidden=4096, layers=16, host_prep_us=200.0, batch=64, experts=32, queued_gpu_ms=4.0),
