@@ -238,3 +238,11 @@ def test_a_gallery_recorded_before_the_caused_idle_says_the_split_needs_a_new_re
     sp = report.split(old, _variant(step_ms=2.0))
     assert sp["sync_cost_ms"] is None and sp["other_changes_ms"] is None
     assert "record it again" in report.split_lines(sp)[0]
+
+
+def test_a_recorded_case_is_explained_by_the_registrys_current_text():
+    # data/gallery/ recordings keep the texts of their day; the view shows the corrected ones
+    rec = report.load(sorted((ROOT / "data" / "gallery").glob("*.json"))[0])
+    text = report.case_text(rec, "list_to_device")
+    assert "fill a persistent pinned buffer and copy it" not in text
+    assert "a fresh pinned tensor each step" in text and gallery.get("list_to_device").why in text

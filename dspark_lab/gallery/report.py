@@ -182,7 +182,7 @@ def table(rec: dict) -> pd.DataFrame:
     rows = []
     for c in rec["cases"]:
         a, b = c["variants"]["case"], c["variants"]["fix"]
-        row = {"case": c["name"], "from": c["pr"].split(" (")[0]}
+        row = {"case": c["name"], "from": texts(c)[0].split(" (")[0]}
         for tag, r in (("case", a), ("fix", b)):
             row[f"syncs {tag} (doc)"] = r["expected_syncs"]
             row[f"syncs {tag}"] = r["host_syncs_per_step"]
@@ -199,6 +199,14 @@ def table(rec: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def texts(c: dict) -> tuple[str, str]:
+    """A recorded case's source and explanation as the registry states them now (a recording keeps
+    the texts of its day, which may since have been corrected); the recorded ones for a case the
+    registry no longer has."""
+    case = CASES.get(c["name"])
+    return (case.pr, case.why) if case is not None else (c["pr"], c["why"])
+
+
 def _fmt(x, unit="") -> str:
     return "n/a" if x is None else f"{x:.3f}{unit}" if isinstance(x, float) else f"{x}{unit}"
 
@@ -208,7 +216,8 @@ def case_text(rec: dict, name: str) -> str:
     c = next((c for c in rec["cases"] if c["name"] == name), None)
     if c is None:
         raise ValueError(f"case must be one of {', '.join(x['name'] for x in rec['cases'])}; got {name!r}")
-    lines = [f"{c['name']}: {c['shape']}", f"from: {c['pr']}", "", c["why"], "",
+    pr, why = texts(c)
+    lines = [f"{c['name']}: {c['shape']}", f"from: {pr}", "", why, "",
              "documented sync lines: " + ", ".join(c["documented_sites"])]
     for tag in VARIANTS:
         r = c["variants"][tag]
