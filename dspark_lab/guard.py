@@ -18,6 +18,12 @@ Three witnesses, because none sees everything:
   device-to-host copy into pageable memory whose ATen op made no sync call, which blocks the host
   although it was asked to be non-blocking.
 
+What none of the three sees: a host-to-device `non_blocking=True` copy from pageable memory that the
+driver stages synchronously. It makes no sync call and its ATen op and memcpy look asynchronous, yet
+the host waits for the queued work; where that happens depends on the machine and the copy's size
+(the platform card's "waits that no sync counter sees": `dspark-lab doctor --card`; on the recorded
+H200 card, from a few MB up). Copy from pinned memory, or measure the step's host time.
+
 One host sync is one record: where two witnesses saw the same sync (sync debug mode and a CUPTI
 sync event on the same thread, the event's call made just before the debug-mode warning was
 delivered; or CUPTI and the trace's copies on the same call correlation), their records merge into

@@ -19,20 +19,30 @@ from dspark_lab.results.facts import strategy_table
 
 
 def device_direct(num_tokens: int, device, parallel: ParallelSettings, *, buffer=None):
-    """`torch.tensor(n, device=...)`: a pageable host tensor copied with a stream sync.
+    """`torch.tensor(n, device=...)`: a blocking host-to-device copy, so a stream sync every call.
 
-    The form PR #34782 found costing 21 syncs / 71.4 ms in one profile (42% of an 8.4 ms step).
+    PyTorch builds the tensor on the CPU and moves it with `.to(device, non_blocking=False)`; every
+    blocking host<->device copy is a `cudaMemcpyAsync` followed by `cudaStreamSynchronize`, from
+    pinned memory too (the card's blocking pinned copy waits for the whole queue). SGLang #34782's
+    profile shows 21 such syncs, 71.4 ms of host-blocked time (42% of an 8.4 ms step): time the host
+    could not run ahead, which costs step time only where the GPU then waits for the host.
     """
     return torch.tensor(num_tokens, dtype=torch.int32, device=device)
 
 
 def non_blocking(num_tokens: int, device, parallel: ParallelSettings, *, buffer=None):
-    """Pageable host tensor, `.to(device, non_blocking=True)`: PR #34782's fix, no stream sync."""
+    """Pageable host tensor, `.to(device, non_blocking=True)`: SGLang #34782's fix, no stream sync.
+
+    Freeing the pageable temporary at once is safe: CUDA stages a pageable source before the call
+    returns. Whether the call then waits for queued work depends on the machine and on the copy's
+    size (the platform card); at 4 bytes on the recorded H200 card it returns at once.
+    """
     return torch.tensor(num_tokens, dtype=torch.int32).to(device, non_blocking=True)
 
 
 def on_demand(num_tokens: int, device, parallel: ParallelSettings, *, buffer=None):
-    """None unless a consumer reads it (PR #34759, fixing PR #33465's EP-1 regression); else non-blocking."""
+    """None unless a consumer reads it (SGLang #34759, fixing SGLang #33465's EP-1 regression); else
+    SGLang #34782's non-blocking copy from a pageable host tensor."""
     if not enable_num_token_non_padded(parallel):
         return None
     return torch.tensor(num_tokens, dtype=torch.int32).to(device, non_blocking=True)
@@ -47,10 +57,13 @@ def on_demand_pinned(num_tokens: int, device, parallel: ParallelSettings, *, buf
 
 
 def persistent_fill(num_tokens: int, device, parallel: ParallelSettings, *, buffer=None):
-    """A persistent device scalar updated in place with `fill_`: a kernel launch, no host copy.
+    """A persistent device scalar updated in place with `fill_`: a kernel launch, no host copy
+    (`fill_(n)` passes the Python int as a kernel argument).
 
-    Safe under CUDA-graph replay because the address never changes (SGLang 0.5.23 keeps such
-    buffers for graph inputs).
+    Graph-safe only while the `fill_` runs before `replay()`, outside the graph: the graph holds the
+    buffer's address and reads this step's value. A `fill_` captured in the graph records n as a
+    kernel argument and replays that value forever (the hazards' graph_python_value form).
+    SGLang 0.5.23 keeps such buffers for graph inputs.
     """
     if buffer is None:
         buffer = torch.zeros((), dtype=torch.int32, device=device)

@@ -2,7 +2,7 @@
 documented ones, write $OUT/gallery.json (the format notebook 04 reads from data/gallery/) and print
 a table last. Runs on CPU too (tiny sizes; every count is zero there by construction).
 
-    python scripts/gpu_gallery.py [--scale gpu|smoke] [--steps 20] [--trials 3] [--cases a,b]
+    python scripts/gpu_gallery.py [--scale queued|gpu|smoke] [--steps 20] [--trials 3] [--cases a,b]
 
 Exit status 1 when a measured count differs from the documented one (on CUDA only).
 """
@@ -22,12 +22,14 @@ import pandas as pd  # noqa: E402
 import torch  # noqa: E402
 
 from dspark_lab.gallery import SCALES, names  # noqa: E402
+from dspark_lab.gallery.cases import default_scale  # noqa: E402
+from dspark_lab.gallery.cases import default_scale  # noqa: E402
 from dspark_lab.gallery import report  # noqa: E402
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scale", default="gpu" if torch.cuda.is_available() else "smoke", choices=sorted(SCALES))
+    ap.add_argument("--scale", default=default_scale(), choices=sorted(SCALES))
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--cases", default="", help=f"comma-separated subset of: {', '.join(names())}")

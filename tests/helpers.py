@@ -247,3 +247,18 @@ def inspect_record(label: str, sites=(), *, trials=(2.0, 2.1, 1.9, 2.0, 2.05), p
             "cost_scope": "function", "timeline": timeline, "guard": {"checked": [], "allow": [], "violations": [],
                                                                      "allowed": [], "note": "synthetic"},
             "pair": pair}
+
+
+def synthetic_hazards(gpu="NVIDIA H200", driver="1", wrong=None, strategies=None, n=200,
+                      recorded="2026-01-01T10:00:00+00:00") -> dict:
+    """A hazards record (results.analyses.hazards' format) with made-up counts, clearly not GPU data:
+    every strategy of `strategies` (default: the table's) 0 wrong of n unless `wrong` says otherwise."""
+    from dspark_lab.results.analyses import hazards
+    from dspark_lab.results.facts import strategy_table
+
+    wrong = wrong or {}
+    names = strategies if strategies is not None else strategy_table.names()
+    return {"kind": hazards.HAZARDS_KIND, "schema": hazards.HAZARDS_SCHEMA, "recorded": recorded,
+            "fingerprint": {"gpu": gpu, "driver": driver, "cuda": "12.0", "torch": "2.0-synth"},
+            "steps": n, "queued_ms_per_step": 0.2, "forms": [],
+            "strategies": [{"strategy": s, "wrong": int(wrong.get(s, 0)), "n": n} for s in names]}

@@ -8,7 +8,7 @@ from dspark_lab.cli.main import main as cli_main
 from dspark_lab.results.analyses import advice
 from dspark_lab.results.analyses import card as C
 from dspark_lab.views.figures import card as card_figures
-from helpers import synthetic_card
+from helpers import synthetic_card, synthetic_hazards
 from test_advice import _rows
 
 ALL_TIMES = {"device_direct": 8.0, "non_blocking": 5.8, "on_demand": 5.8, "on_demand_pinned": 6.3, "persistent_fill": 6.3}
@@ -98,9 +98,11 @@ def test_saved_cards_are_found_among_the_other_machine_files(tmp_path):
 
 def test_the_claims_rest_on_the_cards_cells():
     text = "\n".join(C.claims_in_words(synthetic_card(waits_from=4)))
-    assert "this card is such a platform" in text
+    assert "a pageable 4-byte non-blocking copy waits here too" in text
     assert "(4 B) waits for the queued work (10112 µs with 10 ms queued)" in text
-    assert "here it does not" in "\n".join(C.claims_in_words(synthetic_card(waits_from=4 << 20)))
+    text = "\n".join(C.claims_in_words(synthetic_card(waits_from=4 << 20)))
+    assert "does not wait here, so that copy costs only its call" in text
+    assert "What it removed at EP 1 was most likely that sync" in text
 
 
 def test_each_strategy_maps_to_its_cell():
@@ -157,8 +159,9 @@ def test_advice_ranks_a_strategy_sync_free_on_every_card_above_a_faster_one_that
     rows = _rows(ALL_TIMES)
     here = synthetic_card(gpu="NVIDIA H200", driver="1", waits_from=4 << 20)
     elsewhere = synthetic_card(gpu="SYNTH-PCIE", waits_from=4)
-    assert advice.recommend(rows, cards=[here]).strategy in ("non_blocking", "on_demand")
-    rec = advice.recommend(rows, cards=[here, elsewhere])
+    safe = synthetic_hazards()
+    assert advice.recommend(rows, cards=[here], hazards=safe).strategy in ("non_blocking", "on_demand")
+    rec = advice.recommend(rows, cards=[here, elsewhere], hazards=safe)
     assert rec.strategy in ("on_demand_pinned", "persistent_fill")
     text = rec.text()
     assert "waits on SYNTH-PCIE" in text and advice.CARD_RULE in text
@@ -166,9 +169,10 @@ def test_advice_ranks_a_strategy_sync_free_on_every_card_above_a_faster_one_that
 
 def test_advice_rules_out_what_waits_on_this_machines_own_card():
     rows = _rows(ALL_TIMES)
-    rec = advice.recommend(rows, cards=[synthetic_card(gpu="NVIDIA H200", driver="1", waits_from=4)])
+    rec = advice.recommend(rows, cards=[synthetic_card(gpu="NVIDIA H200", driver="1", waits_from=4)],
+                           hazards=synthetic_hazards())
     assert rec.strategy in ("on_demand_pinned", "persistent_fill")
-    assert "ruled out by this machine's card" in rec.text()
+    assert "non_blocking: its copy waits for the queued work on this machine's card" in rec.text()
 
 
 def test_a_damaged_card_is_skipped_with_a_warning_naming_it(tmp_path):

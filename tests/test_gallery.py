@@ -48,7 +48,7 @@ def test_the_gallery_covers_the_six_shapes_and_more():
 @pytest.mark.parametrize("name", gallery.names())
 def test_each_case_is_documented(name):
     c = gallery.get(name)
-    assert c.pr and "#" in c.pr or "DeepEP" in c.pr or "no single PR" in c.pr
+    assert c.pr and "#" in c.pr or "DeepEP" in c.pr or "no single PR" in c.pr or "no checked PR" in c.pr
     assert len(c.why) > 200 and "fix" in c.why  # a paragraph that says why and what fixes it
     assert c.expected_syncs >= 1 and c.fix_expected_syncs < c.expected_syncs  # the fix removes syncs
     assert c.expected_d2h >= 0 and c.fix_expected_d2h >= 0
@@ -63,7 +63,7 @@ def test_each_case_is_documented(name):
 def test_bad_names_are_refused_naming_the_allowed_values():
     with pytest.raises(ValueError, match=r"case must be one of scalar_item, .*; got 'nope'"):
         gallery.get("nope")
-    with pytest.raises(ValueError, match=r"scale must be one of gpu, smoke; got 'huge'"):
+    with pytest.raises(ValueError, match=r"scale must be one of gpu, queued, smoke; got 'huge'"):
         C.make_state("cpu", "huge")
     with pytest.raises(ValueError, match="variant must be one of case, fix"):
         report.measure_variant(gallery.get("scalar_item"), "both", C.make_state("cpu"), steps=1, trials=1)
@@ -200,3 +200,50 @@ def test_measured_counts_match_the_documented_ones_and_name_the_lines(name):
     else:
         assert set(a["debug_sites"]) == set(case.sites())
         assert sum(a["debug_sites"].values()) == case.expected_syncs
+
+
+# --- the scale where a sync waits, and the split of the fix's change ------------------------------------
+def test_the_gpu_scale_queues_work_ahead_and_is_the_default_on_cuda_only():
+    assert C.default_scale("cpu") == C.CPU_SCALE == "smoke"
+    assert C.default_scale("cuda") == C.GPU_SCALE == "queued"
+    assert C.scale(C.GPU_SCALE).queued_gpu_ms > 0 and C.scale("smoke").queued_gpu_ms == 0
+    s = C.make_state("cpu", "queued")
+    C.queue_gpu_work(s)  # no CUDA: nothing to queue, and no error
+    rec = report.record(["scalar_item"], device="cpu", steps=1, trials=1)
+    assert rec["scale"] == "smoke"  # the device's default when none is asked
+
+
+def _variant(**kw):
+    base = {k: None for k in report.VARIANT_KEYS}
+    return {**base, "status": "ok", "expected_syncs": 1, "host_syncs_per_step": 1.0, "matches": True, **kw}
+
+
+def test_the_step_change_is_split_into_the_syncs_cost_and_the_fixs_other_changes():
+    a = _variant(step_ms=6.0, gpu_idle_sync_caused_ms=1.5, host_launch_ms=0.6, host_other_ms=2.6, host_prep_ms=0.2)
+    b = _variant(step_ms=4.0, gpu_idle_sync_caused_ms=0.0, host_launch_ms=0.4, host_other_ms=1.6, host_prep_ms=0.2)
+    sp = report.split(a, b)
+    assert sp["step_change_ms"] == pytest.approx(-2.0) and sp["sync_cost_ms"] == pytest.approx(-1.5)
+    assert sp["other_changes_ms"] == pytest.approx(-0.5)  # what the sync's idle does not explain
+    assert sp["launch_change_ms"] == pytest.approx(-0.2) and sp["host_work_change_ms"] == pytest.approx(-1.0)
+    line = report.split_lines(sp)[0]
+    assert "the sync's caused idle -1.500 ms" in line and "other changes -0.500 ms" in line
+    rec = {"device": "cuda", "cases": [{"name": "x", "shape": "s", "pr": "SGLang #34782", "why": "w", "documented_sites": [],
+                                        "variants": {"case": a, "fix": b}}]}
+    row = report.table(rec).iloc[0]
+    assert row["idle the sync caused ms case"] == 1.5 and row["of it the sync ms"] == pytest.approx(-1.5)
+    assert "GPU starved ms case" not in report.table(rec).columns
+
+
+def test_a_gallery_recorded_before_the_caused_idle_says_the_split_needs_a_new_recording():
+    old = {k: v for k, v in _variant(step_ms=3.0).items() if k != "gpu_idle_sync_caused_ms"}
+    sp = report.split(old, _variant(step_ms=2.0))
+    assert sp["sync_cost_ms"] is None and sp["other_changes_ms"] is None
+    assert "record it again" in report.split_lines(sp)[0]
+
+
+def test_a_recorded_case_is_explained_by_the_registrys_current_text():
+    # data/gallery/ recordings keep the texts of their day; the view shows the corrected ones
+    rec = report.load(sorted((ROOT / "data" / "gallery").glob("*.json"))[0])
+    text = report.case_text(rec, "list_to_device")
+    assert "fill a persistent pinned buffer and copy it" not in text
+    assert "a fresh pinned tensor each step" in text and gallery.get("list_to_device").why in text

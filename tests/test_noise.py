@@ -275,7 +275,8 @@ def test_fixed_rounds_time_each_step_on_the_timer_and_fill_the_bar():
     assert [t.step_ms for t in res.timings["A"]] == pytest.approx([2.0] * 3)
     assert [t.step_ms for t in res.timings["B"]] == pytest.approx([3.0] * 3)
     assert res.timings["B"][0].per_step_ms == pytest.approx(np.full(5, 3.0))
-    assert [m for m, _ in seen[:3]] == ["trial 1/3: A", "trial 1/3: B", "trial 2/3: B"]
+    assert [m for m, _ in seen[:3]] == [f"trial 1/3: {res.orders[0][0]}", f"trial 1/3: {res.orders[0][1]}",
+                                        f"trial 2/3: {res.orders[1][0]}"]  # in the recorded random order
     assert [f for _, f in seen] == pytest.approx([k / 6 for k in range(1, 7)])
 
 
@@ -299,7 +300,7 @@ def test_adaptive_stops_at_the_time_cap_when_noisy():
     assert sum(per_round) >= cap > sum(per_round[:-1])  # stopped at the first round past the cap
     shares = [f for _, f in seen]
     assert shares == sorted(shares) and shares[-1] == 0.99 and shares[0] == pytest.approx(1 / 4)
-    assert seen[0][0] == "round 1 (to ±3% or 2 s): device_direct"
+    assert seen[0][0] == f"round 1 (to ±3% or 2 s): {res.orders[0][0]}"
 
 
 def test_adaptive_runs_the_minimum_even_past_the_cap():

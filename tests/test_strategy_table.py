@@ -18,7 +18,7 @@ from dspark_lab.results.facts import strategy_table as T
 from dspark_lab.results.viewmodels import frames
 from dspark_lab.views import figures
 from dspark_lab.views.figures.style import STRATEGY_COLORS
-from helpers import synthetic_card
+from helpers import synthetic_card, synthetic_hazards
 from test_advice import _rows
 from test_card import ALL_TIMES
 
@@ -48,9 +48,10 @@ def test_a_registered_strategy_is_on_the_card_and_in_the_advice(staged):
     # fastest here, but its copy waits on the other card: the advice ranks it below a portable one
     rows = _rows({**ALL_TIMES, "staged_copy": 4.0})
     here = synthetic_card(gpu="NVIDIA H200", driver="1", waits_from=4 << 20)
-    assert advice.recommend(rows, cards=[here]).strategy == "staged_copy"
-    rec = advice.recommend(rows, cards=[here, waits])
-    assert rec.strategy != "staged_copy" and "staged_copy is the fastest here" in rec.text()
+    safe = synthetic_hazards()  # counted after the registration: staged_copy has its count
+    assert advice.recommend(rows, cards=[here], hazards=safe).strategy == "staged_copy"
+    rec = advice.recommend(rows, cards=[here, waits], hazards=safe)
+    assert rec.strategy != "staged_copy" and "staged_copy's copy waits on SYNTH-PCIE" in rec.text()
 
 
 def test_a_registered_strategy_has_its_colour_in_the_figures(staged):

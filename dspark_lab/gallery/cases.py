@@ -1,10 +1,12 @@
 """The gallery's step functions: each pitfall in the shape of the code it comes from, its fix beside it.
 
 Every step takes the state made by `make_state` and returns a value; a case and its fix return the
-same value. Each step first queues GPU work (a stand-in for the target verify that runs ahead of
-the host in a serving engine), so that a sync really waits, then does the pitfall or its fix, then
-some host preparation (during which a GPU starved by the sync sits idle), then queues the next GPU
-work (the draft). The line that synchronizes carries a `# sync:` comment naming the call: the
+same value. Each step first queues GPU work (`target_verify`: a stand-in for the target verify that
+runs ahead of the host in a serving engine; at the GPU scale, GPU_SCALE, several ms of it in one
+kernel, so that every case's sync really waits and the step is not bound by the host's launches),
+then does the pitfall or its fix, then some host preparation (during which a GPU left idle by the
+sync waits for the host), then queues the next GPU work (the draft). A new case built on
+`target_verify`, `host_prep` and `draft` takes the same scale. The line that synchronizes carries a `# sync:` comment naming the call: the
 gallery reads these comments as each case's documented source lines.
 
 Re-implemented from the PRs' descriptions (cited per case in `registry.py`); no code is copied.
@@ -29,14 +31,27 @@ class Scale:
     host_prep_us: float  # host work after the pitfall (scheduler bookkeeping)
     batch: int  # requests
     experts: int
+    queued_gpu_ms: float = 0.0  # GPU work queued in one kernel before the layers (CUDA only; 0: none)
 
 
 SCALES = {
-    # About 1 ms of queued GPU work per step on an H200, 0.2 ms of host preparation after the pitfall.
+    # The verify stand-in as 16 eager layers and 0.2 ms of host preparation: its steps are host-bound
+    # (data/gallery/h200-gallery-20261201.json: the GPU idles for much of every step), so a sync there
+    # finds little queued work to wait for.
     "gpu": Scale(rows=1024, hidden=4096, layers=16, host_prep_us=200.0, batch=64, experts=32),
+    # The same, with 4 ms of GPU work queued ahead in one kernel: every case's sync waits for it.
+    "queued": Scale(rows=1024, hidden=4096, layers=16, host_prep_us=200.0, batch=64, experts=32, queued_gpu_ms=4.0),
     # Tiny: runs anywhere in a fraction of a millisecond (tests, CPU recordings).
     "smoke": Scale(rows=8, hidden=32, layers=2, host_prep_us=0.0, batch=8, experts=4),
 }
+GPU_SCALE = "queued"  # what a gallery records on CUDA (scripts/gpu_gallery.py, live notebooks)
+CPU_SCALE = "smoke"
+
+
+def default_scale(device=None) -> str:
+    """The scale to measure the gallery at on `device` (CUDA: GPU_SCALE, else CPU_SCALE)."""
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return GPU_SCALE if dev.type == "cuda" else CPU_SCALE
 
 
 def scale(name: str) -> Scale:
@@ -90,8 +105,33 @@ def make_state(device=None, scale_name: str = "smoke", seed: int = 0) -> State:
 
 
 # --- the surroundings every step shares --------------------------------------------------------
+_SPIN_CYCLES_PER_MS: dict = {}  # device index -> GPU clock cycles per ms of torch.cuda._sleep, measured once
+
+
+def spin_cycles_per_ms(device: torch.device) -> float:
+    """How many cycles of `torch.cuda._sleep` take 1 ms on `device`: timed once with CUDA events."""
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _SPIN_CYCLES_PER_MS:
+        with torch.cuda.device(idx):
+            torch.cuda._sleep(1_000_000)  # warm-up: the clock ramps up
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            torch.cuda._sleep(10_000_000)
+            b.record()
+            b.synchronize()
+            _SPIN_CYCLES_PER_MS[idx] = 10_000_000 / a.elapsed_time(b)
+    return _SPIN_CYCLES_PER_MS[idx]
+
+
+def queue_gpu_work(s: State) -> None:
+    """Queue `s.scale.queued_gpu_ms` of GPU work in one kernel (no host cost but its launch)."""
+    if s.scale.queued_gpu_ms > 0 and s.device.type == "cuda":
+        torch.cuda._sleep(int(s.scale.queued_gpu_ms * spin_cycles_per_ms(s.device)))
+
+
 def target_verify(s: State) -> torch.Tensor:
     """Queue GPU work the host does not wait for (the verify forward)."""
+    queue_gpu_work(s)
     h = s.h
     for _ in range(s.scale.layers):
         h = torch.tanh(h @ s.w)

@@ -62,8 +62,9 @@ _KATAS = (
     Kata("pageable_copy", "Hand the new lengths to the host without a copy that blocks it.",
          "Copy into pinned memory (s.d2h_pinned), record an event, queue the next work, and wait on the "
          "event only where the value is needed (read_back, an allowed by-design wait).",
-         # The fix keeps the by-design read_back wait: on an H200 the pageable copy's own wait is a
-         # few µs, so the step is not measurably faster (data/inspect/h200-diff-pageable_copy-*.md).
+         # The fix keeps a by-design wait for the same queued work (read_back, at the step's end): a
+         # D2H copy into pageable memory waits for the whole queue at every size (the platform card),
+         # and at the kata's scale the step is host-bound, so the fix need not be measurably faster.
          speed="not_slower"),
 )
 KATAS: dict[str, Kata] = {k.name: k for k in _KATAS}

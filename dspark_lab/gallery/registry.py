@@ -16,6 +16,7 @@ from typing import Callable
 
 from dspark_lab.gallery import cases as C
 from dspark_lab.gallery import field_cases
+from dspark_lab.results.facts.citations import cite
 
 SYNC_MARK = re.compile(r"#\s*sync:\s*(?P<what>.*)$")
 
@@ -54,18 +55,19 @@ _CASES = (
     Case(
         "scalar_item", "scalar read-back: .item()",
         C.seq_lens_sum_item, C.seq_lens_sum_from_mirror,
-        "SGLang #20266 (EAGLE-3 verify; the same cleanup on the draft side in #26462)",
+        f"{cite('SGLang', 20266)} (EAGLE-3 verify; {cite('SGLang', 26462)}, closed without merging, proposed the "
+        "same on the draft side)",
         "`torch.sum(seq_lens).item()` needs the sum on the host, so the host copies it back and waits "
-        "for the stream: for everything queued before it, here the whole verify forward. The host then "
-        "prepares the next launch while the GPU has nothing to do. The scheduler already keeps the "
-        "lengths on the host (`seq_lens_cpu`, updated in lockstep), so the fix sums the mirror: same "
-        "value, no device round trip. The PR reports 1.38-1.50x after the fix.",
+        "for the stream: for everything queued before it that has not run yet (how long is in the "
+        "measured blocked time below). The host then prepares the next launch while the GPU has nothing "
+        "to do. The scheduler already keeps the lengths on the host (`seq_lens_cpu`, updated in "
+        "lockstep), so the fix sums the mirror: same value, no device round trip.",
         expected_syncs=1, expected_d2h=1,
     ),
     Case(
         "tensor_bool", "scalar read-back: Python bool() of a device tensor",
         C.mask_padded_if_any, C.mask_padded_always,
-        "SGLang #6474 as cited in issue 13 (padded-row masking; the ancestor of #34759)",
+        "no checked PR: the generic shape (a Python `if` on a device tensor, as in padded-row masking)",
         "`if mask.any():` looks like a cheap check, but Python's `if` calls `bool()` on the tensor, "
         "which reads the value back: a copy and a stream sync, waiting for all queued work, just to "
         "decide whether to run a masking kernel. The fix runs the masking unconditionally on the "
@@ -87,7 +89,7 @@ _CASES = (
     Case(
         "host_plan", "host-side planning that copies device metadata to the host",
         C.plan_verify_device_metadata, C.plan_verify_host_metadata,
-        "SGLang #27689 (FlashInfer MLA plan() in verify and draft-extend); vLLM #52657 for the prefill planner",
+        f"{cite('SGLang', 27689)} (FlashInfer MLA plan() in verify and draft-extend); {cite('vLLM', 52657)} for the prefill planner",
         "A planner that partitions attention work on the host (FlashInfer's `plan()`) needs its index "
         "arrays as host values; given device tensors it calls `.to('cpu')` on each, a blocking "
         "device-to-host copy per array: three per plan here, as in the PR. The scheduler already has "
@@ -98,18 +100,24 @@ _CASES = (
     Case(
         "list_to_device", "a device tensor built from a Python list",
         C.draft_lens_from_list, C.draft_lens_full,
-        "SGLang #29415 as cited in issue 13 (not re-checked here); #34782's scalar is the one-element form",
-        "`torch.tensor(python_list, device='cuda')` builds the tensor in pageable host memory and "
-        "copies it with a blocking copy: the host waits for the stream to drain first. The fix: when the "
-        "values are uniform, `torch.full(..., device='cuda')` writes them with a fill kernel; when they "
-        "vary, fill a persistent pinned buffer and copy it with `non_blocking=True` into a persistent "
-        "device buffer.",
+        f"{cite('SGLang', 32575)} (alloc_for_extend: `torch.tensor([-1], device=...)` replaced by "
+        f"`torch.full`); {cite('SGLang', 34782)}'s scalar is the one-element form",
+        "`torch.tensor(python_list, device='cuda')` builds the tensor on the CPU and copies it with a "
+        "blocking copy, which PyTorch makes `cudaMemcpyAsync` followed by `cudaStreamSynchronize` "
+        "(from pinned memory too): the host waits for everything queued before the copy. The fix: when "
+        "the values are uniform, `torch.full(..., device='cuda')` writes them with a fill kernel (the "
+        "value travels as a kernel argument, no host memory). When they vary, make a fresh pinned "
+        "tensor each step (`torch.tensor(values, pin_memory=True)`) and copy it with "
+        "`non_blocking=True`: PyTorch's caching host allocator reuses its block only after the copy "
+        "has run. Or keep two pinned buffers and refill one only after the event of its last copy. "
+        "Never refill one persistent pinned buffer while its copy may still be queued: the copy reads "
+        "the buffer when the GPU reaches it (notebook 04's hazards table counts the wrong values).",
         expected_syncs=1, expected_d2h=0,
     ),
     Case(
         "host_split_sizes", "split sizes read on the host before a collective",
         C.dispatch_with_host_splits, C.dispatch_fixed_capacity,
-        "DeepEP normal mode vs low-latency mode; the host/device trade of vLLM #24105",
+        f"DeepEP normal mode vs low-latency mode; the host/device trade of {cite('vLLM', 24105)}",
         "An all-to-all with variable splits needs the split sizes as Python ints: `counts.tolist()` "
         "copies the per-expert counts to the host and waits for the routing kernels, before the "
         "exchange can even be issued (DeepEP's normal mode waits for the receive counts on the host "
@@ -122,7 +130,9 @@ _CASES = (
     Case(
         "pageable_copy", "a pageable copy that only looks non-blocking",
         C.seq_lens_to_pageable, C.seq_lens_to_pinned,
-        "SGLang #26128 / #30365 / #31364 (the overlap scheduler's per-step seq_lens_cpu copy behind target verify)",
+        "no PR of this exact shape checked; on the same path "
+        f"{cite('SGLang', 26128)} / {cite('SGLang', 30365)} / {cite('SGLang', 31364)} removed a per-step pinned device-to-host copy plus a stream "
+        "sync (a sync the counters do see)",
         "`host.copy_(dev, non_blocking=True)` into pageable memory returns only once the copy has run, "
         "so the host waits for all work queued before it, with no sync call anywhere: neither "
         "PyTorch's sync debug mode nor the profiler's sync events see it, only the copy's "

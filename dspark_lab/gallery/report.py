@@ -14,7 +14,7 @@ import datetime as _dt
 import json
 import os
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import pandas as pd
 import torch
@@ -39,6 +39,8 @@ VARIANT_KEYS = (
     "debug_sites",  # sync debug mode: "file:line function" -> per step
     "guard_sites",  # the guard in counting mode over one step: [[site, kind, witness, allowed], ...]
     "host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms",
+    "gpu_idle_sync_caused_ms",  # the sync's cost by notebook 01's rule (measure.breakdown.SYNC_COST_RULE)
+    "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms",  # what else the fix may change
     "step_ms", "step_ms_lo", "step_ms_hi",  # profiler-free median over trials and its 95% CI
     "matches",  # measured == documented (host syncs and D2H copies); None where nothing can sync
 )
@@ -59,8 +61,27 @@ def analyse(tr: dict) -> dict:
                                   "d2h_pageable_per_step", "h2d_pageable_per_step")}
     out["blocking_copies_per_step"] = len(copies) / n
     out["host_syncs_per_step"] = out["syncs_per_step"] + out["blocking_copies_per_step"]
-    out.update({k: parts[k] for k in ("host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms")})
+    out.update({k: parts.get(k) for k in PART_KEYS})
     return out
+
+
+PART_KEYS = ("host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms",
+             "gpu_idle_sync_caused_ms", "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms")
+SPLIT_RULE = ("the step-time change (fix - case, profiler-free medians) split in two: what the sync cost, the GPU "
+              "idle the case's syncs caused less the fix's (notebook 01's rule, profiled steps), and the rest, "
+              "what the fix's other changes bought (launches, host work: their profiled changes shown beside)")
+
+
+def split(a: dict, b: dict) -> dict:
+    """SPLIT_RULE for a case's variant `a` and its fix `b` (ms per step; negative: the fix is faster).
+    None where a part was not recorded (galleries recorded before the caused idle was)."""
+    def d(k):
+        return None if a.get(k) is None or b.get(k) is None else b[k] - a[k]
+    change, caused = d("step_ms"), d("gpu_idle_sync_caused_ms")
+    return {"step_change_ms": change, "sync_cost_ms": caused,
+            "other_changes_ms": None if change is None or caused is None else change - caused,
+            "launch_change_ms": d("host_launch_ms"), "host_work_change_ms": d("host_other_ms"),
+            "prep_change_ms": d("host_prep_ms")}
 
 
 def measure_variant(case: Case, variant: str, state: C.State, *, steps: int, trials: int) -> dict:
@@ -90,9 +111,11 @@ def measure_variant(case: Case, variant: str, state: C.State, *, steps: int, tri
     return rec
 
 
-def record(names=None, *, device=None, scale: str = "smoke", steps: int = 20, trials: int = 3) -> dict:
-    """Measure each case and its fix; the dict written to a recorded gallery file."""
+def record(names=None, *, device=None, scale: Optional[str] = None, steps: int = 20, trials: int = 3) -> dict:
+    """Measure each case and its fix; the dict written to a recorded gallery file. `scale`: by default
+    the gallery's scale for the device (cases.default_scale: enough queued GPU work that a sync waits)."""
     names = list(names or CASES)
+    scale = scale or C.default_scale(device)
     out = {"kind": KIND, "schema": SCHEMA, "fingerprint": probe.fingerprint(),
            "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
            "scale": scale, "cases": []}
@@ -154,21 +177,34 @@ def check(rec: dict) -> list[str]:
 
 
 def table(rec: dict) -> pd.DataFrame:
-    """One row per case: documented and measured host syncs, host blocked, GPU starved, step time."""
+    """One row per case: documented and measured host syncs, host blocked, the GPU idle the syncs caused
+    (notebook 01's rule; None in galleries recorded before it was), step time, and SPLIT_RULE's parts."""
     rows = []
     for c in rec["cases"]:
         a, b = c["variants"]["case"], c["variants"]["fix"]
-        row = {"case": c["name"], "from": c["pr"].split(" (")[0]}
+        row = {"case": c["name"], "from": texts(c)[0].split(" (")[0]}
         for tag, r in (("case", a), ("fix", b)):
             row[f"syncs {tag} (doc)"] = r["expected_syncs"]
             row[f"syncs {tag}"] = r["host_syncs_per_step"]
+        sp = split(a, b)
         row.update({"blocked ms case": a["host_blocked_ms"], "blocked ms fix": b["host_blocked_ms"],
-                    "GPU starved ms case": a["gpu_idle_after_sync_ms"], "GPU starved ms fix": b["gpu_idle_after_sync_ms"],
+                    "idle the sync caused ms case": a.get("gpu_idle_sync_caused_ms"),
+                    "idle the sync caused ms fix": b.get("gpu_idle_sync_caused_ms"),
                     "step ms case": a["step_ms"], "step ms fix": b["step_ms"],
+                    "change ms": sp["step_change_ms"], "of it the sync ms": sp["sync_cost_ms"],
+                    "of it other changes ms": sp["other_changes_ms"],
                     "speed-up": (a["step_ms"] / b["step_ms"]) if a["step_ms"] and b["step_ms"] else None,
                     "matches": None if a["matches"] is None else bool(a["matches"] and b["matches"])})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def texts(c: dict) -> tuple[str, str]:
+    """A recorded case's source and explanation as the registry states them now (a recording keeps
+    the texts of its day, which may since have been corrected); the recorded ones for a case the
+    registry no longer has."""
+    case = CASES.get(c["name"])
+    return (case.pr, case.why) if case is not None else (c["pr"], c["why"])
 
 
 def _fmt(x, unit="") -> str:
@@ -180,7 +216,8 @@ def case_text(rec: dict, name: str) -> str:
     c = next((c for c in rec["cases"] if c["name"] == name), None)
     if c is None:
         raise ValueError(f"case must be one of {', '.join(x['name'] for x in rec['cases'])}; got {name!r}")
-    lines = [f"{c['name']}: {c['shape']}", f"from: {c['pr']}", "", c["why"], "",
+    pr, why = texts(c)
+    lines = [f"{c['name']}: {c['shape']}", f"from: {pr}", "", why, "",
              "documented sync lines: " + ", ".join(c["documented_sites"])]
     for tag in VARIANTS:
         r = c["variants"][tag]
@@ -195,24 +232,35 @@ def case_text(rec: dict, name: str) -> str:
             lines.append(f"  sync debug mode: {site}  ({n:g} per step)")
         for site, kind, witness, allowed in r["guard_sites"] or []:
             lines.append(f"  guard: {site}  [{kind}, {witness}{', allowed' if allowed else ''}]")
-        lines.append(f"  host blocked {_fmt(r['host_blocked_ms'], ' ms')}, GPU starved after a sync {_fmt(r['gpu_idle_after_sync_ms'], ' ms')}, "
-                     f"GPU idle {_fmt(r['gpu_idle_ms'], ' ms')} per profiled step")
+        lines.append(f"  host blocked {_fmt(r['host_blocked_ms'], ' ms')}, GPU idle the syncs caused "
+                     f"{_fmt(r.get('gpu_idle_sync_caused_ms'), ' ms')} (from each sync until the host is ahead again), "
+                     f"GPU idle {_fmt(r['gpu_idle_ms'], ' ms')}, GPU busy {_fmt(r.get('gpu_busy_ms'), ' ms')} per profiled step")
         lines.append(f"  step {_fmt(r['step_ms'], ' ms')} (95% CI {_fmt(r['step_ms_lo'])}-{_fmt(r['step_ms_hi'])}, no profiler)")
     a, b = c["variants"]["case"], c["variants"]["fix"]
     if a["step_ms"] and b["step_ms"]:
         lines.append(f"\nfix: {a['step_ms'] / b['step_ms']:.2f}x step time, host syncs {_fmt(a['host_syncs_per_step'])} -> {_fmt(b['host_syncs_per_step'])}")
+        lines += split_lines(split(a, b))
     if rec.get("device") != "cuda":
         lines.append("recorded without CUDA: nothing can synchronize, so every count is zero by construction")
     return "\n".join(lines)
 
 
+def split_lines(sp: dict) -> list[str]:
+    """SPLIT_RULE's parts in words (ms per step, negative: the fix is faster)."""
+    if sp["sync_cost_ms"] is None:
+        return ["  the split of the change needs the idle the syncs caused, which this recording lacks: record it again"]
+    return [f"  step time {sp['step_change_ms']:+.3f} ms: the sync's caused idle {sp['sync_cost_ms']:+.3f} ms, the fix's other "
+            f"changes {sp['other_changes_ms']:+.3f} ms (launches {_fmt(sp['launch_change_ms'], ' ms')}, other host work "
+            f"{_fmt(sp['host_work_change_ms'], ' ms')}, host prep {_fmt(sp['prep_change_ms'], ' ms')}, profiled)"]
+
+
 class GalleryBackend:
     """Recorded (a gallery file) or live (measure a case on this machine's GPU when asked)."""
 
-    def __init__(self, mode: str = "recorded", path=None, scale: str = "gpu"):
+    def __init__(self, mode: str = "recorded", path=None, scale: Optional[str] = None):
         if mode not in ("recorded", "live"):
             raise ValueError(f"mode must be one of recorded, live; got {mode!r}")
-        self.mode, self.scale = mode, scale
+        self.mode, self.scale = mode, scale or C.default_scale()
         if mode == "recorded":
             self.rec = load(path)
         else:

@@ -1,8 +1,13 @@
 """The one measurement loop: interleaved rounds of named steps until a stop rule ends them.
 
 As in torch.utils.benchmark (Timer.blocked_autorange / adaptive_autorange) there is one loop and
-the policy is a stop rule. A round runs one trial of every named step, the order rotated each
-round (A B C, B C A, ...) so machine drift is shared and no step always runs first; a trial is
+the policy is a stop rule. A round runs one trial of every named step in a seeded random order
+(round_orders: each block of len(names) rounds is a Latin square over a fresh random permutation,
+its rounds shuffled), so machine drift is shared, every step takes every position once per block,
+and no step always runs right after the same other step (a fixed rotation A B C, B C A, ... put
+the same step after the baseline in every round); the seed and each trial's position in its round
+are recorded on the trial (`order_seed`, `trial_position`); every rank of an EP run draws the
+same orders from the same seed, so collectives still meet. A trial is
 measure.timing.time_trial (warm-up, drain, timed steps, drain), with optional per-trial
 diagnostics. After each round the rule says whether to stop and why (the `stop_reason` of rows):
 
@@ -18,8 +23,9 @@ an EP run (parallel/measure.py) and `measure_step` use this loop.
 """
 from __future__ import annotations
 
+import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Optional
 
 import pandas as pd
@@ -28,6 +34,21 @@ from dspark_lab.measure.timing import time_trial
 from dspark_lab.results.rules import noise
 
 STOP_REASONS = ("ci_target", "time_cap", "fixed_trials")
+ORDER_SEED = 0  # the default seed of the trial order: the same on every rank, recorded on each trial
+
+
+def round_orders(names: list, seed: int):
+    """The order of each round, forever: per block of len(names) rounds a fresh random permutation
+    P of `names`, its len(names) rotations (each name in each position once: a Latin square) in a
+    random order. Deterministic in `seed` (random.Random; the same on every rank)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"order_seed must be an integer; got {seed!r}")
+    rng, n = random.Random(seed), len(names)
+    while True:
+        perm = rng.sample(list(names), n)
+        block = [perm[k:] + perm[:k] for k in range(n)]
+        rng.shuffle(block)
+        yield from block
 # Below this many paired rounds a bootstrap CI of a median can only take the few sample values,
 # and may look narrow by chance: an adaptive point never stops on its CI before this. Rounds drift
 # within a run, which a bootstrap (rounds taken as independent) cannot see, so the floor comes from
@@ -146,6 +167,8 @@ class LoopResult:
     stop_reason: str  # one of STOP_REASONS
     rounds: int
     _headline: _Headline
+    order_seed: int = ORDER_SEED
+    orders: list = field(default_factory=list)  # each round's order of names, as run
 
     @property
     def half_width_pct(self) -> Optional[float]:
@@ -174,6 +197,7 @@ def run_rounds(
     timer: Callable[[], float] = time.perf_counter,
     clock: Callable[[], float] = time.monotonic,
     after_round: Optional[Callable[[int], None]] = None,
+    order_seed: int = ORDER_SEED,
 ) -> LoopResult:
     """Interleaved rounds of `steps_by_name` until `stop` (FixedRounds or CITarget) ends them.
 
@@ -183,20 +207,23 @@ def run_rounds(
     a caller can show trials as they arrive (run.live); an exception it raises ends the loop there.
     `after_round(rounds_done)` runs after each whole round, before the stop rule looks (run.point
     puts a live update's profiled pass there); its time does not count towards the time cap.
-    `timer` times the steps, `clock` the time cap (both seconds; fakes in tests)."""
+    `timer` times the steps, `clock` the time cap (both seconds; fakes in tests). `order_seed` seeds
+    the trial order (round_orders); each trial's diag carries it and the trial's position in its round."""
     names = list(steps_by_name)
     if not names:
         raise ValueError("steps_by_name must name at least one step")
     timings: Timings = {n: [] for n in names}
-    headline = _Headline(timings)
+    headline, orders, order_of_rounds = _Headline(timings), round_orders(names, order_seed), []
     start, started, t = clock(), 0, 0
     while True:
-        for n in names[t % len(names):] + names[: t % len(names)]:
+        order_of_rounds.append(next(orders))
+        for position, n in enumerate(order_of_rounds[-1]):
             started += 1
             if progress is not None:
                 progress(f"{stop.label(t)}: {n}", stop.share(started, len(names), clock() - start))
             timings[n].append(time_trial(steps_by_name[n], steps, warmup, sync, trial=t,
                                          diag=diag.get(n) if diag else None, timer=timer))
+            timings[n][-1].diag.update(order_seed=order_seed, trial_position=position)
             if on_trial is not None:
                 on_trial(n, timings[n][-1])
         t += 1
@@ -206,5 +233,5 @@ def run_rounds(
             start += clock() - t_hook  # the hook's time is not the trials'
         reason = stop.reason(t, clock() - start, headline)
         if reason is not None:
-            return LoopResult(timings, reason, t, headline)
+            return LoopResult(timings, reason, t, headline, order_seed, order_of_rounds)
 

@@ -214,7 +214,7 @@ def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequen
     sync()
     timed = loop.run_rounds({n: s.step for n, s in steps.items()}, loop.FixedRounds(cfg.trials), steps=cfg.steps,
                             warmup=cfg.warmup, sync=sync, progress=lambda msg, share: progress(msg, 0.9 * share),
-                            on_trial=on_trial)
+                            on_trial=on_trial, order_seed=cfg.seed)  # every rank: the same cfg, the same order
     sync()
     progress("profiling", 0.9)
     rows, timelines = _profiled_rows(ctx, spec, my_cfg, cases, steps, timed, profile_steps, debug_sites, sync)

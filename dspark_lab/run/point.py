@@ -194,7 +194,8 @@ class LocalExecutor:
         timed = loop.run_rounds({n: s.step for n, s in steps.items()}, stop_rule(cfg, self.target_ci_pct, self.time_cap_s),
                                 steps=cfg.steps, warmup=cfg.warmup, sync=first.drain, diag=diag, clock=self.clock, timer=self.timer,
                                 on_trial=observer.on_trial, progress=lambda msg, f: self.progress(msg, f * share),
-                                after_round=after_round if self.profile_after_round is not None else None)
+                                after_round=after_round if self.profile_after_round is not None else None,
+                                order_seed=cfg.seed)  # the trial order is seeded by the point's seed, recorded per trial
         first.drain()
         outs = [s.last_output for s in steps.values()]
         return timed, all(torch.equal(outs[0], o) for o in outs[1:])

@@ -1,18 +1,21 @@
-"""Which strategy to use on a machine, from its measured rows (and its probe), with the evidence.
+"""Which strategy to use on a machine, from its measured rows (and its probe, cards and hazards), with the evidence.
 
     from dspark_lab import advice
-    print(advice.recommend(rows, probe))        # Recommendation: strategy + evidence lines
+    print(advice.recommend(rows, probe, cards=cards, hazards=hazards))  # Recommendation + evidence lines
     print("\\n".join(advice.probe_in_words(probe)))
 
-The rule (RULE): at each EP regime the run holds (EP > 1, where the MoE top-k reads the scalar, and
-EP 1, where nothing reads it), a strategy is *good* when it is sync-free there (0 syncs per step
-outside the readback) and not measurably slower than the fastest strategy at that point (paired
-by trial round, 95% CI; results.Runs.compare). The recommendation is the fastest strategy at the
-EP > 1 point among those good at every regime. A probe saying that a pageable non-blocking copy
-blocks on this GPU + driver rules out the strategies that copy from pageable memory.
-With platform cards (results.analyses.card, CARD_RULE): a strategy's copy that waits on this machine's card
-rules it out here too, and among the kept strategies one that is sync-free on every recorded card
-ranks above one that waits on some platform, however much faster it is here.
+The rule, in the order it is applied:
+  GATE_RULE  a strategy may be recommended only when it is known to be correct and known to be
+             sync-free here: 0 wrong values under run-ahead in this machine's hazards record
+             (results.analyses.hazards) and a cell of its copy on this machine's card that returns at
+             once. A strategy without a hazards count or a card cell is unknown, never sync-free.
+  RULE       at each EP regime of the run, a strategy is good when it has 0 syncs per step outside the
+             readback and is not slower than the fastest by EQUIVALENCE_MARGIN_PCT or more, measurably
+             (paired by trial round, 95% CI); the probe rules out pageable copies where they block.
+  TIE_RULE   among the good strategies, those within the margin of the fastest are a tie, broken by
+             sync-freedom (syncs measured 0, not unknown), portability (sync-free on more distinct
+             GPU/driver cards, waiting on none) and less work (fewer host-to-device copies per step
+             over the regimes), the median last.
 torch-free: the notebooks and the report can ask it without a GPU.
 """
 from __future__ import annotations
@@ -32,14 +35,25 @@ from dspark_lab.results.rules import summaries
 from dspark_lab.results.rules.labels import point_label
 from dspark_lab.results.rules.selection import ok_rows, one_process
 
-RULE = ("rule: at each EP regime of the run (EP > 1, where the MoE top-k reads the scalar; EP 1, where nothing "
-        "reads it), keep the strategies that are sync-free there and not measurably slower than the fastest "
-        "(paired by trial round, 95% CI); recommend the fastest at EP > 1 among those kept at every regime; "
-        "where the probe says a pageable non-blocking copy blocks, strategies copying from pageable memory are out.")
+# Differences between strategies below this are ties, not rankings. Why 3%: on the H200 the sync-free
+# step agreed within 2-2.5% across leases and against an independent re-implementation, and a fixed
+# trial order gave strategies doing the same work 1.3-3.4% apart; below that a ranking is the bench's.
+EQUIVALENCE_MARGIN_PCT = 3.0
 
+GATE_RULE = ("gate: only strategies with 0 wrong values under run-ahead in this machine's hazards record and a "
+             "card cell on this machine that returns at once can be recommended; no hazards count or no card "
+             "cell is unknown, not safe or sync-free.")
+RULE = ("rule: at each EP regime of the run (EP > 1, where the MoE top-k reads the scalar; EP 1, where nothing "
+        f"reads it), keep the strategies with 0 syncs per step there that are not slower than the fastest by "
+        f"{EQUIVALENCE_MARGIN_PCT:g}% or more, measurably (paired by trial round, 95% CI); where the probe says "
+        "a pageable non-blocking copy blocks, strategies copying from pageable memory are out.")
+TIE_RULE = (f"ties: kept strategies within {EQUIVALENCE_MARGIN_PCT:g}% of the fastest kept one are equal here; the "
+            "tie is broken by sync-freedom (syncs measured 0), portability (waits on no recorded card, sync-free "
+            "on more distinct GPU/driver cards), then fewer host-to-device copies per step, then the median.")
 CARD_RULE = ("cards: a strategy counts as sync-free on a machine only where that machine's card says its copy (its "
-             "source, 4 B, GPU work queued) returns at once; one that waits on this machine's card is out; among "
-             "those kept, one sync-free on every recorded card ranks above one that waits on some platform.")
+             "source, 4 B, GPU work queued) returns at once; among those kept, one sync-free on every recorded "
+             "card ranks above one that waits on some platform; the cards behind that claim are counted by "
+             "distinct GPU and driver.")
 
 
 @dataclass
@@ -53,7 +67,7 @@ class Recommendation:
         head = (f"recommended on {self.run_label}: {self.strategy}" if self.strategy
                 else f"no recommendation for {self.run_label}")
         # evidence items starting with two spaces belong to the item above them
-        rules = [RULE] + ([CARD_RULE] if self.cards_read else [])
+        rules = [GATE_RULE, RULE, TIE_RULE] + ([CARD_RULE] if self.cards_read else [])
         return [head] + [f"      {e.strip()}" if e.startswith("  ") else f"  - {e}" for e in self.evidence] + rules
 
     def text(self) -> str:
@@ -89,7 +103,7 @@ class PointVerdict:
 
     def good(self, s: str) -> bool:
         c = self.versus_fastest.get(s)
-        close = s == self.fastest or (c is not None and not (c["measurable"] and c["pct"] > 0))
+        close = s == self.fastest or (c is not None and not _slower(c, EQUIVALENCE_MARGIN_PCT))
         return close and self.sync_free(s) is not False
 
 
@@ -124,19 +138,19 @@ def _point_evidence(v: PointVerdict, excluded: set) -> list[str]:
         diff = c["difference"]
         if diff.startswith("no measurable difference ("):  # "(+1.2%, 95% CI ...)": the words are in the heading
             diff = diff[len("no measurable difference ("):-1]
-        is_slower = c["measurable"] and c["pct"] > 0
+        is_slower = _slower(c, EQUIVALENCE_MARGIN_PCT)
         (slower if is_slower else close).append(f"{s} {_ms(v.medians[s])}" + (f": {diff}" if is_slower else f" ({diff})"))
     if close:
-        out.append("  not measurably slower than the fastest: " + "; ".join(close))
+        out.append(f"  within {EQUIVALENCE_MARGIN_PCT:g}% of the fastest or not measurably slower: " + "; ".join(close))
     if slower:
-        out.append("  measurably slower: " + "; ".join(slower))
+        out.append(f"  measurably slower by {EQUIVALENCE_MARGIN_PCT:g}% or more: " + "; ".join(slower))
     syncing = [f"{s} {v.syncs[s]:.2f}/step" for s in v.medians.index if v.sync_free(s) is False]
     unknown = [s for s in v.medians.index if v.sync_free(s) is None]
     if syncing:
         out.append("  syncs outside the readback: " + ", ".join(syncing))
     if unknown:
         out.append("  syncs not measured (no CUDA in these rows): " + ", ".join(unknown))
-    if excluded:
+    if excluded & set(v.medians.index):
         out.append("  ruled out by the probe (pageable copy blocks here): " + ", ".join(sorted(excluded)))
     return out
 
@@ -200,30 +214,92 @@ def card_waits(cards: Sequence[dict]) -> dict:
     return out
 
 
+def _platform(c: dict) -> tuple:
+    fp = c.get("fingerprint") or {}
+    return str(fp.get("gpu")), str(fp.get("driver"))
+
+
+def card_support(cards: Sequence[dict], strategy: str) -> dict:
+    """On how many cards, and how many distinct GPU/driver pairs, `strategy`'s copy returns at once,
+    waits, or has no cell: {"at_once": n, "platforms": m, "waits_on": [labels], "unknown_on": [labels]}."""
+    at_once, platforms, waits, unknown = 0, set(), [], []
+    for c in cards:
+        v = card_results.strategy_verdicts(c).get(strategy)
+        if v == card_results.AT_ONCE:
+            at_once += 1
+            platforms.add(_platform(c))
+        elif v == card_results.WAITS:
+            waits.append(card_results.label(c))
+        else:
+            unknown.append(card_results.label(c))
+    return {"at_once": at_once, "platforms": len(platforms), "waits_on": waits, "unknown_on": unknown}
+
+
+def portability_in_words(cards: Sequence[dict], strategy: str) -> str:
+    """The portability claim with the cards behind it counted ("on 2 cards of 1 GPU/driver")."""
+    sup = card_support(cards, strategy)
+    if sup["waits_on"]:
+        return f"{strategy}'s copy waits on {', '.join(sup['waits_on'])}"
+    if not sup["at_once"]:
+        return f"{strategy}: no recorded card has a cell of its copy (unknown, not sync-free)"
+    gpus = "GPU/driver" if sup["platforms"] == 1 else "GPU/driver pairs"
+    return (f"{strategy} is sync-free on every recorded card that has its cell: {sup['at_once']} card(s) of "
+            f"{sup['platforms']} distinct {gpus}" + (f"; no cell on {', '.join(sup['unknown_on'])}" if sup["unknown_on"] else ""))
+
+
 def _card_evidence(cards: Sequence[dict], mine: Optional[dict]) -> list[str]:
-    out = [f"{len(cards)} platform card(s) read; this machine's: " + (card_results.label(mine) if mine else "none recorded")]
+    n = len({_platform(c) for c in cards})
+    out = [f"{len(cards)} platform card(s) read, of {n} distinct GPU/driver; this machine's: "
+           + (card_results.label(mine) if mine else "none recorded")]
     for c in cards:
         v = card_results.strategy_verdicts(c)
-        out.append(f"  {card_results.label(c)}: " + "; ".join(f"{s} {v[s] or 'not measured'}" for s in v))
+        out.append(f"  {card_results.label(c)}: " + "; ".join(f"{s} {v[s] or 'no cell'}" for s in v))
     return out
 
 
-def _rank_by_cards(kept: list, waits: dict, points: list, excluded: set, main: PointVerdict) -> tuple[list, list[str]]:
-    """kept (fastest first), with a strategy sync-free here and on every card put first when the
-    fastest kept one waits on some card, even if it is slower here; the evidence when that reorders."""
-    if not kept or not waits.get(kept[0]):
-        return kept, []
-    portable = [s for s in main.medians.sort_values().index if s not in excluded and not waits.get(s)
-                and all(p.sync_free(s) is not False for p in points if s in p.medians.index)]
-    if not portable:
-        return kept, [f"{kept[0]}'s copy waits on {', '.join(waits[kept[0]])}, and no sync-free strategy here is "
-                      "sync-free on every recorded card"]
-    fast, chosen = kept[0], portable[0]
-    c = summaries.compare(main.rows, chosen, fast) if main.rows is not None else None
-    gain = f" ({chosen} against it: {c['difference']})" if c else ""
-    return [chosen] + [s for s in kept if s != chosen], [
-        f"{fast} is the fastest here{gain} but its copy waits on {', '.join(waits[fast])}: ranked below "
-        f"{chosen}, sync-free on every recorded card"]
+def _machine_of(runs: RunData, rid: str) -> dict:
+    first = runs.ok[runs.ok["run_id"] == rid].iloc[0]
+    return {"gpu": first.get("gpu"), "driver": first.get("driver")}
+
+
+def hazards_of(hazards, fingerprint: dict) -> Optional[dict]:
+    """The most recent hazards record (by 'recorded') of the machine with this GPU and driver."""
+    recs = [hazards] if isinstance(hazards, dict) else list(hazards or [])
+    mine = [h for h in recs if card_results.same_machine(h, fingerprint)]
+    return max(mine, key=lambda h: str(h.get("recorded", ""))) if mine else None
+
+
+def _gate_reason(s: str, wrong: dict, hazards_rec: Optional[dict], verdicts: dict, mine: Optional[dict]) -> Optional[str]:
+    """Why `s` fails GATE_RULE on this machine; None when it passes."""
+    h = wrong.get(s)
+    if hazards_rec is None:
+        return "no hazards record for this machine (dspark-lab doctor --hazards)"
+    if h is None:
+        return "no count in this machine's hazards record (unknown, not safe)"
+    if h.get("wrong"):
+        return f"{h['wrong']} of {h['n']} values wrong under run-ahead in this machine's hazards record"
+    if mine is None:
+        return "no platform card for this machine (dspark-lab doctor --card)"
+    v = verdicts.get(s)
+    if v is None:
+        return "no cell of its copy on this machine's card (unknown, not sync-free)"
+    return None if v == card_results.AT_ONCE else f"its copy {v} on this machine's card"
+
+
+def gate(strategies: Sequence[str], hazards_rec: Optional[dict], mine: Optional[dict]) -> tuple[set, list[str]]:
+    """GATE_RULE: the strategies known correct and sync-free on this machine, and the evidence."""
+    wrong = {h.get("strategy"): h for h in (hazards_rec or {}).get("strategies", []) or []}
+    verdicts = card_results.strategy_verdicts(mine) if mine else {}
+    passed, out = set(), []
+    for s in strategies:
+        why = _gate_reason(s, wrong, hazards_rec, verdicts, mine)
+        if why is None:
+            passed.add(s)
+        else:
+            out.append(f"  {s}: {why}")
+    where = f"hazards record of {hazards_rec.get('recorded', '?')}" if hazards_rec else "no hazards record"
+    head = f"gate ({where}; this machine's card): passed " + (", ".join(sorted(passed)) or "none")
+    return passed, [head] + out
 
 
 def _latest_points(runs: RunData, rid: str) -> list:
@@ -247,74 +323,153 @@ def _probe_exclusions(probe: Optional[dict], points: list) -> tuple[list[str], s
     return evidence, excluded
 
 
-def _card_exclusions(cards: list, runs: RunData, rid: str) -> tuple[list[str], set]:
-    """What the cards say, and the strategies this machine's card rules out (their copy waits here)."""
-    if not cards:
-        return [], set()
-    first = runs.ok[runs.ok["run_id"] == rid].iloc[0]
-    mine = card_results.latest_of(cards, {"gpu": first.get("gpu"), "driver": first.get("driver")})
-    evidence = _card_evidence(cards, mine)
-    if mine is None:
-        return evidence, set()
-    here = {s for s, v in card_results.strategy_verdicts(mine).items() if v == card_results.WAITS}
-    if here:
-        evidence.append("  ruled out by this machine's card (their copy waits here): " + ", ".join(sorted(here)))
-    return evidence, here
+def _versus(p: PointVerdict, s: str, ref: str) -> Optional[dict]:
+    return None if s == ref or p.rows is None else summaries.compare(p.rows, s, ref)
 
 
-def _fallback_choice(main, excluded: set) -> tuple[Optional[str], str]:
-    """The choice where no strategy is good at every EP regime: the fastest good one at the main
-    point, else the fastest sync-free one, else none; with the sentence saying which."""
-    ranked = main.medians.sort_values().index
-    fallback = [s for s in ranked if s not in excluded and main.good(s)]
-    if fallback:
-        return fallback[0], (f"no strategy is good at every EP regime; {fallback[0]} is the fastest good one at "
-                             f"EP {main.ep_size}, where the scalar is read")
-    free = [s for s in ranked if s not in excluded and main.sync_free(s) is not False]
-    if free:
-        return free[0], (f"every sync-free strategy is measurably slower than the fastest; {free[0]} is the fastest "
-                         "sync-free one")
-    return None, "no sync-free strategy at this point"
+def _slower(c: Optional[dict], margin_pct: float) -> bool:
+    """Slower beyond the equivalence margin, measurably (the CI's lower end past zero)."""
+    return c is not None and bool(c["measurable"]) and c["pct"] >= margin_pct
 
 
-def recommend(rows: pd.DataFrame, probe: Optional[dict] = None, cards: Optional[Sequence[dict]] = None) -> Recommendation:
+def _good_everywhere(candidates: set, points: list, margin_pct: float) -> list:
+    """The candidates with 0 syncs (or unmeasured) and not slower than the fastest candidate by the margin
+    at every judged point, fastest first at the main point."""
+    kept = set(candidates)
+    for p in points:
+        here = [s for s in p.medians.sort_values().index if s in kept and p.sync_free(s) is not False]
+        if not here:
+            return []
+        ref = here[0]
+        kept &= {s for s in here if not _slower(_versus(p, s, ref), margin_pct)} | (kept - set(p.medians.index))
+    main = points[0]
+    return [s for s in main.medians.sort_values().index if s in kept]
+
+
+def _tie_key(s: str, points: list, cards: Sequence[dict], main: PointVerdict) -> tuple:
+    """TIE_RULE's order: measured sync-free, waits on no card, more platforms, fewer copies, median."""
+    sup = card_support(cards, s)
+    measured = all(p.sync_free(s) is True for p in points if s in p.medians.index)
+    copies = sum(float(p.copies.get(s, 0) or 0) for p in points)
+    return (not measured, bool(sup["waits_on"]), -sup["platforms"], copies, float(main.medians[s]))
+
+
+def _portable_first(pool: set, cards: Sequence[dict], main: PointVerdict) -> tuple[set, list[str]]:
+    """CARD_RULE: where some candidate waits on no recorded card, those that wait on one are set aside,
+    however much faster they are here."""
+    portable = {s for s in pool if not card_support(cards, s)["waits_on"]}
+    if not portable or portable == pool:
+        return pool, []
+    out = []
+    for s in sorted(pool - portable, key=lambda s: main.medians.get(s, math.inf)):
+        best = min(portable, key=lambda p: main.medians.get(p, math.inf))
+        c = _versus(main, best, s) if s in main.medians.index and best in main.medians.index else None
+        gain = f" ({best} against it: {c['difference']})" if c else ""
+        out.append(f"{s}'s copy waits on {', '.join(card_support(cards, s)['waits_on'])}: set aside for "
+                   f"{', '.join(sorted(portable))}, sync-free on every recorded card that has their cells{gain}")
+    return portable, out
+
+
+def _choose(kept: list, points: list, cards: Sequence[dict], margin_pct: float) -> tuple[str, list[str]]:
+    """TIE_RULE over the kept strategies (fastest first at the main point), with the evidence."""
+    main, ref, out = points[0], kept[0], []
+    tie = [ref] + [s for s in kept[1:] if not _slower(_versus(main, s, ref), margin_pct)]
+    chosen = min(tie, key=lambda s: _tie_key(s, points, cards, main))
+    if len(tie) > 1:
+        diffs = "; ".join(f"{s} {_versus(main, s, ref)['difference']}" for s in tie if s != ref)
+        copies = ", ".join(f"{s} {sum(float(p.copies.get(s, 0) or 0) for p in points):g}" for s in tie)
+        out.append(f"a tie at {main.label} (within {margin_pct:g}% of {ref}): {diffs}; broken by sync-freedom, "
+                   f"portability and copies per step over the regimes ({copies}): {chosen}")
+    if cards:
+        out.append(portability_in_words(cards, chosen))
+    return chosen, out
+
+
+def _check_arguments(rows, probe, cards, hazards) -> None:
+    """Clear errors naming the argument and what it takes (a wrong type fails here, not deep inside)."""
+    if not isinstance(rows, (pd.DataFrame, RunData)):
+        raise TypeError(f"rows must be a pandas DataFrame of recorded rows or a RunData; got {type(rows).__name__}")
+    frame = rows.rows if isinstance(rows, RunData) else rows
+    missing = [c for c in ("run_id", "point_id", "strategy", "status", "step_ms", "ep_size") if c not in frame.columns]
+    if missing:
+        raise ValueError(f"rows must hold the recorded row columns; missing {', '.join(missing)}")
+    if probe is not None and not isinstance(probe, dict):
+        raise TypeError(f"probe must be None or a probe dict (measure.probe, advice.recorded_probe); got {type(probe).__name__}")
+    _check_probe(probe)
+    for name, v in (("cards", cards), ("hazards", hazards)):
+        if v is None or (name == "hazards" and isinstance(v, dict)):
+            continue
+        if isinstance(v, (str, bytes, dict)) or not all(isinstance(x, dict) for x in _iterable(v, name)):
+            raise TypeError(f"{name} must be None or a list of {name} records (dicts, "
+                            f"results.analyses.{'card' if name == 'cards' else 'hazards'}.recorded()); got {v!r:.60}")
+
+
+def _iterable(v, name: str) -> list:
+    try:
+        return list(v)
+    except TypeError:
+        raise TypeError(f"{name} must be None or a list of records; got {type(v).__name__}") from None
+
+
+def recommend(rows: pd.DataFrame, probe: Optional[dict] = None, cards: Optional[Sequence[dict]] = None,
+              hazards=None, margin_pct: float = EQUIVALENCE_MARGIN_PCT) -> Recommendation:
     """The strategy to use on the machine of `rows` (its most recent run measured in one process), by
-    RULE (and CARD_RULE when platform cards are given), with evidence."""
+    GATE_RULE (`hazards`: this machine's hazards record, or a list of records; `cards`: platform cards),
+    RULE and TIE_RULE, with evidence. Without a hazards record and a card for this machine nothing
+    passes the gate: the recommendation is None and the evidence says what to record."""
+    _check_arguments(rows, probe, cards, hazards)
     runs = measured_in_one_process(rows if isinstance(rows, RunData) else RunData(rows))
     if runs.ok.empty:
         raise ValueError("rows hold no successful trial measured in one process: record a run first (dspark-lab sweep)")
     rid = latest_run(runs)
-    label = runs.labels().get(rid, rid)
+    label, machine = runs.labels().get(rid, rid), _machine_of(runs, rid)
     points = _latest_points(runs, rid)
-    evidence, excluded = _probe_exclusions(probe, points)
+    points = sorted(points, key=lambda p: p.ep_size == 1)  # the EP > 1 point first: the scalar is read there
     cards = list(cards or [])
-    waits = card_waits(cards)
-    card_evidence, by_card = _card_exclusions(cards, runs, rid)
-    evidence += card_evidence
+    mine = card_results.latest_of(cards, machine)
+    evidence, excluded = _probe_exclusions(probe, points)
+    evidence += _card_evidence(cards, mine) if cards else ["no platform card given"]
+    passed, gate_lines = gate(list(points[0].medians.index), hazards_of(hazards, machine), mine)
+    evidence += gate_lines
     for p in points:
         evidence += _point_evidence(p, excluded)
     evidence += _regime_evidence(points)
-    excluded = excluded | by_card
-    main = next((p for p in points if p.ep_size > 1), points[0])
-    kept = [s for s in main.medians.sort_values().index
-            if s not in excluded and all(p.good(s) for p in points if s in p.medians.index)]
-    kept, reordered = _rank_by_cards(kept, waits, points, excluded, main)
-    evidence += reordered
-    if reordered and kept and not waits.get(kept[0]):
-        evidence.append(f"{kept[0]}: the fastest sync-free strategy here that is sync-free on every recorded card")
-        return Recommendation(kept[0], evidence, label, True)
-    if kept:
-        why = "good at every EP regime recorded" if len(points) > 1 else f"good at {main.label}"
-        evidence.append(f"{kept[0]}: the fastest at EP {main.ep_size} among those {why}"
-                        + (f" (also kept: {', '.join(kept[1:])})" if kept[1:] else ""))
-        return Recommendation(kept[0], evidence, label, bool(cards))
-    chosen, why = _fallback_choice(main, excluded)
-    evidence.append(why)
+    pool, set_aside = _portable_first(passed - excluded, cards, points[0])
+    evidence += set_aside
+    kept = _good_everywhere(pool, points, margin_pct)
+    if not kept:
+        evidence.append("no strategy passes the gate and is good at every EP regime recorded")
+        return Recommendation(None, evidence, label, bool(cards))
+    chosen, why = _choose(kept, points, cards, margin_pct)
+    evidence += why
+    evidence.append(f"{chosen}: passes the gate and is good at every EP regime recorded"
+                    + (f" (also kept: {', '.join(s for s in kept if s != chosen)})" if len(kept) > 1 else ""))
     return Recommendation(chosen, evidence, label, bool(cards))
+
+
+def _check_probe(probe) -> None:
+    """A probe is None or a dict whose 'available' is a bool; an available one holds 'queued_ms' (a number)
+    and 'strategies' (strategy -> {'queued_us': number})."""
+    if probe is None:
+        return
+    if not isinstance(probe, dict):
+        raise TypeError(f"probe must be None or a probe dict (measure.probe, advice.recorded_probe); got {type(probe).__name__}")
+    if not isinstance(probe.get("available", False), bool):
+        raise ValueError(f"probe['available'] must be True or False; got {probe.get('available')!r}")
+    if not probe.get("available"):
+        return
+    q = probe.get("queued_ms")
+    if isinstance(q, bool) or not isinstance(q, (int, float)):
+        raise ValueError(f"probe['queued_ms'] must be a number of milliseconds; got {q!r}")
+    per = probe.get("strategies", {})
+    if not isinstance(per, dict) or not all(isinstance(v, dict) and isinstance(v.get("queued_us"), (int, float))
+                                           for v in per.values()):
+        raise ValueError("probe['strategies'] must map each strategy to {'queued_us': number, ...}")
 
 
 def probe_in_words(probe: Optional[dict]) -> list[str]:
     """The probe's result read out, with what it implies for the choice of strategy on this machine."""
+    _check_probe(probe)
     if not probe or not probe.get("available"):
         reason = (probe or {}).get("reason", "no probe ran")
         return [f"{reason}.",

@@ -17,6 +17,7 @@ from typing import Iterable, Optional, Sequence
 import pandas as pd
 
 from dspark_lab.results.facts import strategy_table
+from dspark_lab.results.facts.citations import cite
 from dspark_lab.results.record import machine_files
 from dspark_lab.results.record.paths import machine_file_name
 
@@ -29,14 +30,16 @@ DIRECTIONS = {"h2d": "host to device", "d2h": "device to host", "d2d": "device t
 SOURCES = {
     "pageable_to_nb": ("h2d", "pageable .to(dev, non_blocking=True)", None),
     "pinned_to_nb": ("h2d", "pinned .to(dev, non_blocking=True)", None),
-    "pinned_strided_to_nb": ("h2d", "pinned, non-contiguous .to(dev, non_blocking=True)", None),
+    # A 4-byte "strided" source has one element and is contiguous: only from 8 B up is it strided.
+    "pinned_strided_to_nb": ("h2d", "pinned, non-contiguous (from 8 B) .to(dev, non_blocking=True)", None),
     "pageable_copy": ("h2d", "pageable dev.copy_(src) (blocking)", None),
     "pinned_copy": ("h2d", "pinned dev.copy_(src) (blocking)", None),
+    # From a list, the call's host time includes the Python list's conversion (at 1 MB most of it).
     "tensor_device": ("h2d", "torch.tensor(scalar | list, device=dev)", 1 << 20),
     "into_pageable_nb": ("d2h", "into pageable: host.copy_(dev, non_blocking=True)", None),
     "into_pinned_nb": ("d2h", "into pinned: host.copy_(dev, non_blocking=True)", None),
     "to_cpu_nb": ("d2h", "dev.to('cpu', non_blocking=True) (torch pins the result)", None),
-    "into_pinned_strided_nb": ("d2h", "into pinned, non-contiguous: host[::2].copy_(dev, non_blocking=True)", None),
+    "into_pinned_strided_nb": ("d2h", "into pinned, non-contiguous (from 8 B): host[::2].copy_(dev, non_blocking=True)", None),
     "cpu": ("d2h", "dev.cpu() (blocking, pageable)", None),
     "readback": ("d2h", ".item() | .tolist()", 1 << 20),
     "d2d_copy_nb": ("d2d", "dev2.copy_(dev, non_blocking=True)", None),
@@ -396,13 +399,14 @@ def claims_in_words(card: dict) -> list[str]:
     waits_4b = t["first_waits"] == SCALAR_BYTES
     return [
         f"On {label(card)}:",
-        f"- PR #34782's sync: torch.tensor(n, device=) (4 B) {at('h2d', 'tensor_device')}.",
-        f"- PR #34782's fix, a pageable non-blocking copy (4 B): {at('h2d', 'pageable_to_nb')}. "
+        f"- {cite('SGLang', 34782)}'s sync: torch.tensor(n, device=) (4 B) {at('h2d', 'tensor_device')}.",
+        f"- {cite('SGLang', 34782)}'s fix, a pageable non-blocking copy (4 B): {at('h2d', 'pageable_to_nb')}. "
         f"{threshold_in_words(t)}.",
-        "- PR #34759's 6–9% per EP-1 step from an unconditional non-blocking copy needs a platform where a pageable "
-        "4-byte non-blocking copy waits; " + ("this card is such a platform." if waits_4b else
-                                             "here it does not, so the copy costs only its call."),
-        f"- PR #38703 pins num_token_non_padded: a pinned 4-byte non-blocking copy {at('h2d', 'pinned_to_nb')}.",
+        f"- {cite('SGLang', 34759)}'s 6–9% per EP-1 step: its text keeps the existing int32 device scalar, made then "
+        f"with torch.tensor(n, device=) and a stream sync every step ({cite('SGLang', 34782)}, {cite('SGLang', 34919)}); "
+        f"that form here: {at('h2d', 'tensor_device')}. What it removed at EP 1 was most likely that sync; a pageable "
+        "4-byte non-blocking copy " + ("waits here too." if waits_4b else "does not wait here, so that copy costs only its call."),
+        f"- {cite('SGLang', 38703)} pins num_token_non_padded: a pinned 4-byte non-blocking copy {at('h2d', 'pinned_to_nb')}.",
         f"- persistent fill_ (no host copy): {at('d2d', 'fill')}.",
         f"- {unseen_in_words(f)}.",
     ]

@@ -46,18 +46,20 @@ class StrategyRow:
             raise StrategyTableError(f"strategy {self.name!r}: card_cell must be None or (direction, source); got {cell!r}")
 
 
-# The sources of the forms: PR #34782 (device_direct, non_blocking), PR #34759 (on_demand),
-# sglang 0.5.23 (on_demand_pinned, persistent_fill).
+# The sources of the forms: SGLang #34782 (device_direct, non_blocking), SGLang #34759 (on_demand:
+# on demand; its copy is #34782's), sglang 0.5.23 (on_demand_pinned, persistent_fill).
 BUILTIN_ROWS = (
-    StrategyRow("device_direct", "torch.tensor(n, device=cuda): pageable copy + stream sync", "before PR #34782",
+    StrategyRow("device_direct", "torch.tensor(n, device=cuda): a blocking copy (copy + stream sync)", "before PR #34782",
                 colour="#d62728", card_cell=("h2d", "tensor_device"), baseline=True),
     StrategyRow("non_blocking", "pageable host tensor .to(cuda, non_blocking=True)", "PR #34782",
                 colour="#ff7f0e", card_cell=("h2d", "pageable_to_nb")),
-    StrategyRow("on_demand", "None unless the predicate holds, else non-blocking", "PR #34759",
+    StrategyRow("on_demand", "None unless the predicate holds, else the pageable non-blocking copy",
+                "PR #34759, its copy from PR #34782",
                 colour="#2ca02c", card_cell=("h2d", "pageable_to_nb"), mirrors_sglang=True),
     StrategyRow("on_demand_pinned", "on demand, pinned host tensor, non-blocking copy", "sglang 0.5.23",
                 colour="#17becf", card_cell=("h2d", "pinned_to_nb"), mirrors_sglang=True),
-    StrategyRow("persistent_fill", "persistent device scalar updated with fill_", "sglang 0.5.23 graph buffers",
+    StrategyRow("persistent_fill", "persistent device scalar updated with fill_ (before a graph's replay, never captured)",
+                "sglang 0.5.23 graph buffers",
                 colour="#1f77b4", card_cell=("d2d", "fill"), needs_persistent_buffer=True, shown_first=True),
 )
 

@@ -14,7 +14,8 @@ from dspark_lab.results.record import schema
 
 STATUSES = ("ok", "failed")
 INT_COLUMNS = ("ep_size", "batch_size", "gamma", "query_token_num", "bucket_batch_size", "num_tokens",
-               "trial", "steps", "ctx_switches_invol", "ctx_switches_vol", "throttle_reasons")
+               "trial", "steps", "ctx_switches_invol", "ctx_switches_vol", "throttle_reasons",
+               "order_seed", "trial_position")
 BOOL_COLUMNS = ("graph", "predicate", "sync_count_mismatch", "disturbed")
 STR_COLUMNS = ("point_id", "strategy", "model", "workload", "device", "status", "error", "sync_site", "sync_note",
                "disturbed_reason", "stop_reason")

@@ -71,6 +71,7 @@ DIAG_COLUMNS = (
     "disturbed_reason",  # why, "" when quiet
     "stop_reason",  # "ci_target" | "time_cap" | "fixed_trials": why the point stopped measuring
     "ci_half_width_pct",  # the point's headline ratio CI half-width when it stopped, % (None if none)
+    "order_seed", "trial_position",  # the seed of the rounds' random order, and this trial's place in its round (0 first)
 )
 # A machine, as runs are compared and resumed: the fingerprint keys that must agree.
 MACHINE_KEYS = ("gpu", "driver", "cuda", "torch")

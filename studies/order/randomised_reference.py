@@ -1,0 +1,133 @@
+"""Three reference runs with the trials in a seeded random order (measure.loop.round_orders), and
+whether strategies that do the same work come out within their CIs of each other, and whether the
+advice's choice is stable across the runs.
+
+    python -m studies.order.randomised_reference [--runs 3] [--time-cap 15] [--target-ci 3]
+    python -m studies.order.randomised_reference --analyse data/runs/<run>.jsonl ...   # no GPU needed
+
+Each run is `dspark-lab sweep` at the reference point (batch 8, gamma 4, sglang_profile) at EP 8 and
+EP 1, adaptive (--target-ci, --time-cap), with its own --seed (1, 2, 3: the seed of the trial order,
+recorded per row as order_seed with each trial's trial_position). Writes
+<root>/data/runs/<gpu>-reference-randomised-run<k>-<time>.jsonl (root: $OUT when set, else the
+repository) and prints, per run, the equal-work differences with their 95% CIs and the advice's
+choice (gated by this machine's recorded card and hazards under data/machines/). About 40 s per run
+on an H200 (two points, each 10-15 s of interleaved rounds, plus graph capture and a profiled pass).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+# (EP regime, strategy, against, why they do the same work)
+EQUAL_WORK = (
+    ("EP > 1", "on_demand", "non_blocking", "the same pageable non-blocking copy (the predicate holds)"),
+    ("EP > 1", "persistent_fill", "non_blocking", "a fill kernel against a 4-byte copy: no sync either way"),
+    ("EP > 1", "on_demand_pinned", "non_blocking", "a pinned against a pageable 4-byte non-blocking copy"),
+    ("EP 1", "on_demand_pinned", "on_demand", "both return None: no copy at all"),
+    ("EP 1", "persistent_fill", "on_demand", "a fill kernel against nothing"),
+)
+
+
+def _root() -> Path:
+    return Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT
+
+
+def record_runs(n: int, time_cap: float, target_ci: float) -> list[Path]:
+    """n reference runs through the sweep command, seeds 1..n; the run files written."""
+    from dspark_lab.cli.main import main as cli_main
+    from dspark_lab.measure import probe
+
+    gpu = str(probe.fingerprint().get("gpu", "gpu")).lower().replace("nvidia", "").strip().replace(" ", "-") or "gpu"
+    runs = _root() / "data" / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for k in range(1, n + 1):
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        out = runs / f"{gpu}-reference-randomised-run{k}-{stamp}.jsonl"
+        rc = cli_main(["sweep", "--ep", "8,1", "--batch", "8", "--gamma", "4", "--target-ci", str(target_ci),
+                       "--time-cap", str(time_cap), "--seed", str(k), "--out", str(out),
+                       "--name", f"reference, randomised order, run {k} of {n}", "--no-progress"])
+        print(f"run {k}: exit {rc}, {out}")
+        if out.exists():
+            paths.append(out)
+    return paths
+
+
+def differences(rows) -> list[dict]:
+    """Per run and EQUAL_WORK pair present: the paired difference (% of `against`) and its 95% CI."""
+    from dspark_lab.results.query.data import RunData
+    from dspark_lab.results.rules import summaries
+
+    data = RunData(rows)
+    out = []
+    for rid in data.run_ids():
+        ok = data.ok[data.ok["run_id"].astype(str) == str(rid)]
+        for regime, s, ref, why in EQUAL_WORK:
+            at = ok[(ok["ep_size"] == 1) if regime == "EP 1" else (ok["ep_size"] > 1)]
+            if at.empty or not {s, ref} <= set(at["strategy"]):
+                continue
+            c = summaries.compare(at, s, ref)
+            out.append({"run": data.labels().get(rid, rid), "regime": regime, "strategy": s, "against": ref,
+                        "pct": c["pct"], "ci_low": c["ci_low"], "ci_high": c["ci_high"],
+                        "within CI": not c["measurable"], "rounds": c["quiet_rounds"], "why same work": why})
+    return out
+
+
+def choices(rows, cards, hazards) -> list[dict]:
+    """The advice's choice per run (each run judged alone)."""
+    from dspark_lab.results.analyses import advice
+    from dspark_lab.results.query.data import RunData
+
+    data = RunData(rows)
+    out = []
+    for rid in data.run_ids():
+        rec = advice.recommend(data.rows[data.rows["run_id"].astype(str) == str(rid)], cards=cards, hazards=hazards)
+        tie = next((e for e in rec.evidence if e.startswith("a tie at")), "")
+        out.append({"run": data.labels().get(rid, rid), "choice": rec.strategy, "tie": tie[:200]})
+    return out
+
+
+def report(paths: list[Path]) -> int:
+    import pandas as pd
+
+    from dspark_lab.results import Runs
+    from dspark_lab.results.analyses import card, hazards
+
+    runs = Runs.load([str(p) for p in paths], cache=False)
+    diff = pd.DataFrame(differences(runs.rows))
+    picks = pd.DataFrame(choices(runs.rows, card.recorded(), hazards.recorded()))
+    stable = picks["choice"].nunique() == 1 if len(picks) else False
+    with pd.option_context("display.width", 250, "display.max_columns", 20, "display.precision", 2,
+                           "display.max_colwidth", 90):
+        print(picks.to_string(index=False))
+        print(f"advice stable across the runs: {stable}")
+        print(diff.to_string(index=False) if len(diff) else "no equal-work pair in these runs")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--time-cap", type=float, default=15.0)
+    ap.add_argument("--target-ci", type=float, default=3.0)
+    ap.add_argument("--analyse", nargs="+", metavar="RUN", help="only analyse these recorded run files (no GPU)")
+    a = ap.parse_args(argv)
+    if a.analyse:
+        return report([Path(p) for p in a.analyse])
+    import torch
+
+    if not torch.cuda.is_available():
+        print("no CUDA device: the reference runs need one (use --analyse RUN... on recorded runs)")
+        return 2
+    paths = record_runs(a.runs, a.time_cap, a.target_ci)
+    return report(paths) if paths else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
