@@ -128,19 +128,21 @@ _ROWS = (
     # -- field cases (the field gallery) ------------------------------------------------------------
     _c("TensorRT-LLM", 16680, "select_blocks_from_maxscore: a blocking H2D every step",
        "n_valid_blocks.to(device=, dtype=torch.long) was a blocking host-to-device copy every step; made on the "
-       "device once per step: request latency P50 298.2 -> 269.6 ms", "a field case", NOT_RECHECKED),
+       "device once per step: request latency P50 298.2 -> 269.6 ms", "a field case", CHECKED),
     _c("tokenspeed", 45, "_init_extend_metadata: seq_lens.max().item()",
        "replaced by the pinned CPU mirror that already existed: mean TTFT 107.3 -> 97.4 ms, the ~10 ms the host "
-       "waited behind the queued forward", "a field case", NOT_RECHECKED),
+       "waited behind the queued forward", "a field case", CHECKED),
     _c("Advanced_Optimizers", 5, "a tensor as the Python-number alpha= of g.sub",
        "g.sub(w, alpha=proj) with a tensor proj calls .item() silently; g.sub(w * proj) made the optimizer step "
        "'about 50% faster'", "a field case", NOT_RECHECKED),
     _c("SGLang", 28491, "prepare_for_decode: latest_output_ids with torch.tensor(..., device=)",
        "a blocking torch.tensor(..., device=) and a stream sync every decode step, most visible at small batch",
-       "a field case: #34782's pattern elsewhere in the same engine", NOT_RECHECKED),
+       "a field case: #34782's pattern elsewhere in the same engine", CHECKED),
+    _c("SGLang", 28500, "prepare_for_decode on the speculative-decoding path",
+       "the same blocking latest_output_ids construction on the spec-decode path", "beside #28491", CHECKED),
     _c("minimind", 837, "per-expert mask.any() + nonzero() + boolean indexing",
        "96 -> 8 syncs per forward: 1.2-1.5x faster at >= 4 experts, no gain at 2",
-       "a field case where removing syncs buys little: a sync count is not a cost", NOT_RECHECKED),
+       "a field case where removing syncs buys little: a sync count is not a cost", CHECKED),
     _c("sparkinfer", 725, "a post-verify stream sync removed",
        "+0.28% on a decode loop about 94% GPU-busy", "a field case where removing a sync buys nearly nothing",
        NOT_RECHECKED),
