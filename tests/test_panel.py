@@ -272,3 +272,48 @@ def test_all_runs_are_set_side_by_side_never_stacked(data):
     # each run's device_direct shows its own 1.00 sync per step, not the runs summed on one bar
     dd = [float(t) for (run, s), t in zip(cats, total.text) if s == "device_direct"]
     assert dd == [1.0] * rows.run_id.nunique()
+
+
+@pytest.fixture(scope="module")
+def committed_backend():
+    """The recorded data in data/ (the filter is checked on what a design review would filter)."""
+    runs = Runs.load()
+    if runs.rows.empty:
+        pytest.skip("no recorded runs in data/")
+    return RecordedBackend(runs)
+
+
+def _with_one_process_rows(backend) -> set:
+    from dspark_lab.results.query.runs import one_process
+    return set(one_process(backend.runs.rows)["run_id"].astype(str))
+
+
+@pytest.mark.parametrize("text", ["since=2026-12-01", "name=reference"])
+def test_a_run_filter_lists_exactly_the_runs_it_matches(committed_backend, text):
+    b = committed_backend
+    info = b.runs.run_info()
+    key, value = text.split("=")
+    if key == "since":
+        match = info[info["created"].astype(str).str[:10] >= value]
+    else:
+        hay = (info["label"].astype(str) + " " + info["name"].astype(str) + " " + info["file"].astype(str)).str.lower()
+        match = info[hay.str.contains(value)]
+    want = set(match["run_id"].astype(str)) & _with_one_process_rows(b)
+    if not want:
+        pytest.skip(f"data/ holds no run for {text}")
+    b.filter_runs(text)
+    try:
+        assert set(b.selection) == want
+        assert len(b.selection) == len(want)  # each run listed once
+        assert f"{len(want)} of {len(b.runs.run_ids())} run(s) selected" in b.selection_note()
+        # The run the panel opens on is one the filter matched, not the richest run overall.
+        assert b.defaults()["run"] in want or "defaults" not in b._views
+    finally:
+        b.filter_runs("")
+
+
+def test_the_unfiltered_selection_still_opens_on_the_latest_default_sweep(committed_backend):
+    b = committed_backend
+    b.filter_runs("")
+    assert b.selection[0] == b.runs.richest_grid_run()
+    assert len(b.selection) == len(set(b.selection)) == len(_with_one_process_rows(b) & set(b.runs.run_ids()))

@@ -53,7 +53,7 @@ class RecordedBackend:
             raise ValueError("no one-process recorded rows to show (only real-rank or predicted runs)")
         self.headers = runs.headers
         self.max_options, self.side_by_side = max_options, side_by_side
-        self.selection: list[str] = self._offered(runs.ranked_run_ids())
+        self.selection: list[str] = self._offered(runs.ranked_run_ids(), filtered=False)
         self.filter_text = ""
         self._views: dict = {}
 
@@ -63,18 +63,20 @@ class RecordedBackend:
         return frames.flatten_timelines(self.runs.timelines)
 
     # -- choosing runs --------------------------------------------------------------------------
-    def _offered(self, ranked: list[str]) -> list[str]:
-        """The runs with one-process rows, in the order the run dropdown lists them: the richest grid
-        run (the latest default sweep of the newest machine) first, then grid runs, then the rest;
-        newest first within each."""
+    def _offered(self, ranked: list[str], *, filtered: bool) -> list[str]:
+        """Those of `ranked` with one-process rows, in the order the run dropdown lists them: the
+        richest grid run first (unfiltered: the latest default sweep of the newest machine; filtered:
+        the richest of the runs the filter matched, never one outside them), then grid runs, then
+        the rest; newest first within each."""
         with_rows = set(self.rows["run_id"].astype(str))
         ids = [r for r in ranked if r in with_rows]
         if not ids:
             return ids
-        richest = self.runs.richest_grid_run(ids if len(ids) < len(ranked) else None) or ids[0]
+        richest = self.runs.richest_grid_run(ids if filtered or len(ids) < len(ranked) else None)
+        richest = richest if richest in ids else ids[0]
         rank = {k: i for i, k in enumerate(KINDS)}
         rest = sorted((r for r in ids if r != richest), key=lambda r: (rank.get(self.runs.kind_of(r), 99), ids.index(r)))
-        return ([richest] if richest in with_rows else []) + rest
+        return [richest] + rest
 
     def side_by_side_runs(self) -> list[str]:
         return self.selection[:self.side_by_side]
@@ -102,7 +104,7 @@ class RecordedBackend:
                 words.append(tok.lower())
         sub = self.runs.select(**kw) if kw else self.runs
         matched = set(sub.run_ids())
-        ids = self._offered([r for r in self.runs.ranked_run_ids() if r in matched])
+        ids = self._offered([r for r in self.runs.ranked_run_ids() if r in matched], filtered=bool(kw))
         if words:
             info = self.runs.run_info().set_index("run_id")
             hay = {rid: " ".join(str(v) for v in r.values).lower() for rid, r in info.iterrows()}
