@@ -9,7 +9,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from dspark_lab.views.figures.layout import fit_layout
+from dspark_lab.views.figures.layout import fit_layout, wrap_legend_names
 
 # Every figure's plotly.js config: no logo, and no "Share chart..." modebar button (plotly.js 3 adds
 # "sendChartToCloud" unless showSendToCloud is false; it would post the figure to a cloud service).
@@ -75,7 +75,7 @@ def slide_size(size) -> tuple[int, int]:
 def slide_figure(fig: go.Figure, size="slide") -> go.Figure:
     """A copy of `fig` laid out for a slide: its size, text of at least SLIDE_TEXT_PX, legend room."""
     w, h = slide_size(size)
-    out = go.Figure(fig)
+    out = wrap_legend_names(go.Figure(fig))
     out.update_layout(width=w, height=None, template=fig.layout.template)
     return fit_layout(out, width=w, height=h, text_px=SLIDE_TEXT_PX)
 
