@@ -336,3 +336,47 @@ def test_on_cuda_a_subfolder_target_lists_each_sync_once(tmp_path, monkeypatch, 
     assert got == {f"SUB/FILE.py:{line} {attr}": n for line, n in lines.items()}
     assert all(s["exact"] for s in rec["sites"])
     assert sum(got.values()) == pytest.approx(rec["counts"]["syncs_per_step"])
+
+
+# --- what the texts say without CUDA, and beside a CI from few trials ------------------------
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the no-CUDA record")
+def test_without_cuda_inspect_says_n_a_for_copies_never_zero():
+    from dspark_lab.run.inspect import NO_CUDA_COPY_COUNTS, inspect_step
+    from dspark_lab.views.inspect_page import report_text
+
+    rec = inspect_step(lambda: sum(range(100)), steps=3, trials=2, warmup=1)
+    assert all(rec["counts"][k] != rec["counts"][k] for k in NO_CUDA_COPY_COUNTS)  # NaN: not measurable
+    line = next(ln for ln in report_text(rec).splitlines() if ln.startswith("device-to-host copies"))
+    assert line == "device-to-host copies per step n/a (into pageable memory n/a); host-to-device pageable n/a"
+
+
+@pytest.mark.parametrize("trials, rough", [(5, True), (10, False)])
+def test_a_ci_from_fewer_trials_than_the_headline_floor_says_so(trials, rough):
+    from dspark_lab.results.rules.noise import MIN_QUIET_ROUNDS
+    from dspark_lab.views.inspect_page import report_text
+
+    rec = inspect_record("s", trials=tuple(2.0 + 0.01 * i for i in range(trials)))
+    step = next(ln for ln in report_text(rec).splitlines() if ln.startswith("step "))
+    assert (f"under the {MIN_QUIET_ROUNDS} quiet rounds a headline needs" in step) is rough
+    assert (f"{trials} trials, under" in step) is rough
+
+
+def test_diff_without_cuda_says_no_sync_could_be_seen_and_how_rough_its_ci_is():
+    from dspark_lab.results.analyses import step_diff
+
+    before, after = inspect_record("a", device="cpu"), inspect_record("b", device="cpu")
+    d = step_diff.diff(before, after)
+    text, md = step_diff.text(d), step_diff.markdown(d)
+    assert "none seen: without CUDA no sync can be seen" in text and "none in either step" not in text
+    assert "Sync sites: none seen: without CUDA" in md
+    assert "CIs from 5 trials, under the 10 quiet rounds" in text and "CIs from 5 trials" in md
+    on_cuda = step_diff.text(step_diff.diff(inspect_record("a"), inspect_record("b")))
+    assert "none in either step" in on_cuda
+
+
+@pytest.mark.parametrize("command", ["inspect", "diff"])
+def test_the_help_shows_95_percent_not_a_doubled_percent_sign(command, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    out = capsys.readouterr().out
+    assert "95% CI" in out and "%%" not in out

@@ -27,6 +27,8 @@ from dspark_lab.results.rules.stats import median_ci
 from dspark_lab.results.record.sync_sites import distinct_lines, merge_sites, same_function, try_parse
 
 GUARD_STEPS = 3  # steps under the guard (after the measurement's warm-up)
+# Copies between host and device: without CUDA there is no device to copy to or from (n/a, never 0).
+NO_CUDA_COPY_COUNTS = ("d2h_per_step", "d2h_pageable_per_step", "h2d_pageable_per_step", "h2d_pinned_per_step")
 NO_CUDA_PARTS = ("host_blocked_ms", "gpu_busy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms")
 COST_SCOPE = "function"  # a site's costs are its function's, split among its lines by count
 
@@ -52,6 +54,8 @@ def inspect_step(fn: Callable[[], object], *, target: str = "(a Python callable)
     n = report.counts["steps_in_trace"]
     counts = {k: v for k, v in report.counts.items() if k != "sync_site"}
     counts["blocking_copies_per_step"] = len(copies) / n if cuda else float("nan")
+    if not cuda:
+        counts.update({k: float("nan") for k in NO_CUDA_COPY_COUNTS})
     counts["syncs_per_step"] = (report.counts["syncs_per_step"] + counts["blocking_copies_per_step"])
     guard_rec = _guard(fn, allow) if cuda else {"checked": [], "allow": list(allow), "violations": [], "allowed": [],
                                                 "note": guard.NO_CUDA_MESSAGE}
