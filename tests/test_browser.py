@@ -273,6 +273,7 @@ JS_NOTEBOOK_FIGURE_PROBLEMS = f"""() => Array.from(document.querySelectorAll(
     '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output .js-plotly-plot')).map((gd, i) => {{
   const t = gd.layout && gd.layout.title, name = String((t && (t.text || t)) || ('figure ' + i)).split('<br>')[0];
   const out = gd.closest('.jp-OutputArea-output').getBoundingClientRect(), svg = gd.querySelector('.main-svg');
+  if (!gd.data || !gd.data.length) return [name + ' #' + i, []];  // a panel's widget not yet filled: checked once drawn
   const probs = ({JS_TEXT_PROBLEMS})(gd);
   if (svg) {{ const f = svg.getBoundingClientRect();
     if (f.right > out.right + 1.5) probs.push(`cut off: ${{Math.round(f.right - out.right)}} px of the figure past its output area`); }}
@@ -500,9 +501,9 @@ def test_lab_sh_kit_runs_every_notebook_and_every_control_moves_the_figures(lab)
                 page.screenshot(path=str(OUT / f"browser_{name.split('_')[0]}.png"))
                 pages = _page_through(page, name.split("_")[0])
                 print(f"{name}: {pages} screenshots of the whole notebook")
-                boxes[name] = dict(page.evaluate(JS_NOTEBOOK_FIGURE_PROBLEMS))
                 if name in PANEL_NOTEBOOKS:
                     labels[name] = _exercise_panel(page, name, _panel_backend(name, backend), backend.runs.rows)
+                boxes[name] = dict(page.evaluate(JS_NOTEBOOK_FIGURE_PROBLEMS))  # the panel's figures drawn too
                 page.evaluate(JS_SHUTDOWN)
                 page.close()
             _screenshot_report(browser, lab)

@@ -128,3 +128,68 @@ def test_every_figure_as_a_slide_has_its_text_inside_and_apart(figs, tmp_path):
     from dspark_lab.views.figures.render import slide_figure
 
     assert draw_and_measure([(n, slide_figure(f)) for n, f in figs], tmp_path) == {}
+
+
+# --- the same rules without a browser: the layout the figures ask for ----------------------------
+def _bars(n_runs: int, strategies=("device_direct", "non_blocking", "on_demand", "on_demand_pinned", "persistent_fill")):
+    from dspark_lab.views.figures.layout import add_note, titled
+
+    fig = go.Figure()
+    runs = [f"H200 · default sweep · 11-30 0{i}:00" for i in range(n_runs)]
+    x = [[r for r in runs for _ in strategies], [s for _ in runs for s in strategies]] if n_runs > 1 else list(strategies)
+    fig.add_bar(x=x, y=[1.0] * (len(strategies) * n_runs), name="bars")
+    add_note(fig, "4 disturbed trials left out")
+    return titled(fig, "Step-time breakdown", "NVIDIA H200 · driver 580 · torch 2.11")
+
+
+def test_category_labels_that_do_not_fit_stand_upright_with_the_note_below_them():
+    from dspark_lab.views.figures.layout import CHAR_PX
+
+    few, many = _bars(1), _bars(4)
+    assert few.layout.xaxis.tickangle == 0
+    assert many.layout.xaxis.tickangle == -90
+    depth = len("on_demand_pinned") * CHAR_PX
+    plot_h = many.layout.height - many.layout.margin.t - many.layout.margin.b
+    (note,) = [a for a in many.layout.annotations if a.name == "dspark-note"]
+    # the note's bottom edge (yanchor bottom), in px under the plot: under the upright labels and the
+    # run row, inside the figure
+    note_bottom_px = -note.y * plot_h
+    assert note.yanchor == "bottom" and note_bottom_px - 16 >= depth + 12 + 28
+    assert note_bottom_px <= many.layout.margin.b
+
+
+def test_a_slide_breaks_long_legend_names_and_y_titles_but_not_the_figure_it_came_from():
+    from dspark_lab.views.figures.render import slide_figure
+
+    fig = go.Figure(go.Bar(x=["a"], y=[1], name="GPU: idle a sync caused (waiting for the host from the sync "
+                                                 "until the host is ahead again)"))
+    fig.update_layout(yaxis_title="ms per step (left bar: host thread, right bar: GPU stream)")
+    from dspark_lab.views.figures.layout import titled
+    titled(fig, "t", "fp")
+    slide = slide_figure(fig)
+    assert "<br>" in slide.data[0].name and "<br>" not in fig.data[0].name
+    assert "<br>" in slide.layout.yaxis.title.text
+
+
+def test_sync_labels_sit_level_after_their_bar_and_crosses_stand_apart_from_every_run_colour(data):
+    from dspark_lab.results.viewmodels.backend import RecordedBackend
+    from dspark_lab.results import Runs
+    from dspark_lab.views import figures
+    from dspark_lab.views.figures.style import RUN_COLORS
+
+    rows, tl, headers, _ = data
+    b = RecordedBackend(Runs(rows, tl, headers))
+    point = b.get({**b.defaults(), "run": None})
+    syncs = {t.name: t for t in figures.timeline(point.timelines, point.rows).data}[figures.TIMELINE_NAMES["sync"]]
+    assert syncs.textposition == "outside" and syncs.textangle == 0 and syncs.cliponaxis is False
+    crosses = [t for t in figures.strategy_comparison(point.rows).data if t.type == "scatter"]
+    assert all(t.marker.color not in RUN_COLORS for t in crosses)
+
+
+def test_the_card_fits_the_panels_width():
+    from dspark_lab.views.figures import DEFAULT_WIDTH_PX
+    from dspark_lab.views.figures import card as card_figures
+    from helpers import synthetic_card
+
+    assert card_figures.card(synthetic_card()).layout.width <= DEFAULT_WIDTH_PX
+    assert card_figures.card_pair(synthetic_card(), synthetic_card(gpu="B")).layout.width <= DEFAULT_WIDTH_PX
