@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from figure_boxes import JS_TEXT_PROBLEMS
 from helpers import RUNS_DIR, write_synthetic_runs
 from test_lab_sh import lab_env, start_lab, stop_hard
 
@@ -266,6 +267,19 @@ def _wait_until_drawn(page, what: str, timeout_ms: int = 60_000) -> None:
         raise AssertionError(f"{what}: not drawn after {timeout_ms / 1000:.0f} s: {page.evaluate(JS_SCREEN_PENDING)}") from e
 
 
+# Every drawn figure of the notebook: its texts inside it and apart (tests/figure_boxes.py), and the
+# figure itself not cut off by its output area (a figure wider than the cell scrolls out of sight).
+JS_NOTEBOOK_FIGURE_PROBLEMS = f"""() => Array.from(document.querySelectorAll(
+    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output .js-plotly-plot')).map((gd, i) => {{
+  const t = gd.layout && gd.layout.title, name = String((t && (t.text || t)) || ('figure ' + i)).split('<br>')[0];
+  const out = gd.closest('.jp-OutputArea-output').getBoundingClientRect(), svg = gd.querySelector('.main-svg');
+  if (!gd.data || !gd.data.length) return [name + ' #' + i, []];  // a panel's widget not yet filled: checked once drawn
+  const probs = ({JS_TEXT_PROBLEMS})(gd);
+  if (svg) {{ const f = svg.getBoundingClientRect();
+    if (f.right > out.right + 1.5) probs.push(`cut off: ${{Math.round(f.right - out.right)}} px of the figure past its output area`); }}
+  return [name.slice(0, 80) + ' #' + i, probs]; }}).filter(([n, p]) => p.length)"""
+
+
 def _page_through(page, stem: str, max_pages: int = 30) -> int:
     """Scroll the notebook from top to bottom a screen at a time, a screenshot per screen
     (out/browser_<stem>_page_NN.png), each once the plots on it are drawn (JupyterLab draws off-screen
@@ -418,6 +432,35 @@ def _title_boxes(cell):
                 lines: t.querySelectorAll('.line').length || 1}; })""")
 
 
+def _panel_backend(name: str, backend):
+    """The backend the notebook's panel is made with: notebook 03 compares its chosen runs side by side."""
+    from dspark_lab.results.viewmodels.backend import RecordedBackend
+
+    if name == "03_design_review.ipynb":
+        return RecordedBackend(backend.runs, compare=backend.runs.default_selection())
+    return backend
+
+
+def _slide_problems(browser, lab) -> dict:
+    """The slide notebook 03 exported (its SVG, as kaleido drew it), opened alone: text boxes of the
+    figure as drawn at the slide's size; its PNG is copied beside the screenshots."""
+    svg = Path(lab["env"]["DSPARK_OUT"]) / "03_step_time_by_strategy.svg"
+    if not svg.exists():
+        return {"slide": [f"notebook 03 exported no slide at {svg}"]}
+    png = svg.with_suffix(".png")
+    if png.exists():
+        (OUT / "browser_slide.png").write_bytes(png.read_bytes())
+    page = browser.new_page(viewport={"width": 1700, "height": 1000})
+    try:
+        page.goto(svg.as_uri())
+        found = page.evaluate(f"() => {{ const svg = document.querySelector('svg'); const gd = {{querySelector: s => "
+                              f"s === '.main-svg' ? svg : svg.querySelector(s), querySelectorAll: s => svg.querySelectorAll(s)}};"
+                              f" return ({JS_TEXT_PROBLEMS})(gd); }}")
+    finally:
+        page.close()
+    return {"slide": found} if found else {}
+
+
 def _git_status() -> str:
     import subprocess
     return subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "notebooks"],
@@ -445,7 +488,7 @@ def test_lab_sh_kit_runs_every_notebook_and_every_control_moves_the_figures(lab)
 
     backend = load_recorded(lab["env"].get("DSPARK_DATA"))  # what the notebooks' panel reads (live.open_backend)
     OUT.mkdir(parents=True, exist_ok=True)
-    labels = {}
+    labels, boxes = {}, {}
     committed = {p: p.read_bytes() for p in (ROOT / "notebooks").glob("*.ipynb")}
     status_before = _git_status()
     with sync_playwright() as pw:
@@ -459,12 +502,16 @@ def test_lab_sh_kit_runs_every_notebook_and_every_control_moves_the_figures(lab)
                 pages = _page_through(page, name.split("_")[0])
                 print(f"{name}: {pages} screenshots of the whole notebook")
                 if name in PANEL_NOTEBOOKS:
-                    labels[name] = _exercise_panel(page, name, backend, backend.runs.rows)
+                    labels[name] = _exercise_panel(page, name, _panel_backend(name, backend), backend.runs.rows)
+                boxes[name] = dict(page.evaluate(JS_NOTEBOOK_FIGURE_PROBLEMS))  # the panel's figures drawn too
                 page.evaluate(JS_SHUTDOWN)
                 page.close()
             _screenshot_report(browser, lab)
+            boxes["slide export"] = _slide_problems(browser, lab)
         finally:
             browser.close()
+    # Every figure of every notebook, and the slide notebook 03 exported, readable: no text over another or cut.
+    assert {k: v for k, v in boxes.items() if v} == {}
     # Every notebook run through `bash lab.sh` leaves git as it was (what a user's autosave would
     # write is read as committed through the nbstripout filter: test_notebooks checks that on the
     # executed notebooks; this test does not save, as other tests read the tracked files meanwhile).

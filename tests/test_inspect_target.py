@@ -213,3 +213,170 @@ def test_sites_and_their_costs_from_a_recorded_h200_trace_with_stacks():
     # Sync debug mode's exact line of the same function replaces the function-level name, costs and all.
     (exact,) = _sites({"dspark_lab/strategies.py:25 device_direct": 1.0}, calls, ev, None, ["device_direct"])
     assert exact["exact"] and exact["allowed"] and exact["gpu_idle_ms"] == only["gpu_idle_ms"]
+
+
+# --- a target in a subfolder: one site per sync, whoever named its file ----------------------
+FIXTURE_TRACE = "sglang_profile_ep1_device_direct_stacks.rank0.json.gz"
+KIT_FRAME = "dspark_lab/strategies.py(20): device_direct"  # the fixture's innermost frame outside torch
+
+
+def _trace_as_from_its_own_folder(tmp_path):
+    """The fixture trace as the profiler writes it for /TMP/SUB/FILE.py imported with SUB on sys.path
+    (as run.target does): the frame names "FILE.py(20)", relative to that sys.path entry."""
+    from pathlib import Path
+
+    from dspark_lab.measure import trace
+
+    sub = tmp_path / "SUB"
+    sub.mkdir()
+    (sub / "FILE.py").write_text("\n" * 19 + "def device_direct():\n" + "    pass\n" * 10)
+    ev = trace.events(Path(__file__).parent / "fixtures" / "traces" / FIXTURE_TRACE)
+    assert (ev.name == KIT_FRAME).any(), "the fixture no longer holds the frame this test renames"
+    ev = ev.assign(name=ev.name.where(ev.name != KIT_FRAME, "FILE.py(20): device_direct"))
+    return ev, sub
+
+
+def test_the_profilers_relative_frame_names_the_file_as_traceback_does(tmp_path, monkeypatch):
+    import traceback
+
+    from dspark_lab.measure import syncs
+
+    ev, sub = _trace_as_from_its_own_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the folder above SUB, as `dspark-lab inspect /abs/SUB/FILE.py:f` from there
+    monkeypatch.syspath_prepend(str(sub.resolve()))
+    calls = syncs.sync_calls(ev)
+    assert set(calls[~calls.readback].site) == {"SUB/FILE.py(20): device_direct"}  # the readback is by design
+    frame = traceback.FrameSummary(str((sub / "FILE.py").resolve()), 25, "device_direct")
+    assert syncs.site_of(traceback.StackSummary.from_list([frame])) == "SUB/FILE.py:25 device_direct"
+
+
+@pytest.mark.parametrize("on_sys_path", [True, False])
+def test_a_sync_in_a_subfolder_target_is_one_site_with_its_costs(tmp_path, monkeypatch, on_sys_path):
+    """Whether or not the file can be found again (on sys.path here; a record read elsewhere), the
+    trace's def-line name of a function whose exact line debug mode gave is not a second site."""
+    from dspark_lab.measure import breakdown, syncs
+    from dspark_lab.run.inspect import _sites
+
+    ev, sub = _trace_as_from_its_own_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    if on_sys_path:
+        monkeypatch.syspath_prepend(str(sub.resolve()))
+    calls = syncs.sync_calls(ev)
+    sites = _sites({"SUB/FILE.py:25 device_direct": 1.0}, calls, ev, None, ())
+    assert [(s["site"], s["per_step"], s["exact"]) for s in sites] == [("SUB/FILE.py:25 device_direct", 1.0, True)]
+    assert sum(s["per_step"] for s in sites) == pytest.approx(len(calls[~calls.readback]) / len(syncs.step_windows(ev)))
+    assert sites[0]["host_blocked_ms"] == pytest.approx(breakdown.summary(ev, calls=calls)["host_blocked_ms"])
+
+
+@pytest.mark.parametrize("exact, function_level, want", [
+    # two syncs on two lines of one function; the trace names the function once, twice a step
+    ({"SUB/FILE.py:16 f": 1.0, "SUB/FILE.py:17 f": 1.0}, {"FILE.py(15): f": 2.0},
+     {"SUB/FILE.py:16 f": 1.0, "SUB/FILE.py:17 f": 1.0}),
+    # a loop syncing three times on one line
+    ({"SUB/FILE.py:16 f": 3.0}, {"FILE.py(15): f": 3.0}, {"SUB/FILE.py:16 f": 3.0}),
+    # the same file and function name elsewhere is another site
+    ({"SUB/FILE.py:16 f": 1.0}, {"OTHER/FILE.py(15): f": 1.0}, {"SUB/FILE.py:16 f": 1.0, "OTHER/FILE.py:15 f": 1.0}),
+    # a sync only the trace saw (another function) stays, at its def line
+    ({"SUB/FILE.py:16 f": 1.0}, {"FILE.py(30): g": 1.0}, {"SUB/FILE.py:16 f": 1.0, "FILE.py:30 g": 1.0}),
+])
+def test_each_sync_is_one_site_however_its_file_was_spelled(exact, function_level, want):
+    from dspark_lab.results.record.sync_sites import distinct_lines, merge_sites
+
+    assert merge_sites(exact, function_level) == want
+    recs = [(s, True) for s in exact] + [(s, False) for s in function_level]
+    assert distinct_lines(recs) == list(want)
+
+
+def test_diff_of_two_subfolder_targets_reports_each_site_once(tmp_path, monkeypatch):
+    from dspark_lab.measure import syncs
+    from dspark_lab.results.analyses.step_diff import site_changes
+    from dspark_lab.run.inspect import _sites
+
+    ev, sub = _trace_as_from_its_own_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    calls = syncs.sync_calls(ev)
+    before = inspect_record("before")
+    before["sites"] = _sites({"SUB/FILE.py:25 device_direct": 1.0}, calls, ev, None, ())
+    after = inspect_record("after")  # the fix: no sync left
+    table = site_changes(before, after)
+    assert table[["status", "site"]].values.tolist() == [["removed", "SUB/FILE.py:25 device_direct"]]
+
+
+SUBFOLDER_STEP = textwrap.dedent("""
+    import torch
+
+    X = torch.ones(4, device="cuda")
+
+    def step():
+        a = X.sum().item()
+        b = X.max().item()
+        return a + b
+
+    def loop():
+        for _ in range(3):
+            X.sum().item()
+""")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("attr, lines", [("step", {7: 1.0, 8: 1.0}), ("loop", {13: 3.0})])
+def test_on_cuda_a_subfolder_target_lists_each_sync_once(tmp_path, monkeypatch, attr, lines):
+    """`dspark-lab inspect /abs/SUB/FILE.py:FUNC` from the folder above SUB: each sync at its exact
+    line, once; the site table sums to the per-step count."""
+    from dspark_lab.run.inspect import inspect_step
+
+    sub = tmp_path / "SUB"
+    sub.mkdir()
+    (sub / "FILE.py").write_text(SUBFOLDER_STEP)
+    monkeypatch.chdir(tmp_path)
+    target = T.parse(f"{(sub / 'FILE.py').resolve()}:{attr}")
+    fn = T.load_step(target)
+    rec = inspect_step(fn, target=target.text, steps=5, trials=2, source_root=sub)
+    got = {s["site"]: s["per_step"] for s in rec["sites"]}
+    assert got == {f"SUB/FILE.py:{line} {attr}": n for line, n in lines.items()}
+    assert all(s["exact"] for s in rec["sites"])
+    assert sum(got.values()) == pytest.approx(rec["counts"]["syncs_per_step"])
+
+
+# --- what the texts say without CUDA, and beside a CI from few trials ------------------------
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="the no-CUDA record")
+def test_without_cuda_inspect_says_n_a_for_copies_never_zero():
+    from dspark_lab.run.inspect import NO_CUDA_COPY_COUNTS, inspect_step
+    from dspark_lab.views.inspect_page import report_text
+
+    rec = inspect_step(lambda: sum(range(100)), steps=3, trials=2, warmup=1)
+    assert all(rec["counts"][k] != rec["counts"][k] for k in NO_CUDA_COPY_COUNTS)  # NaN: not measurable
+    line = next(ln for ln in report_text(rec).splitlines() if ln.startswith("device-to-host copies"))
+    assert line == "device-to-host copies per step n/a (into pageable memory n/a); host-to-device pageable n/a"
+
+
+@pytest.mark.parametrize("trials, rough", [(5, True), (10, False)])
+def test_a_ci_from_fewer_trials_than_the_headline_floor_says_so(trials, rough):
+    from dspark_lab.results.rules.noise import MIN_QUIET_ROUNDS
+    from dspark_lab.views.inspect_page import report_text
+
+    rec = inspect_record("s", trials=tuple(2.0 + 0.01 * i for i in range(trials)))
+    step = next(ln for ln in report_text(rec).splitlines() if ln.startswith("step "))
+    assert (f"under the {MIN_QUIET_ROUNDS} quiet rounds a headline needs" in step) is rough
+    assert (f"{trials} trials, under" in step) is rough
+
+
+def test_diff_without_cuda_says_no_sync_could_be_seen_and_how_rough_its_ci_is():
+    from dspark_lab.results.analyses import step_diff
+
+    before, after = inspect_record("a", device="cpu"), inspect_record("b", device="cpu")
+    d = step_diff.diff(before, after)
+    text, md = step_diff.text(d), step_diff.markdown(d)
+    assert "none seen: without CUDA no sync can be seen" in text and "none in either step" not in text
+    assert "Sync sites: none seen: without CUDA" in md
+    assert "CIs from 5 trials, under the 10 quiet rounds" in text and "CIs from 5 trials" in md
+    on_cuda = step_diff.text(step_diff.diff(inspect_record("a"), inspect_record("b")))
+    assert "none in either step" in on_cuda
+
+
+@pytest.mark.parametrize("command", ["inspect", "diff"])
+def test_the_help_shows_95_percent_not_a_doubled_percent_sign(command, capsys):
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    out = capsys.readouterr().out
+    assert "95% CI" in out and "%%" not in out

@@ -272,3 +272,95 @@ def test_all_runs_are_set_side_by_side_never_stacked(data):
     # each run's device_direct shows its own 1.00 sync per step, not the runs summed on one bar
     dd = [float(t) for (run, s), t in zip(cats, total.text) if s == "device_direct"]
     assert dd == [1.0] * rows.run_id.nunique()
+
+
+@pytest.fixture(scope="module")
+def committed_backend():
+    """The recorded data in data/ (the filter is checked on what a design review would filter)."""
+    runs = Runs.load()
+    if runs.rows.empty:
+        pytest.skip("no recorded runs in data/")
+    return RecordedBackend(runs)
+
+
+def _with_one_process_rows(backend) -> set:
+    from dspark_lab.results.query.runs import one_process
+    return set(one_process(backend.runs.rows)["run_id"].astype(str))
+
+
+@pytest.mark.parametrize("text", ["since=2026-12-01", "name=reference"])
+def test_a_run_filter_lists_exactly_the_runs_it_matches(committed_backend, text):
+    b = committed_backend
+    info = b.runs.run_info()
+    key, value = text.split("=")
+    if key == "since":
+        match = info[info["created"].astype(str).str[:10] >= value]
+    else:
+        hay = (info["label"].astype(str) + " " + info["name"].astype(str) + " " + info["file"].astype(str)).str.lower()
+        match = info[hay.str.contains(value)]
+    want = set(match["run_id"].astype(str)) & _with_one_process_rows(b)
+    if not want:
+        pytest.skip(f"data/ holds no run for {text}")
+    b.filter_runs(text)
+    try:
+        assert set(b.selection) == want
+        assert len(b.selection) == len(want)  # each run listed once
+        assert f"{len(want)} of {len(b.runs.run_ids())} run(s) selected" in b.selection_note()
+        # The run the panel opens on is one the filter matched, not the richest run overall.
+        assert b.defaults()["run"] in want or "defaults" not in b._views
+    finally:
+        b.filter_runs("")
+
+
+def test_the_unfiltered_selection_still_opens_on_the_latest_default_sweep(committed_backend):
+    b = committed_backend
+    b.filter_runs("")
+    assert b.selection[0] == b.runs.richest_grid_run()
+    assert len(b.selection) == len(set(b.selection)) == len(_with_one_process_rows(b) & set(b.runs.run_ids()))
+
+
+def test_notebook_02_draws_at_most_four_runs_side_by_side_this_machines_first(committed_backend):
+    from dspark_lab.results.query.runs import MAX_COMPARED
+    from dspark_lab.results.viewmodels import picks
+
+    runs = committed_backend.runs
+    mine = picks.stand_in_sweep(runs).run_ids[0]
+    r0 = runs.ok[runs.ok.run_id.astype(str) == mine].iloc[0]
+    holding = runs.nearest(ep_size=int(r0.ep_size), batch_size=int(r0.batch_size), gamma=int(r0.gamma), workload=r0.workload)
+    held = set(holding.run_id.astype(str))
+    drawn = picks.compared_at_point(holding, runs, mine)
+    assert drawn.run_ids[0] == mine and len(drawn.run_ids) == min(MAX_COMPARED, len(held))
+    assert set(drawn.rows.run_id.astype(str)) == set(drawn.run_ids) <= held
+    left = len(held) - len(drawn.run_ids)
+    assert drawn.note.startswith(f"{len(drawn.run_ids)} of the {len(held)} runs holding")
+    assert (f"; {left} left out" in drawn.note) is (left > 0)
+
+
+def test_two_cards_of_one_machine_are_set_side_by_side_and_said_to_be_so():
+    from dspark_lab.results.analyses import card as card_results
+    from dspark_lab.results.viewmodels import picks
+    from helpers import synthetic_card
+
+    a, b = synthetic_card(), synthetic_card()
+    a["recorded"], b["recorded"] = "2026-12-01T14:00:00+00:00", "2026-12-01T12:00:00+00:00"
+    other, why = picks.card_beside([a, b], a, card_results.same_machine)
+    assert other is b and why.startswith("all 2 recorded cards are of this machine")
+    c = synthetic_card(gpu="SYNTH-GPU-B")
+    assert picks.card_beside([a, b, c], a, card_results.same_machine) == (c, "another machine's card")
+    assert picks.card_beside([a], a, card_results.same_machine)[0] is None
+
+
+def test_notebook_03s_panel_sets_the_compared_runs_side_by_side(committed_backend):
+    runs = committed_backend.runs
+    chosen = runs.default_selection()
+    b = RecordedBackend(runs, compare=chosen)
+    assert b.side_by_side_runs() == chosen[:b.side_by_side]
+    drawn = b.get({**b.defaults(), "run": ALL_RUNS})
+    held = runs.holding(chosen, ep_size=drawn.rows.ep_size.iloc[0], batch_size=drawn.rows.batch_size.iloc[0],
+                        gamma=drawn.rows.gamma.iloc[0], workload=drawn.rows.workload.iloc[0])
+    assert set(drawn.rows.run_id.astype(str)) == set(held or chosen)
+    assert "runs compared" in b.selection_note()
+    b.filter_runs("name=sweep")  # a typed filter sets its own runs side by side
+    assert b.side_by_side_runs() == b.selection[:b.side_by_side]
+    with pytest.raises(ValueError, match="compare: run 'nope' is not a recorded run"):
+        RecordedBackend(runs, compare=["nope"])

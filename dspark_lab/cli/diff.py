@@ -28,7 +28,7 @@ def add_diff_parser(sub) -> None:
         "diff", formatter_class=HelpFormatter,
         help="compare two versions of a step: sync sites added/removed/changed, their cost, the step-time change",
         description="Compare two versions of a step: the sync sites added, removed and changed (per-step counts "
-                    "and the GPU idle each caused), the totals, and the step-time change with its 95%% CI, "
+                    "and the GPU idle each caused), the totals, and the step-time change with its 95% CI, "
                     "printed as a table and written as Markdown for a PR description (with both records).\n\n"
                     + __doc__.split("\n\n", 1)[1],
     )

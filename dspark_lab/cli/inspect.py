@@ -46,7 +46,7 @@ def add_inspect_parser(sub) -> None:
         help="measure your own step: syncs by line, what each costs, step time; a record and an HTML page",
         description="Measure a step of your own with the kit's accounting: host syncs per step by line, "
                     "device-to-host copies, host blocked, the GPU idle each sync caused, and the "
-                    "profiler-free step time with its 95%% CI. Writes a record (JSON) and a standalone page "
+                    "profiler-free step time with its 95% CI. Writes a record (JSON) and a standalone page "
                     "(HTML) that quotes source lines only from files under the target's folder. The target "
                     "runs in a worker process stopped after --time-limit.\n\n" + __doc__.split("\n\n", 1)[1],
     )

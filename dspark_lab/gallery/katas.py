@@ -101,6 +101,11 @@ def solution(name: str) -> str:
     return _source(name, kata(name).case.fix)
 
 
+# Without CUDA only the value can be checked, and the untouched pitfall returns the right value too:
+# that is no pass.
+NOT_GRADED = "not graded without CUDA: only the value was checked (the untouched pitfall passes that too)"
+
+
 @dataclass
 class Grade:
     name: str
@@ -122,7 +127,7 @@ class Grade:
     def __str__(self) -> str:
         mark = {True: "PASS", False: "FAIL", None: "n/a "}
         head = (f"kata {self.name}: " + ("passed" if self.passed and self.complete else
-                                          "passed what could be checked here" if self.passed else
+                                          NOT_GRADED if self.passed else
                                           f"failed ({', '.join(self.failed())})"))
         return "\n".join([head] + [f"  [{mark[ok]}] {c}: {d}" for c, (ok, d) in self.results.items()])
 

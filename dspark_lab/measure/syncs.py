@@ -9,6 +9,9 @@ pageable copy, and its host time shows in the breakdown's copy part.
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
+import sys
 import traceback
 import warnings
 from collections import Counter
@@ -35,6 +38,29 @@ SYNC_COUNT_COLUMNS = (*SYNC_KIND_COLUMNS.values(), "syncs_per_step", "readback_s
 NO_CUDA_NOTE = "not measurable without CUDA"
 ASYNC_COPY_APIS = ("cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2", "cuMemcpyAsync")
 _TORCH_PATH_PARTS = ("/torch/", "\\torch\\", "<built-in", "contextlib.py", "/dspark_lab/measure/")
+
+
+def site_path(path: str) -> str:
+    """The last two parts of a frame's file, named one way whoever recorded it: traceback gives the
+    file's path as it was imported, the profiler gives it relative to the sys.path entry it was found
+    under (a target's own folder on sys.path makes "SUB/FILE.py" just "FILE.py"). A relative path is
+    first found on disk (the working folder, then sys.path), and both are resolved (the target's
+    folder goes on sys.path resolved), so both name the same site."""
+    return _site_path(str(path), tuple(sys.path), os.getcwd())
+
+
+@functools.lru_cache(maxsize=4096)
+def _site_path(path: str, roots: tuple, cwd: str) -> str:
+    p = Path(path)
+    if path.startswith("<"):  # "<string>", "<frozen ...>": no file to find
+        return path
+    if not p.is_absolute():
+        p = next((c for c in (Path(root or cwd) / p for root in (cwd, *roots)) if c.is_file()), p)
+    try:
+        p = p.resolve() if p.is_absolute() or p.exists() else p
+    except (OSError, RuntimeError):
+        pass
+    return "/".join(p.parts[-2:]) if len(p.parts) >= 2 else p.name
 
 
 def _step_ranges(ev: pd.DataFrame) -> pd.DataFrame:
@@ -70,9 +96,7 @@ def attribute(host: pd.DataFrame, call: pd.Series) -> str:
         # The profiler names files relative to site-packages ("torch/cuda/streams.py"): rooted
         # here so that torch's own frames match "/torch/" as absolute paths do.
         if f and not any(p in "/" + f[0].lstrip("/") for p in _TORCH_PATH_PARTS):
-            path = Path(f[0])
-            short = "/".join(path.parts[-2:]) if len(path.parts) >= 2 else path.name
-            return f"{short}({f[1]}): {f[2]}"
+            return f"{site_path(f[0])}({f[1]}): {f[2]}"
     ops = around[around.cat == "cpu_op"].sort_values("ts")
     phases = around[(around.cat == HOST_RANGE_CAT) & around.name.str.startswith(PHASE_PREFIX) & (around.name != STEP_RANGE)]
     parts = [ops.name.iloc[0] if not ops.empty else "", phases.name.iloc[-1] if not phases.empty else ""]
@@ -153,7 +177,7 @@ def site_of(stack: traceback.StackSummary) -> str:
     total stays a true count."""
     for fr in reversed(stack):
         if not any(p in fr.filename for p in _TORCH_PATH_PARTS) and not fr.filename.endswith("warnings.py"):
-            return f"{'/'.join(Path(fr.filename).parts[-2:])}:{fr.lineno} {fr.name}"
+            return f"{site_path(fr.filename)}:{fr.lineno} {fr.name}"
     return UNATTRIBUTED_SITE
 
 

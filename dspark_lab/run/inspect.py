@@ -24,9 +24,11 @@ from dspark_lab import guard
 from dspark_lab.measure import breakdown, loop, probe, syncs, trace
 from dspark_lab.measure.step import measure_step
 from dspark_lab.results.rules.stats import median_ci
-from dspark_lab.results.record.sync_sites import distinct_lines, merge_sites, try_parse
+from dspark_lab.results.record.sync_sites import distinct_lines, merge_sites, same_function, try_parse
 
 GUARD_STEPS = 3  # steps under the guard (after the measurement's warm-up)
+# Copies between host and device: without CUDA there is no device to copy to or from (n/a, never 0).
+NO_CUDA_COPY_COUNTS = ("d2h_per_step", "d2h_pageable_per_step", "h2d_pageable_per_step", "h2d_pinned_per_step")
 NO_CUDA_PARTS = ("host_blocked_ms", "gpu_busy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms")
 COST_SCOPE = "function"  # a site's costs are its function's, split among its lines by count
 
@@ -52,6 +54,8 @@ def inspect_step(fn: Callable[[], object], *, target: str = "(a Python callable)
     n = report.counts["steps_in_trace"]
     counts = {k: v for k, v in report.counts.items() if k != "sync_site"}
     counts["blocking_copies_per_step"] = len(copies) / n if cuda else float("nan")
+    if not cuda:
+        counts.update({k: float("nan") for k in NO_CUDA_COPY_COUNTS})
     counts["syncs_per_step"] = (report.counts["syncs_per_step"] + counts["blocking_copies_per_step"])
     guard_rec = _guard(fn, allow) if cuda else {"checked": [], "allow": list(allow), "violations": [], "allowed": [],
                                                 "note": guard.NO_CUDA_MESSAGE}
@@ -118,13 +122,20 @@ def _sites(debug_sites: dict, blocking: pd.DataFrame, ev: pd.DataFrame, source_r
         per_function[where[key]] = per_function.get(where[key], 0.0) + count
     out = []
     for key, count in merged.items():
-        blocked, idle = costs.get(where[key], (0.0, 0.0))
+        blocked, idle = _costs_of(costs, where[key])
         share = count / per_function[where[key]] if per_function[where[key]] else 0.0
         out.append({"site": key, "per_step": count, "exact": key in debug_sites,
                     "host_blocked_ms": blocked * share, "gpu_idle_ms": idle * share,
                     "code": source_line(parsed[key], source_root) if parsed[key] else None,
                     "allowed": guard.is_allowed(key, tuple(allow))})
     return sorted(out, key=lambda r: -r["per_step"])
+
+
+def _costs_of(costs: dict, where: tuple) -> tuple:
+    """A function's costs, found under the spelling of its path the trace gave if not this one."""
+    if where in costs:
+        return costs[where]
+    return next((v for w, v in costs.items() if same_function(w, where)), (0.0, 0.0))
 
 
 def source_line(site, root: Optional[Path]) -> Optional[str]:

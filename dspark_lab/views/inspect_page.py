@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from dspark_lab.results.record import inspect_record
+from dspark_lab.results.rules.noise import MIN_QUIET_ROUNDS
 from dspark_lab.results.viewmodels import inspect_view
 from dspark_lab.results.record.output import write_text_safely
 from dspark_lab.views import figures
@@ -21,6 +22,13 @@ from dspark_lab.views.report import _CSS, _FigureHtml
 
 NO_CUDA_TEXT = ("recorded without CUDA: nothing can block the host on a GPU here, so sync counts and their "
                 "costs are not measurable (shown as n/a), and the step times are CPU times")
+
+
+def few_trials_note(trials: int) -> str:
+    """Beside a CI from fewer trials than a headline's floor: how rough it is (empty at the floor)."""
+    if trials >= MIN_QUIET_ROUNDS:
+        return ""
+    return f"; a rough CI: {trials} trials, under the {MIN_QUIET_ROUNDS} quiet rounds a headline needs (--trials {MIN_QUIET_ROUNDS})"
 
 
 def _f(v, digits: int = 3, unit: str = "") -> str:
@@ -44,7 +52,7 @@ def report_text(rec: dict) -> str:
     o = rec["options"]
     lines = [f"{rec['target']} on {fp.get('gpu')} (driver {fp.get('driver')}, CUDA {fp.get('cuda')}, torch {fp.get('torch')})",
              f"step {_f(rec['step_ms'])} ms (95% CI {_f(rec['step_ms_lo'])}-{_f(rec['step_ms_hi'])}, no profiler; "
-             f"{o['trials']} trials x {o['steps']} steps)",
+             f"{o['trials']} trials x {o['steps']} steps{few_trials_note(len(rec['trials']))})",
              f"host syncs per step {_f(c.get('syncs_per_step'), 2)} (sync debug mode {_f(c.get('debug_syncs_per_step'), 2)}; "
              f"blocking pageable copies {_f(c.get('blocking_copies_per_step'), 2)}; by-design readback "
              f"{_f(c.get('readback_syncs_per_step'), 2)})",

@@ -16,6 +16,7 @@ from typing import Optional
 
 import pandas as pd
 
+from dspark_lab.results.rules.noise import MIN_QUIET_ROUNDS
 from dspark_lab.results.rules.stats import compare, median_ci
 from dspark_lab.results.record import inspect_record
 from dspark_lab.results.record.sync_sites import parse_site
@@ -121,9 +122,22 @@ def _how_paired(d: dict) -> str:
             else f"recorded apart ({st['n_b']} and {st['n_a']} trials), resampled independently")
 
 
-def _sites_md(sites: pd.DataFrame) -> list[str]:
+def _no_sites(d: dict) -> str:
+    """What an empty site table means: no sync, or (without CUDA) none could be seen."""
+    return ("none in either step" if d["cuda"] else
+            "none seen: without CUDA no sync can be seen, so none could be counted in either step")
+
+
+def _few_trials(d: dict) -> str:
+    st = d["step_time"]
+    n = min(st["n_a"], st["n_b"])
+    return (f" CIs from {n} trials, under the {MIN_QUIET_ROUNDS} quiet rounds a headline needs: rough "
+            f"(--trials {MIN_QUIET_ROUNDS} or more)." if n < MIN_QUIET_ROUNDS else "")
+
+
+def _sites_md(sites: pd.DataFrame, d: dict) -> list[str]:
     if sites.empty:
-        return ["No host sync in either step."]
+        return [f"Sync sites: {_no_sites(d)}."]
     out = ["| site | | syncs per step before → after | GPU idle caused, ms/step before → after |",
            "|---|---|---|---|"]
     for r in sites.itertuples():
@@ -146,8 +160,8 @@ def markdown(d: dict) -> str:
                  f"| {st['difference']} |")
     counted = d["sites"]["status"].value_counts()
     lines += ["", "Sync sites: " + ", ".join(f"{counted.get(s, 0)} {s}" for s in STATUSES) + ".", ""]
-    lines += _sites_md(d["sites"])
-    lines += ["", f"Measured with dspark-lab on {d['machine']}; step time {_how_paired(d)}."]
+    lines += _sites_md(d["sites"], d)
+    lines += ["", f"Measured with dspark-lab on {d['machine']}; step time {_how_paired(d)}.{_few_trials(d)}"]
     if not d["cuda"]:
         lines.append("Measured without CUDA: nothing can block the host on a GPU there, so sync counts and "
                      "their costs are not measurable (–), and the step times are CPU times.")
@@ -162,6 +176,6 @@ def text(d: dict) -> str:
     sites = d["sites"][["status", "allowed", "site", "before_per_step", "after_per_step", "before_idle_ms", "after_idle_ms"]]
     out = [f"diff {d['before']} -> {d['after']}", s.to_string(index=False),
            f"step time: before {_ms_ci(st['before'])} ms, after {_ms_ci(st['after'])} ms: {st['verdict']} "
-           f"({_how_paired(d)})", "", "sync sites:",
-           sites.to_string(index=False, na_rep="–") if len(sites) else "  none in either step"]
+           f"({_how_paired(d)}).{_few_trials(d)}", "", "sync sites:",
+           sites.to_string(index=False, na_rep="–") if len(sites) else f"  {_no_sites(d)}"]
     return "\n".join(out)

@@ -50,17 +50,30 @@ def try_parse(text: str):
         return None
 
 
+def same_file(a: str, b: str) -> bool:
+    """Two recorded paths of one file: equal, or one a tail of the other ("FILE.py" and
+    "SUB/FILE.py": a record made before both witnesses named files one way, or read where the
+    file's folder cannot be found)."""
+    a, b = a.replace("\\", "/"), b.replace("\\", "/")
+    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
+
+
+def same_function(a: tuple[str, str], b: tuple[str, str]) -> bool:
+    """(path, function) pairs naming one function."""
+    return a[1] == b[1] and same_file(a[0], b[0])
+
+
 def merge_sites(exact: Mapping[str, float], function_level: Mapping[str, float]) -> dict[str, float]:
     """Per-step counts by line, each line once: every exact site, then each function-level site
     whose function has no exact site (its count kept apart: it is a sync the exact witness missed).
     Unparseable names are kept as they are (a site is never dropped from a count)."""
     out: dict[str, float] = {}
     exact_sites = {text: try_parse(text) for text in exact}
-    seen_functions = {s.where for s in exact_sites.values() if s is not None}
+    seen_functions = [s.where for s in exact_sites.values() if s is not None]
     tagged = [(t, n, True) for t, n in exact.items()] + [(t, n, False) for t, n in function_level.items()]
     for text, n, is_exact in tagged:
         s = exact_sites[text] if is_exact else try_parse(text)
-        if not is_exact and s is not None and s.where in seen_functions:
+        if not is_exact and s is not None and any(same_function(s.where, w) for w in seen_functions):
             continue  # a function-level name of a sync already counted at its exact line
         key = s.key if s is not None else text
         out[key] = out.get(key, 0.0) + n

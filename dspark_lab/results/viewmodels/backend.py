@@ -6,7 +6,7 @@ machine's CUDA device and returns the same PointData.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import pandas as pd
 
@@ -35,7 +35,8 @@ class RecordedBackend:
     mode = "recorded"
     capabilities = frozenset({PICKS_RUNS})
 
-    def __init__(self, runs: Runs, *, max_options: int = MAX_RUN_OPTIONS, side_by_side: Optional[int] = None):
+    def __init__(self, runs: Runs, *, max_options: int = MAX_RUN_OPTIONS, side_by_side: Optional[int] = None,
+                 compare: Optional[Sequence[str]] = None):
         if not isinstance(runs, Runs):
             raise TypeError(f"RecordedBackend takes a results.Runs (Runs.load(), or Runs(rows, timelines, headers)), "
                             f"got {type(runs).__name__}")
@@ -53,7 +54,8 @@ class RecordedBackend:
             raise ValueError("no one-process recorded rows to show (only real-rank or predicted runs)")
         self.headers = runs.headers
         self.max_options, self.side_by_side = max_options, side_by_side
-        self.selection: list[str] = self._offered(runs.ranked_run_ids())
+        self.selection: list[str] = self._offered(runs.ranked_run_ids(), filtered=False)
+        self.compare = self._compared(compare)
         self.filter_text = ""
         self._views: dict = {}
 
@@ -63,20 +65,38 @@ class RecordedBackend:
         return frames.flatten_timelines(self.runs.timelines)
 
     # -- choosing runs --------------------------------------------------------------------------
-    def _offered(self, ranked: list[str]) -> list[str]:
-        """The runs with one-process rows, in the order the run dropdown lists them: the richest grid
-        run (the latest default sweep of the newest machine) first, then grid runs, then the rest;
-        newest first within each."""
+    def _offered(self, ranked: list[str], *, filtered: bool) -> list[str]:
+        """Those of `ranked` with one-process rows, in the order the run dropdown lists them: the
+        richest grid run first (unfiltered: the latest default sweep of the newest machine; filtered:
+        the richest of the runs the filter matched, never one outside them), then grid runs, then
+        the rest; newest first within each."""
         with_rows = set(self.rows["run_id"].astype(str))
         ids = [r for r in ranked if r in with_rows]
         if not ids:
             return ids
-        richest = self.runs.richest_grid_run(ids if len(ids) < len(ranked) else None) or ids[0]
+        richest = self.runs.richest_grid_run(ids if filtered or len(ids) < len(ranked) else None)
+        richest = richest if richest in ids else ids[0]
         rank = {k: i for i, k in enumerate(KINDS)}
         rest = sorted((r for r in ids if r != richest), key=lambda r: (rank.get(self.runs.kind_of(r), 99), ids.index(r)))
-        return ([richest] if richest in with_rows else []) + rest
+        return [richest] + rest
+
+    def _compared(self, compare: Optional[Sequence[str]]) -> list[str]:
+        """The runs a view compares (notebook 03's chosen runs), drawn side by side while no filter
+        is typed; ValueError naming a run that is not recorded or has no one-process rows."""
+        if compare is None:
+            return []
+        with_rows = set(self.rows["run_id"].astype(str))
+        bad = [r for r in map(str, compare) if r not in with_rows]
+        if bad:
+            raise ValueError(f"compare: run {bad[0]!r} is not a recorded run with one-process rows; "
+                             f"recorded: {', '.join(sorted(with_rows)[:10])}")
+        return list(dict.fromkeys(map(str, compare)))
 
     def side_by_side_runs(self) -> list[str]:
+        """The runs "all selected, side by side" draws: the compared runs (while no filter is typed),
+        else the first `side_by_side` of the selection."""
+        if self.compare and not self.filter_text:
+            return self.compare[:self.side_by_side]
         return self.selection[:self.side_by_side]
 
     def run_points(self, run: Optional[str]) -> pd.DataFrame:
@@ -102,7 +122,7 @@ class RecordedBackend:
                 words.append(tok.lower())
         sub = self.runs.select(**kw) if kw else self.runs
         matched = set(sub.run_ids())
-        ids = self._offered([r for r in self.runs.ranked_run_ids() if r in matched])
+        ids = self._offered([r for r in self.runs.ranked_run_ids() if r in matched], filtered=bool(kw))
         if words:
             info = self.runs.run_info().set_index("run_id")
             hay = {rid: " ".join(str(v) for v in r.values).lower() for rid, r in info.iterrows()}
@@ -119,6 +139,8 @@ class RecordedBackend:
         note = f"{n} of {n_all} run(s) selected" + (f" (filter: {self.filter_text})" if self.filter_text else "")
         if n > listed:
             note += f"; the {listed} listed first: the latest default sweep, then the other grid runs, then the rest by kind, newest first (narrow the filter for others)"
+        if self.compare and not self.filter_text:
+            return note + f"; side by side: the {len(self.side_by_side_runs())} runs compared"
         return note + f"; side by side: the first {min(n, self.side_by_side)}"
 
     def _view(self, ids: list[str]):

@@ -5,16 +5,20 @@ view can show its lesson, and a sentence that says what was picked (`Pick.note`)
   real_ep          notebook 01 "One rank's sync costs every rank": one EP recording's real-rank
                    rows, every dispatch mode it holds, a2a_fixed preferred (no sync of its own)
   stand_in_sweep   notebook 02 without a GPU: the machine's latest grid run stands in
+  compared_at_point notebook 02 "every machine side by side": at most MAX_COMPARED runs of one point
+  card_beside      notebook 02: the recorded card to set beside this machine's
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import pandas as pd
 
 from dspark_lab.results.facts.run_kinds import GRID_KINDS
+from dspark_lab.results.record.schema import MACHINE_KEYS
 from dspark_lab.results.rules.labels import point_label
-from dspark_lab.results.query.runs import REFERENCE, Runs, one_process
+from dspark_lab.results.query.runs import MAX_COMPARED, REFERENCE, Runs, one_process
 
 # Fixed-capacity all-to-all moves no count to the host, so its rank cases show the scalar's sync alone;
 # a2a_dynamic adds syncs of its own (its split sizes go to the host), allreduce has none either.
@@ -84,3 +88,44 @@ def stand_in_sweep(runs: Runs) -> Pick:
     rows = runs.rows[runs.rows["run_id"].astype(str) == run]
     return Pick(rows, [run], runs.kind_of(run),
                 f"{runs.label_of(run)} ({runs.kind_name(run)}, {runs.grid_size(run)} points) stands in for this machine")
+
+
+def compared_at_point(shared: pd.DataFrame, runs: Runs, first: str, limit: int = MAX_COMPARED) -> Pick:
+    """At most `limit` runs of `shared` (the rows of every run holding one point) to draw side by
+    side: `first` (this machine's run), then the newest run of each other machine (GPU, driver,
+    CUDA, torch), then this point's best-measured runs (most quiet trials), newest first. The note
+    says how many runs held the point and how many were left out."""
+    shared = shared.assign(run_id=shared["run_id"].astype(str))
+    held = runs.newest_started(set(shared["run_id"]))
+    quiet = shared[~shared["disturbed"].astype(bool)].groupby("run_id").size() if "disturbed" in shared else \
+        shared.groupby("run_id").size()
+    info = runs.run_info().set_index("run_id")
+    machine = {r: tuple(info.loc[r, list(MACHINE_KEYS)]) for r in held if r in info.index}
+    chosen = [first] if first in held else []
+    for r in held:  # each other machine's newest
+        if len(chosen) < limit and r not in chosen and machine.get(r) not in {machine.get(c) for c in chosen}:
+            chosen.append(r)
+    for r in sorted(held, key=lambda r: -int(quiet.get(r, 0))):  # stable: newest first among equals
+        if len(chosen) < limit and r not in chosen:
+            chosen.append(r)
+    left = len(held) - len(chosen)
+    note = (f"{len(chosen)} of the {len(held)} runs holding {point_label(shared.iloc[0])} drawn side by side"
+            + (f"; {left} left out (another run of the same machine, with fewer quiet trials or older; "
+               "all are in the table above)" if left else ""))
+    rows = pd.concat([shared[shared["run_id"] == r] for r in chosen]) if chosen else shared.iloc[0:0]
+    return Pick(rows, chosen, note=note)
+
+
+def card_beside(cards: list, mine: dict, same_machine) -> tuple[Optional[dict], str]:
+    """The card to set beside `mine`: the newest of another machine; else (every card is this
+    machine's) its newest other recording, to see whether the verdicts repeat; and a sentence
+    saying which. `same_machine(card, fingerprint)`: results.analyses.card.same_machine."""
+    others = [c for c in cards if c is not mine and not same_machine(c, mine["fingerprint"])]
+    if others:
+        return max(others, key=lambda c: str(c.get("recorded", ""))), "another machine's card"
+    again = [c for c in cards if c is not mine and c.get("recorded") != mine.get("recorded")]
+    if again:
+        other = max(again, key=lambda c: str(c.get("recorded", "")))
+        return other, (f"all {len(cards)} recorded cards are of this machine: its card of {other.get('recorded')} "
+                       "beside this one (do the verdicts repeat?)")
+    return None, f"{len(cards)} card(s) recorded, none but this one: no other card to set beside it"

@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from dspark_lab.results.analyses import card as card_results
-from dspark_lab.views.figures.layout import titled
+from dspark_lab.views.figures.layout import DEFAULT_WIDTH_PX, titled
 
 VERDICT_COLORS = {card_results.AT_ONCE: "#a1d99b", card_results.FOR_COPY: "#fdd49e", card_results.WAITS: "#ef6548"}
 FAILED_COLOR = "#d9d9d9"
@@ -50,12 +50,15 @@ def _mark(r, differs: dict) -> str:
     return EDGE_MARK if r.edge else ""
 
 
-def _heatmap(f: pd.DataFrame, direction: str, differs: Optional[dict] = None, show_scale: bool = False) -> go.Heatmap:
-    """`differs`: (direction, source, size) -> True where two cards differ firmly, False at the edge."""
+def _heatmap(f: pd.DataFrame, direction: str, differs: Optional[dict] = None, show_scale: bool = False,
+             times: bool = True) -> go.Heatmap:
+    """`differs`: (direction, source, size) -> True where two cards differ firmly, False at the edge.
+    `times`: the median host time as each cell's text (else only its mark; hover has the time)."""
     differs = differs or {}
     code = {None: -1, **{v: i for i, v in enumerate(card_results.VERDICTS)}}
     f = f.assign(z=[code.get(v, -1) for v in f["verdict"]],
-                 text=[_mark(r, differs) + _time(r.host_us) for r in f.itertuples()],
+                 text=[(_mark(r, differs) + _time(r.host_us)) if times else _mark(r, differs).strip()
+                       for r in f.itertuples()],
                  hover=[f"{r.how}, {r.size}, {r.queued_ms:g} ms queued<br>{r.verdict or 'failed: ' + r.error}"
                         + (f" (at the rule's edge: {r.edge})" if r.edge else "") + "<br>host "
                         f"{_time(r.host_us)} (min {_time(r.host_us_min)}, max {_time(r.host_us_max)}, {r.reps} reps); "
@@ -66,7 +69,7 @@ def _heatmap(f: pd.DataFrame, direction: str, differs: Optional[dict] = None, sh
     return go.Heatmap(z=z.values, x=[card_results.size_label(c) for c in z.columns], y=list(z.index),
                       text=text.fillna("").values, texttemplate="%{text}", customdata=hover.fillna("not measured").values,
                       hovertemplate="%{customdata}<extra></extra>", colorscale=_colorscale(), zmin=-1.5, zmax=2.5,
-                      xgap=2, ygap=2, showscale=show_scale,
+                      textfont=dict(size=10), xgap=2, ygap=2, showscale=show_scale,
                       colorbar=dict(tickvals=[-1, 0, 1, 2], ticktext=["failed", *card_results.VERDICTS], len=0.6))
 
 
@@ -82,13 +85,14 @@ def card(card: dict, queue: str = "queued") -> go.Figure:
     f = f[f["queue"] == queue]
     directions = [d for d in card_results.DIRECTIONS if d in set(f["direction"])]
     heights = _rows_px(directions)
-    fig = make_subplots(rows=len(directions), cols=1, row_heights=heights, vertical_spacing=0.08,
+    # Sizes are the same columns in every direction: one row of size labels, under the last heatmap.
+    fig = make_subplots(rows=len(directions), cols=1, row_heights=heights, vertical_spacing=0.08, shared_xaxes=True,
                         subplot_titles=[card_results.DIRECTIONS[d] for d in directions])
     for i, d in enumerate(directions, start=1):
         fig.add_trace(_heatmap(f, d, show_scale=i == 1), row=i, col=1)
     depth = f["queued_ms"].max() if len(f) else 0
-    # r: room for the colour bar's verdict names (at the default margin they were cut off)
-    fig.update_layout(height=120 + 34 * sum(heights), width=1250, margin=dict(l=380, r=200))
+    # The panel's width, so that a notebook shows it whole; r: room for the colour bar's verdict names
+    fig.update_layout(height=120 + 34 * sum(heights), width=DEFAULT_WIDTH_PX, margin=dict(l=380, r=200))
     fig.update_yaxes(autorange="reversed")  # sources top to bottom in SOURCES order
     what = f"{depth:g} ms of GPU work queued ahead" if queue == "queued" else "GPU queue empty"
     return titled(fig, f"What each copy does on this machine ({what})",
@@ -110,15 +114,18 @@ def card_pair(a: dict, b: dict, queue: str = "queued") -> go.Figure:
     directions = [d for d in card_results.DIRECTIONS if d in set(fa["direction"]) | set(fb["direction"])]
     heights = _rows_px(directions)
     fig = make_subplots(rows=len(directions), cols=2, row_heights=heights, vertical_spacing=0.08, horizontal_spacing=0.02,
-                        shared_yaxes=True, subplot_titles=[f"{card_results.DIRECTIONS[d]} — {side}" for d in directions
+                        shared_yaxes=True, shared_xaxes=True, subplot_titles=[f"{card_results.DIRECTIONS[d]} — {side}" for d in directions
                                                            for side in ("a", "b")])
     for i, d in enumerate(directions, start=1):
-        fig.add_trace(_heatmap(fa, d, differs, show_scale=i == 1), row=i, col=1)
-        fig.add_trace(_heatmap(fb, d, differs), row=i, col=2)
-    fig.update_layout(height=120 + 34 * sum(heights), width=1650, margin=dict(l=380, r=200))
+        # Two cards in the panel's width: a cell shows only its mark (its times are in the hover)
+        fig.add_trace(_heatmap(fa, d, differs, show_scale=i == 1, times=False), row=i, col=1)
+        fig.add_trace(_heatmap(fb, d, differs, times=False), row=i, col=2)
+    fig.update_layout(height=120 + 34 * sum(heights), width=DEFAULT_WIDTH_PX, margin=dict(l=380, r=200))
     fig.update_yaxes(autorange="reversed")
+    fig.update_xaxes(tickangle=-90)  # 18 columns: sizes upright, never over each other
+    fig.update_annotations(font_size=11)  # each subplot's title over half the width
     return titled(fig, f"Two machines' cards: {firm} cell(s) with a different verdict ({DIFFERS_MARK}), "
                        f"{len(differs) - firm} more where one verdict is at the rule's edge ({EDGE_DIFFERS_MARK})",
                   f"a: {card_results.label(a)}; b: {card_results.label(b)}",
                   ("GPU work queued ahead" if queue == "queued" else "GPU queue empty")
-                  + "; colour: the verdict; text: median host time; blank: not measured")
+                  + "; colour: the verdict; hover: median host time; blank: not measured")

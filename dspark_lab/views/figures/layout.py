@@ -45,7 +45,7 @@ def titled(fig: go.Figure, text: str, fingerprint: str, extra: str = "") -> go.F
 def add_note(fig: go.Figure, text: str) -> None:
     """A red note under the plot (what was left out or failed); nothing when `text` is empty."""
     if text:
-        fig.add_annotation(text=text, xref="paper", yref="paper", x=0, y=-0.22, showarrow=False,
+        fig.add_annotation(text=wrap(text), xref="paper", yref="paper", x=0, y=-0.22, showarrow=False,
                            xanchor="left", font=dict(size=11, color=NOTE_COLOR), name=NOTE_NAME)
 
 
@@ -56,16 +56,84 @@ def legend_entries(fig: go.Figure) -> list[str]:
 
 
 def legend_rows(names: Sequence[str], width_px: float, scale: float = 1.0) -> int:
-    """Rows a horizontal legend of `names` takes at `width_px` (entry ≈ 7 px a character + the swatch,
-    times `scale` for larger text). When the entries do not fit on one row, plotly sets them in columns
-    as wide as the widest entry."""
+    """Rows of text a horizontal legend of `names` takes at `width_px` (entry ≈ 7 px a character of
+    its longest line + the swatch, times `scale` for larger text). When the entries do not fit on one
+    row, plotly sets them in columns as wide as the widest entry; an entry of several lines ("<br>")
+    makes its row as many lines tall."""
     if not names:
         return 0
-    widths = [scale * (7.0 * len(n) + 50) for n in names]
+    lines = [str(n).split("<br>") for n in names]
+    widths = [scale * (7.0 * max(len(ln) for ln in n) + 50) for n in lines]
+    extra = sum(len(n) - 1 for n in lines)  # at most: each tall entry in a row of its own
     if sum(widths) <= width_px:
-        return 1
+        return max(len(n) for n in lines)
     per_row = max(1, int(width_px // max(widths)))
-    return -(-len(names) // per_row)
+    return -(-len(names) // per_row) + extra
+
+
+def wrap_legend_names(fig: go.Figure, width: int = 60) -> go.Figure:
+    """Legend names longer than `width` characters broken in two lines (at a space near the middle),
+    so that one long entry does not set the whole legend in a single column. Changes the names: for
+    a copy made to be drawn (a slide), not for a figure whose traces are found by name."""
+    for tr in fig.data:
+        name = tr.name
+        if name and "<br>" not in name and len(name) > width:
+            spaces = [i for i, c in enumerate(name) if c == " "]
+            if spaces:
+                cut = min(spaces, key=lambda i: abs(i - len(name) / 2))
+                tr.name = name[:cut] + "<br>" + name[cut + 1:]
+    return fig
+
+
+CHAR_PX = 7.0  # a character of 12 px text, wide enough for plotly's default font (Open Sans / Arial)
+
+
+def _x_categories(fig: go.Figure) -> tuple[list[str], int, bool]:
+    """The category labels on the first x axis (the inner level of a two-level axis), how many
+    categories it has, and whether it has two levels (a run label under each group of strategies)."""
+    cats, multi = [], False
+    for tr in fig.data:
+        x = getattr(tr, "x", None)
+        if x is None or (getattr(tr, "xaxis", None) or "x") != "x" or getattr(tr, "orientation", None) == "h":
+            continue
+        x = list(x)
+        if x and isinstance(x[0], (list, tuple)):
+            multi, x = True, list(zip(*x))
+        cats += [v for v in x if isinstance(v, (str, tuple))]
+    cats = list(dict.fromkeys(cats))
+    return [str(c[-1] if isinstance(c, tuple) else c) for c in cats], len(cats), multi
+
+
+def _x_tick_depth(fig: go.Figure, width: int, k: float) -> float:
+    """Pixels the first x axis's category labels take below the plot, their angle set so that they
+    never overlap: horizontal where every category is wider than its label, else upright (-90°: a
+    slanted label would reach past the figure's left edge). Set here, not left to plotly's choice
+    made in the browser, so the note and legend below can be placed under them. An angle the
+    figure set itself is kept."""
+    labels, n, multi = _x_categories(fig)
+    if not labels:
+        return 0.0
+    lay = fig.layout
+    meta = dict(lay.meta) if isinstance(lay.meta, dict) else {}
+    longest = max(len(v) for v in labels) * CHAR_PX * k
+    if lay.xaxis.tickangle is not None and not meta.get("dspark_tickangle"):
+        upright = lay.xaxis.tickangle not in (0, 180, -180)
+    else:
+        plot_w = width - (lay.margin.l if lay.margin.l is not None else 80 * k) - (lay.margin.r or 40)
+        upright = longest > 0.9 * plot_w / max(n, 1)
+        fig.update_xaxes(tickangle=-90 if upright else 0)
+        fig.update_layout(meta={**meta, "dspark_tickangle": True})
+    depth = (longest + 8 * k) if upright else (SUBTITLE_FONT_PX + 8) * k
+    return depth + ((SUBTITLE_FONT_PX + 16) * k if multi else 0)
+
+
+def _wrap_axis_title(fig: go.Figure, plot_h: float, k: float) -> None:
+    """A y-axis title longer than the plot is tall, broken into two lines (it would run into the title)."""
+    t = fig.layout.yaxis.title.text
+    if t and "<br>" not in t and len(t) * CHAR_PX * k > plot_h:
+        cut = t.rfind(" ", 0, len(t) // 2 + 8)
+        if cut > 0:
+            fig.update_layout(yaxis_title_text=t[:cut] + "<br>" + t[cut + 1:])
 
 
 def _top_margin(lay, k: float = 1.0) -> int:
@@ -107,10 +175,12 @@ def fit_layout(fig: go.Figure, width: Optional[int] = None, height: Optional[int
         base_h = int(height or lay.height or 450)
         plot_h = max(200, base_h - 120)
     row_px = LEGEND_ROW_PX * k
-    bottom = int(70 * k + (row_px * rows + 12 if rows else 0))
     note = [a for a in lay.annotations if getattr(a, "name", None) == NOTE_NAME]
-    bottom += int(22 * k * len(note))
+    note_px = sum(_n_lines(a.text) for a in note) * 16 * k + (8 * k if note else 0)
+    axis_px = _x_tick_depth(fig, width, k) + (24 * k if lay.xaxis.title.text else 0)
+    bottom = int(max(70 * k, axis_px + 28 * k) + note_px + (row_px * rows + 12 if rows else 0))
     total = int(height) if height else int(plot_h + top + bottom)
+    _wrap_axis_title(fig, total - top - bottom, k)
     fig.update_layout(
         height=total,
         margin=dict(t=top, b=bottom, l=lay.margin.l if lay.margin.l is not None else int(80 * k),
@@ -118,7 +188,7 @@ def fit_layout(fig: go.Figure, width: Optional[int] = None, height: Optional[int
         title=dict(x=0, xref="container", xanchor="left", y=1, yref="container", yanchor="top",
                    pad=dict(t=14, l=16), font=dict(size=round(TITLE_FONT_PX * k)),
                    subtitle=dict(font=dict(size=round(SUBTITLE_FONT_PX * k), color="#555"))),
-        meta={**meta, "dspark_plot_px": plot_h},
+        meta={**(dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}), "dspark_plot_px": plot_h},
     )
     if text_px:
         _scale_text(fig, text_px)

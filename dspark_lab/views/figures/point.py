@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from dspark_lab.results.record import schema
 from dspark_lab.results.viewmodels.point_view import PointView, point_view
+from dspark_lab.results.rules.noise import MIN_QUIET_ROUNDS
 from dspark_lab.results.rules.stats import median_ci
 from dspark_lab.results.facts.strategy_table import strategy_order
 from dspark_lab.results.analyses.sync_cost import CHARGED_COLUMN, for_points
@@ -177,7 +178,8 @@ def sync_cost(point: Point, level: float = 0.95) -> go.Figure:
 def strategy_comparison(point: Point) -> go.Figure:
     """Median step time across trials per strategy with a 95% bootstrap CI of the median
     (results.rules.stats.median_ci); several runs of the point are set side by side (e.g. two GPUs).
-    Disturbed trials (results.rules.noise) are left out of the bars and drawn as red crosses beside them."""
+    Disturbed trials (results.rules.noise) are left out of the bars and drawn as black crosses beside them; a note says where a CI comes
+    from fewer quiet trials than the headline needs."""
     view = as_view(point, "strategy_comparison")
     fig = go.Figure()
     n_disturbed = 0
@@ -190,16 +192,30 @@ def strategy_comparison(point: Point) -> go.Figure:
             fig.add_scatter(
                 x=bad["strategy"].tolist(), y=bad["step_ms"].astype(float).tolist(), mode="markers",
                 name=f"disturbed trials, left out ({name})", offsetgroup=str(i),
-                marker=dict(symbol="x", size=9, color="#d62728"),
+                # black with a white edge: seen on any run's colour (a run's bars may be red)
+                marker=dict(symbol="x", size=10, color="black", line=dict(width=1, color="white")),
                 customdata=[[r] for r in bad.get("disturbed_reason", pd.Series("", index=bad.index)).fillna("")],
                 hovertemplate="%{x}: disturbed trial %{y:.3f} ms<br>%{customdata[0]}<extra></extra>",
             )
     fig.update_layout(barmode="group", scattermode="group", yaxis_title="step time, ms (median of quiet trials, 95% CI)",
                       showlegend=True, legend_title="run")
     # The note counts the disturbed trials left out; where they are drawn is said here.
-    add_note(fig, _join(view.note, "disturbed trials drawn as red crosses beside the bars "
-                                   "(rule in dspark_lab/results/rules/noise.py)" if n_disturbed else ""))
+    add_note(fig, _join(view.note, "disturbed trials drawn as black crosses beside the bars "
+                                   "(rule in dspark_lab/results/rules/noise.py)" if n_disturbed else "",
+                        _few_rounds_note(view.ok)))
     return titled(fig, "Step time by strategy", view.fingerprint, view.point)
+
+
+def _few_rounds_note(ok: pd.DataFrame) -> str:
+    """Where a bar's CI comes from fewer quiet trials than a headline's floor (noise.MIN_QUIET_ROUNDS),
+    said beside it: a rough interval, not the kit's standard."""
+    if ok.empty:
+        return ""
+    quiet = ok[~ok["disturbed"].astype(bool)].groupby(["run_id", "strategy"]).size()
+    few = int(quiet.min()) if len(quiet) else 0
+    if few >= MIN_QUIET_ROUNDS:
+        return ""
+    return (f"CIs from as few as {few} quiet trials (the headline needs {MIN_QUIET_ROUNDS}): rough")
 
 
 def _run_bars(fig: go.Figure, g_all: pd.DataFrame, name: str, i: int) -> None:

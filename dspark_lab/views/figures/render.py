@@ -9,7 +9,7 @@ from typing import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from dspark_lab.views.figures.layout import fit_layout
+from dspark_lab.views.figures.layout import fit_layout, fold_subtitle, wrap_legend_names
 
 # Every figure's plotly.js config: no logo, and no "Share chart..." modebar button (plotly.js 3 adds
 # "sendChartToCloud" unless showSendToCloud is false; it would post the figure to a cloud service).
@@ -33,6 +33,19 @@ def apply_display_config() -> None:
 def widget_config(widget) -> None:
     """PLOTLY_CONFIG on a go.FigureWidget (its `_config` is synced to the browser)."""
     widget._config = {**(widget._config or {}), **PLOTLY_CONFIG}
+
+
+def as_widget(fig: go.Figure) -> go.FigureWidget:
+    """`fig` as a FigureWidget with PLOTLY_CONFIG, its subtitle folded into its title (layout.fold_subtitle:
+    a widget drawn off screen would put the subtitle over its title)."""
+    widget = go.FigureWidget(fig.to_dict() | {"layout": fold_subtitle(fig.to_plotly_json()["layout"])})
+    widget_config(widget)
+    return widget
+
+
+def folded_title(fig: go.Figure) -> dict:
+    """The title of `fig` with its subtitle folded in, to set on a widget made by `as_widget`."""
+    return fold_subtitle(fig.to_plotly_json()["layout"])["title"]
 
 
 def panel_figure(name: str, height: int, width: int = 1000) -> go.FigureWidget:
@@ -75,7 +88,7 @@ def slide_size(size) -> tuple[int, int]:
 def slide_figure(fig: go.Figure, size="slide") -> go.Figure:
     """A copy of `fig` laid out for a slide: its size, text of at least SLIDE_TEXT_PX, legend room."""
     w, h = slide_size(size)
-    out = go.Figure(fig)
+    out = wrap_legend_names(go.Figure(fig))
     out.update_layout(width=w, height=None, template=fig.layout.template)
     return fit_layout(out, width=w, height=h, text_px=SLIDE_TEXT_PX)
 

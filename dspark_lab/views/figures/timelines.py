@@ -87,8 +87,10 @@ def _part_bars(fig: go.Figure, groups, part: str) -> None:
     fig.add_bar(x=xs, base=bases, y=ys, orientation="h", name=TIMELINE_NAMES.get(part, part),
                 marker_color=TIMELINE_COLORS.get(part, "#7f7f7f"), hovertext=hover,
                 hovertemplate="%{hovertext}<extra>" + TIMELINE_NAMES.get(part, part) + "</extra>",
-                text=text, textposition="inside", insidetextanchor="start", textfont=dict(color="white", size=10),
-                constraintext="none", width=0.8 if part not in TIMELINE_SYNC_PARTS else 0.6)
+                # A sync's label after its bar, level: inside a short bar plotly turned it upright and cut it
+                text=text, textposition="outside", textangle=0, cliponaxis=False,
+                textfont=dict(color=TIMELINE_COLORS["sync"], size=10), constraintext="none",
+                width=0.8 if part not in TIMELINE_SYNC_PARTS else 0.6)
 
 
 def _markers(fig: go.Figure, groups) -> None:
