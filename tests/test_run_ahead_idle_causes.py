@@ -128,3 +128,17 @@ def test_the_summary_pools_the_launches_of_the_steps_after_the_first():
     # Steps 1 and 2: leads -2000+500 (into the idle GPU left by step 0 / 1) and +970 / +970 at the second launch.
     assert s["run_ahead_fraction"] == 0.5 and s["launches_per_step"] == 2
     assert s["launch_lead_min_ms"] == pytest.approx(-(3000 - 1500) / 1e3)
+
+
+def test_the_timeline_draws_the_idle_by_cause_and_labels_each_step_with_its_run_ahead():
+    e = strategy("ep1_device_direct")
+    segs = breakdown.timeline(e)
+    parts = {s[1] for s in segs}
+    assert {"idle_sync_caused", "idle_host_bound", "idle_other"} <= parts
+    gpu_busy = [(s[2], s[3]) for s in segs if s[1] == "busy"]
+    for s in segs:
+        if s[1] in ("idle_host_bound", "idle_other"):  # idle is never drawn over GPU work
+            assert not any(a < s[3] - 1e-6 and s[2] + 1e-6 < b for a, b in gpu_busy), s
+    per = breakdown.per_step(e)
+    first = next(s for s in segs if s[1] == "step")
+    assert first[4].startswith("step 1 · launch lead median") and f"{per.run_ahead_fraction[1]:.2f}" in first[4]

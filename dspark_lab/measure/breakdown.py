@@ -264,7 +264,8 @@ def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Opt
              caused: Optional[pd.DataFrame] = None, sets: Optional[dict] = None) -> list[list]:
     """Segments [lane, part, start_ms, end_ms, label] for a few steps, times relative to the first
     shown step's start: host parts by precedence, GPU busy spans, each step sync's span, and the
-    GPU idle each sync caused ("idle_sync_caused", labelled with the sync and its site).
+    GPU idle each sync caused ("idle_sync_caused", labelled with the sync and its site), the rest of
+    the idle by cause ("idle_host_bound", "idle_other"), and each step's run-ahead in its label.
     `caused` and `sets` as in per_step."""
     wins = step_windows(ev)
     if not wins:
@@ -291,6 +292,24 @@ def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Opt
                      f"GPU idle caused by {r.sync_name} at {r.sync_site}"])
     for r in calls[(calls.ts >= lo) & (calls.ts < hi)].itertuples():
         segs.append(["host", "sync" if not r.readback else "readback_sync", (r.ts - lo) / 1e3, (r.end - lo) / 1e3, f"{r.name} at {r.site}"])
+    by_cause, ahead = _causes_and_leads(ev, gpu_intervals(ev), caused)
+    segs += _cause_segments(by_cause, lo, hi)
     for k, (s, e) in enumerate(shown):
-        segs.append(["host", "step", (s - lo) / 1e3, (e - lo) / 1e3, f"step {first_step + k}"])
+        segs.append(["host", "step", (s - lo) / 1e3, (e - lo) / 1e3, _step_label(first_step + k, ahead[first_step + k])])
     return segs
+
+
+def _cause_segments(by_cause: dict, lo: float, hi: float) -> list[list]:
+    """The GPU idle that is not a sync's, by cause (the sync's own is "idle_sync_caused"); gaps shorter than
+    GPU_MERGE_GAP_US are drawn inside the busy spans."""
+    names = {"host_bound": "GPU idle, waiting for the host to launch (host-bound)",
+             "other": "GPU idle, other (launch latency, between queued ops, another stream)"}
+    return [["gpu", f"idle_{cause}", (a - lo) / 1e3, (b - lo) / 1e3, label]
+            for cause, label in names.items() for a, b in iv.clip(by_cause[cause], lo, hi) if b - a > GPU_MERGE_GAP_US]
+
+
+def _step_label(k: int, ahead: dict) -> str:
+    if not ahead.get("launches"):
+        return f"step {k}"
+    return (f"step {k} · launch lead median {ahead['launch_lead_median_ms']:+.2f} ms, min "
+            f"{ahead['launch_lead_min_ms']:+.2f} ms; run-ahead {ahead['run_ahead_fraction']:.2f} of {ahead['launches']} launches")
