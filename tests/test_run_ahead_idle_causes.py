@@ -142,3 +142,32 @@ def test_the_timeline_draws_the_idle_by_cause_and_labels_each_step_with_its_run_
     per = breakdown.per_step(e)
     first = next(s for s in segs if s[1] == "step")
     assert first[4].startswith("step 1 · launch lead median") and f"{per.run_ahead_fraction[1]:.2f}" in first[4]
+
+
+# -- as records show them (results/analyses/run_ahead_idle.py) ----------------------------------------
+def test_a_records_idle_shares_sum_to_one_and_its_report_lines_name_each_cause():
+    from dspark_lab.results.analyses import run_ahead_idle
+
+    parts = breakdown.summary(strategy("ep1_device_direct"))
+    sh = run_ahead_idle.shares(parts)
+    assert sum(sh.values()) == pytest.approx(1.0) and sh["sync"] > 0.5
+    lead_line, idle_line = run_ahead_idle.text_lines(parts)
+    assert f"{parts['run_ahead_fraction']:.3f} of launches" in lead_line
+    assert all(f"{c.replace('_', '-')} {parts[k]:.3f} ms" in idle_line for c, k, _ in run_ahead_idle.IDLE_CAUSES)
+
+
+def test_a_record_made_before_the_causes_existed_shows_none_of_them():
+    from dspark_lab.results.analyses import run_ahead_idle
+
+    old = {"gpu_idle_ms": 1.0, "gpu_idle_sync_caused_ms": 0.5}
+    assert run_ahead_idle.shares(old) is None and run_ahead_idle.text_lines(old) == []
+
+
+def test_diff_compares_the_run_ahead_and_the_idle_by_cause():
+    from dspark_lab.results.analyses import step_diff
+
+    def rec(name):
+        return {"counts": {}, "parts": breakdown.summary(strategy(name))}
+    s = step_diff.summary(rec("ep1_device_direct"), rec("ep1_persistent_fill")).set_index("what")
+    row = s.loc["run-ahead fraction (launches that found the GPU busy)"]
+    assert row.after == 1.0 and row.change == pytest.approx(1.0 - row.before) and row.change > 0
