@@ -34,9 +34,10 @@ def add_measure_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int_in(0, 100000), default=3, metavar="N", help="warm-up steps per trial")
     g.add_argument("--time-limit", type=float_in(0.1, 86400), default=worker.DEFAULT_TIME_LIMIT_S, metavar="S",
                    help="stop the target after S seconds of loading and measuring (exit 2, nothing written)")
-    g.add_argument("--allow", action="append", default=[], metavar="PATTERN",
-                   help="a by-design sync: a function name or a 'path/file.py:LINE' pattern, as the "
-                        "no_host_syncs fixture takes (repeatable)")
+    g.add_argument("--allow", action="append", default=[], metavar="'PATTERN: REASON'",
+                   help="a by-design sync and why: a function name or a 'path/file.py:LINE' pattern, then "
+                        "': ' and the reason, as the no_host_syncs fixture takes (repeatable; a line marked "
+                        "'# sync-ok: <reason>' is allowed without it)")
 
 
 def add_inspect_parser(sub) -> None:

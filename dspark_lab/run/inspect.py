@@ -77,7 +77,9 @@ def _guard(fn: Callable[[], object], allow: Iterable[str]) -> dict:
     recs = lambda allowed: [(s.site, s.seen_by == guard.DEBUG_MODE) for s in g.syncs if s.allowed == allowed]  # noqa: E731
     return {"checked": list(g.checked), "allow": list(allow), "steps": GUARD_STEPS,
             "violations": distinct_lines(recs(False)), "allowed": distinct_lines(recs(True)),
-            "records": [[s.site, s.kind, s.seen_by, s.allowed] for s in g.syncs]}
+            "records": [[s.site, s.kind, s.seen_by, s.allowed] for s in g.syncs],
+            # by-design syncs and why (the allow entry's REASON or the line's `# sync-ok: <reason>`)
+            "reasons": {s.site: s.reason for s in g.syncs if s.allowed}}
 
 
 def _function_costs(blocking: pd.DataFrame, ev: pd.DataFrame) -> dict:
