@@ -14,6 +14,7 @@ import re
 import sys
 from pathlib import Path
 
+from dspark_lab.cli.lint import lint_beside
 from dspark_lab.cli.options import HelpFormatter, float_in, int_in
 from dspark_lab.results.record import inspect_record
 from dspark_lab.results.record.output import OutputError, check_output
@@ -59,6 +60,8 @@ def add_inspect_parser(sub) -> None:
     o.add_argument("--guard", action="store_true", help="exit 1 on any host sync that --allow does not name")
     o.add_argument("--strict", action="store_true", help="with --guard: exit 1 without CUDA (nothing could be checked)")
     o.add_argument("--json", action="store_true", help="print the record as JSON instead of the report")
+    o.add_argument("--lint", action="store_true", help="also run `dspark-lab lint` over the target's folder and "
+                   "show its findings beside the runtime sites: found by static, runtime or both, and why")
     p.set_defaults(func=cmd_inspect)
 
 
@@ -111,6 +114,7 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     except TargetError as e:
         err(str(e))
         return EXIT_BAD_TARGET
+    beside = lint_beside(rec, parse(args.target).source_root()) if args.lint else []
     try:
         inspect_record.save(rec, json_path)
         inspect_page.write(html_path, rec)
@@ -122,6 +126,8 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         print(inspect_record.to_json(rec))
     else:
         print(inspect_page.report_text(rec))
+        if beside:
+            print("\n".join(beside))
         print(f"\nrecord: {json_path}\npage: {html_path}")
     if verdict:
         print(verdict, file=sys.stderr if status or args.json else sys.stdout)  # --json: stdout is the record

@@ -52,3 +52,27 @@ def cmd_lint(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     print(f"{len(live)} host sync line(s) found; {len(exempt)} marked by design (# sync-ok: <reason>)",
           file=sys.stderr if live else sys.stdout)
     return EXIT_FINDINGS if live else EXIT_CLEAN
+
+
+def lint_beside(rec: dict, root) -> list[str]:
+    """`inspect --lint`: lint the target's folder, join the findings with the record's runtime sites
+    (results/analyses/lint_join.py), keep the joined rows in the record under "lint", and return the
+    lines to print."""
+    from pathlib import Path
+
+    from dspark_lab.lint.explain import why_not_found
+    from dspark_lab.lint.run import files
+    from dspark_lab.results.analyses import lint_join
+
+    linted = {lint_join.short(p): p for p in files([Path(root)])}
+
+    def explain(short_path: str, line: int):
+        p = linted.get(short_path)
+        return why_not_found(p.read_text(encoding="utf-8"), line) if p else None
+    try:
+        found = lint_paths([root])
+    except LintInputError as e:
+        rec["lint"] = {"error": str(e)}
+        return [f"lint: {e}"]
+    rec["lint"] = lint_join.join([f.to_dict() for f in found], rec["sites"], explain=explain)
+    return lint_join.text_lines(rec["lint"])

@@ -33,4 +33,5 @@ class Finding:
         return f"{self.path}:{self.line}:{self.col + 1}: {self.rule}: {r.finds} in {self.function}; fix: {r.fix}"
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "fix": self.fix, "finds": get(self.rule).finds}
+        r = get(self.rule)
+        return {**asdict(self), "fix": r.fix, "finds": r.finds, "runtime": r.runtime, "graph_break": r.graph_break}
