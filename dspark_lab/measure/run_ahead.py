@@ -53,3 +53,21 @@ def over_steps(ev: pd.DataFrame, lau: pd.DataFrame, skip_first: int = 1) -> dict
     with_lead = leads(lau)
     inside = (with_lead.ts >= wins[0][0]) & (with_lead.ts < wins[-1][1])
     return summarize(with_lead.lead_us[inside].to_numpy())
+
+
+def after_first_sync(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame, skip_first: int = 1) -> dict:
+    """summarize() of the launches made after each step's first sync outside the readback (`calls`:
+    measure.syncs.sync_calls), steps after the first `skip_first`: how far ahead the host gets
+    again once a sync has drained the queue (with the largest lead: never positive means the host
+    never got ahead after the sync). Steps without such a sync contribute nothing."""
+    with_lead = leads(lau)
+    step_calls = calls[~calls.readback.astype(bool)]
+    picked = []
+    for i, (lo, hi) in enumerate(step_windows(ev)):
+        mine = step_calls[(step_calls.ts >= lo) & (step_calls.ts < hi)]
+        if i < skip_first or mine.empty:
+            continue
+        t = float(mine.end.min())
+        picked += list(with_lead.lead_us[(with_lead.ts >= t) & (with_lead.ts < hi)])
+    finite = [x for x in picked if np.isfinite(x)]
+    return summarize(picked) | {"launch_lead_max_ms": max(finite) / 1e3 if finite else float("nan")}

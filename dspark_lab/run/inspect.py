@@ -21,13 +21,14 @@ import pandas as pd
 import torch
 
 from dspark_lab import guard
-from dspark_lab.measure import breakdown, loop, probe, syncs, trace
+from dspark_lab.measure import breakdown, idle_causes, loop, probe, run_ahead, syncs, trace
 from dspark_lab.measure.step import measure_step
 from dspark_lab.results.rules.stats import median_ci
 from dspark_lab.results.record.sync_sites import distinct_lines, merge_sites, try_parse
 
 GUARD_STEPS = 3  # steps under the guard (after the measurement's warm-up)
 NO_CUDA_PARTS = ("host_blocked_ms", "gpu_busy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms")
+NO_CUDA_PARTS += idle_causes.COLUMNS + run_ahead.COLUMNS[1:]  # no GPU: no idle to name, no launch to lead
 COST_SCOPE = "function"  # a site's costs are its function's, split among its lines by count
 
 
