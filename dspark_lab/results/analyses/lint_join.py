@@ -37,7 +37,7 @@ def join(findings: Iterable[dict], sites: Iterable[dict], *,
         rows.append(_row(f, s, BOTH if f else RUNTIME, why))
     for i, f in enumerate(findings):
         if i not in matched:
-            rows.append(_row(f, None, STATIC, NOT_RUN + (f" ({f['runtime']})" if f.get("runtime") else "")))
+            rows.append(_row(f, None, STATIC, NOT_RUN + (f"; where it runs it makes {f['runtime']}" if f.get("runtime") else "")))
     return rows
 
 
