@@ -171,3 +171,27 @@ def test_diff_compares_the_run_ahead_and_the_idle_by_cause():
     s = step_diff.summary(rec("ep1_device_direct"), rec("ep1_persistent_fill")).set_index("what")
     row = s.loc["run-ahead fraction (launches that found the GPU busy)"]
     assert row.after == 1.0 and row.change == pytest.approx(1.0 - row.before) and row.change > 0
+
+
+# -- the panel's figure (views/figures/idle_causes.py) ------------------------------------------------
+def test_the_figure_stacks_the_causes_to_the_idle_and_writes_the_run_ahead_over_each_bar():
+    from helpers import a_point, synthetic_runs
+
+    from dspark_lab.views.figures.idle_causes import NOT_RECORDED, idle_by_cause
+
+    rows = a_point(synthetic_runs()[0])
+    old = idle_by_cause(rows)  # a run recorded before the causes were measured says so
+    assert any(NOT_RECORDED in a.text for a in old.layout.annotations)
+    measured = {s: breakdown.summary(strategy(n)) for s, n in
+                (("device_direct", "ep1_device_direct"), ("persistent_fill", "ep1_persistent_fill"))}
+    rows = rows[rows.strategy.isin(list(measured))].copy()
+    for k in ("gpu_idle_ms", "gpu_idle_sync_caused_ms", "gpu_idle_host_bound_ms", "gpu_idle_other_cause_ms",
+              "run_ahead_fraction", "launch_lead_median_ms"):
+        rows[k] = [measured[s][k] for s in rows.strategy]
+    fig = idle_by_cause(rows)
+    bars = [t for t in fig.data if t.type == "bar"]
+    tops = [b + y for b, y in zip(bars[-1].base, bars[-1].y)]
+    assert tops == pytest.approx([measured[s]["gpu_idle_ms"] for s in bars[-1].x])
+    [text] = [t for t in fig.data if t.type == "scatter"]
+    assert f"run-ahead {measured['device_direct']['run_ahead_fraction']:.2f}" in text.text[list(text.x).index("device_direct")]
+    assert not fig.layout.annotations or all(NOT_RECORDED not in a.text for a in fig.layout.annotations)
