@@ -112,3 +112,18 @@ def test_the_hook_fails_a_commit_that_adds_a_sync_and_passes_once_it_is_fixed_or
     git(repo, "add", "step.py")
     r = run_hook(repo)
     assert r.returncode == 1 and "sync_ok_without_reason" in r.stdout
+
+
+def test_inspect_lint_puts_the_findings_beside_the_runtime_sites_in_the_record_and_the_report(tmp_path, capsys):
+    target = tmp_path / "mystep.py"
+    target.write_text("import torch\n\nx = torch.ones(4, device='cuda' if torch.cuda.is_available() else 'cpu')\n\n\n"
+                      "def step():\n    return x.sum().item()\n")
+    status = cli.main(["inspect", f"{target}:step", "--lint", "--steps", "2", "--trials", "1", "--warmup", "0",
+                       "--out", str(tmp_path / "out"), "--name", "rec"])
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "lint beside the runtime" in out and "mystep.py:7 step [item]" in out
+    rec = json.loads((tmp_path / "out" / "rec.json").read_text())
+    [row] = rec["lint"]
+    # Without CUDA no runtime site exists: the line is the static witness's alone, and says why.
+    assert (row["rule"], row["found_by"]) == ("item", "static") and row["why_only_one"]
