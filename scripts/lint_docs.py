@@ -7,6 +7,7 @@ every table generated here from the code and the recorded H200 traces.
 """
 from __future__ import annotations
 
+import argparse
 import ast
 import inspect
 import sys
@@ -226,9 +227,11 @@ def render() -> str:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="exit 1 when docs/lint.md is not what this would write")
+    args = ap.parse_args(argv)
     text = render()
-    if "--check" in argv:
+    if args.check:
         current = DOC.read_text() if DOC.exists() else ""
         if current != text:
             print(f"{rel(DOC)} is not current: run python -m scripts.lint_docs", file=sys.stderr)
