@@ -31,15 +31,19 @@ one HostSync that lists every witness and carries the exact line when any witnes
 `count()`, `violations` and the summary count syncs, not sightings (one `.item()` once, not twice).
 
 Without CUDA nothing can synchronize and nothing can be checked: the guard warns (or, with
-`strict=True`, raises). `count=True` reports instead of failing. `allow` lists by-design syncs:
-fnmatch patterns on "path/file.py:LINE" (the last two path parts) or on the whole site
-"path/file.py:LINE function", or a bare function name.
+`strict=True`, raises). `count=True` reports instead of failing. `allow` lists by-design syncs, each with why:
+"PATTERN: REASON", where PATTERN is an fnmatch pattern on "path/file.py:LINE" (the last two path
+parts) or on the whole site "path/file.py:LINE function", or a bare function name (a PATTERN alone
+still works; its reason reads as not given). A line of source marked `# sync-ok: <reason>` is
+allowed too, with that reason (the comment `dspark-lab lint` honours).
 """
 from __future__ import annotations
 
 import contextlib
 import fnmatch
+import linecache
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional, Sequence
@@ -47,6 +51,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 import pandas as pd
 import torch
 
+from dspark_lab.lint.exempt import reason_at
 from dspark_lab.measure import syncs as _syncs
 from dspark_lab.measure import trace as _trace
 
@@ -88,6 +93,7 @@ class HostSync:
     allowed: bool = False
     # (witness, site) for each witness: CUPTI names the enclosing function's def line
     witness_sites: tuple = ()
+    reason: str = ""  # why it is allowed: the allow entry's REASON or the line's `# sync-ok: <reason>`
 
     @property
     def seen_by(self) -> str:
@@ -96,12 +102,14 @@ class HostSync:
     def describe(self) -> str:
         what = {"pageable_copy": "blocking pageable copy", "sync": "sync"}.get(self.kind, f"{self.kind} sync")
         other = [f"{w} at {where}" for w, where in self.witness_sites if where != self.site]
+        why = f": {self.reason}" if self.reason else " (no reason given)"
         return (f"{self.site} ({what}, seen by {self.seen_by}{'; ' + '; '.join(other) if other else ''}"
-                f"{', allowed' if self.allowed else ''})")
+                f"{', allowed' + why if self.allowed else ''})")
 
 
 def _record(site: str, kind: str, witness: str, allow: tuple) -> HostSync:
-    return HostSync(site, kind, (witness,), is_allowed(site, allow), ((witness, site),))
+    reason = allow_reason(site, allow)
+    return HostSync(site, kind, (witness,), reason is not None, ((witness, site),), reason or "")
 
 
 def merged(records: Sequence[HostSync]) -> HostSync:
@@ -112,7 +120,8 @@ def merged(records: Sequence[HostSync]) -> HostSync:
     witness_sites = tuple(ws for r in recs for ws in r.witness_sites)
     witnesses = tuple(dict.fromkeys(w for r in recs for w in r.witnesses))
     kind = next((r.kind for r in recs if r.kind != "sync"), "sync")
-    return HostSync(recs[0].site, kind, witnesses, any(r.allowed for r in recs), witness_sites)
+    reason = next((r.reason for r in recs if r.reason), "")
+    return HostSync(recs[0].site, kind, witnesses, any(r.allowed for r in recs), witness_sites, reason)
 
 
 @dataclass
@@ -149,12 +158,42 @@ class SyncReport:
 
 
 # --- allow-list -----------------------------------------------------------------------------------
-def is_allowed(site: str, allow: Iterable[str]) -> bool:
+_REASON_SEP = re.compile(r":\s+")  # "lib/x.py:99: why" (a site's own colon is followed by the line number)
+
+
+def split_allow(entry: str) -> tuple[str, str]:
+    """"PATTERN: REASON" -> (PATTERN, REASON); a PATTERN alone -> (PATTERN, "")."""
+    parts = _REASON_SEP.split(entry, maxsplit=1)
+    return parts[0].strip(), (parts[1].strip() if len(parts) > 1 else "")
+
+
+def _source_line(site: str) -> str:
+    """The text of a site's line ("path/file.py:LINE function"), from a loaded module's file whose path
+    ends with the site's path (sites keep only the last two parts)."""
+    where = site.partition(" ")[0]
+    short, _, line = where.rpartition(":")
+    if not line.isdigit() or not short:
+        return ""
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None) or ""
+        if f.replace("\\", "/").endswith("/" + short):
+            return linecache.getline(f, int(line))
+    return ""
+
+
+def allow_reason(site: str, allow: Iterable[str]) -> Optional[str]:
+    """Why `site` is allowed: the REASON of the first allow entry whose pattern matches ("" when it
+    gives none), else the `# sync-ok: <reason>` on the site's line; None when nothing allows it."""
     where, _, func = site.partition(" ")
-    for pat in allow:
+    for entry in allow:
+        pat, reason = split_allow(entry)
         if pat == func or fnmatch.fnmatch(where, pat) or fnmatch.fnmatch(site, pat):
-            return True
-    return False
+            return reason
+    return reason_at(_source_line(site)) or None
+
+
+def is_allowed(site: str, allow: Iterable[str]) -> bool:
+    return allow_reason(site, allow) is not None
 
 
 # --- evidence -> records (pure functions: testable with synthetic input) ---------------------------

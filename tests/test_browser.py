@@ -34,7 +34,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
 PANEL_NOTEBOOKS = ("01_onboarding.ipynb", "03_design_review.ipynb")
 ALL_NOTEBOOKS = ("01_onboarding.ipynb", "02_tuning_new_gpu.ipynb", "03_design_review.ipynb", "04_sync_gallery.ipynb",
                  "05_your_own_code.ipynb")
-FIGURE_ORDER = ("comparison", "syncs", "breakdown", "timeline")  # views.panel.FIGURE_HEIGHTS, top to bottom
+FIGURE_ORDER = ("comparison", "syncs", "breakdown", "idle", "timeline")  # views.panel.FIGURE_HEIGHTS, top to bottom
 PANEL_FIGURES = len(FIGURE_ORDER)
 
 

@@ -243,5 +243,6 @@ def test_notebook_05_shows_the_committed_example_or_says_there_is_none_and_grade
         assert len(shown) >= 4
         assert any("Host syncs:" in o.get("data", {}).get("text/markdown", "") for c in nb.cells for o in c.get("outputs", []))
     assert "kata scalar_item:" in text
+    assert "lint beside the runtime" in text or pair is None  # the static findings joined with the runtime sites
     hidden = [c for c in nb.cells if c.metadata.get("jupyter", {}).get("source_hidden")]
     assert len(hidden) == 1 and "katas.solution" in hidden[0].source

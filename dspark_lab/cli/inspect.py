@@ -14,6 +14,7 @@ import re
 import sys
 from pathlib import Path
 
+from dspark_lab.cli.lint import lint_beside
 from dspark_lab.cli.options import HelpFormatter, file_stem, float_in, int_in
 from dspark_lab.results.analyses import verdict as verdict_line
 from dspark_lab.results.record import inspect_record
@@ -35,9 +36,10 @@ def add_measure_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--warmup", type=int_in(0, 100000), default=3, metavar="N", help="warm-up steps per trial")
     g.add_argument("--time-limit", type=float_in(0.1, 86400), default=worker.DEFAULT_TIME_LIMIT_S, metavar="S",
                    help="stop the target after S seconds of loading and measuring (exit 2, nothing written)")
-    g.add_argument("--allow", action="append", default=[], metavar="PATTERN",
-                   help="a by-design sync: a function name or a 'path/file.py:LINE' pattern, as the "
-                        "no_host_syncs fixture takes (repeatable)")
+    g.add_argument("--allow", action="append", default=[], metavar="'PATTERN: REASON'",
+                   help="a by-design sync and why: a function name or a 'path/file.py:LINE' pattern, then "
+                        "': ' and the reason, as the no_host_syncs fixture takes (repeatable; a line marked "
+                        "'# sync-ok: <reason>' is allowed without it)")
 
 
 def add_inspect_parser(sub) -> None:
@@ -59,6 +61,8 @@ def add_inspect_parser(sub) -> None:
     o.add_argument("--guard", action="store_true", help="exit 1 on any host sync that --allow does not name")
     o.add_argument("--strict", action="store_true", help="with --guard: exit 1 without CUDA (nothing could be checked)")
     o.add_argument("--json", action="store_true", help="print the record as JSON instead of the report")
+    o.add_argument("--lint", action="store_true", help="also run `dspark-lab lint` over the target's folder and "
+                   "show its findings beside the runtime sites: found by static, runtime or both, and why")
     p.set_defaults(func=cmd_inspect)
 
 
@@ -111,6 +115,7 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     except TargetError as e:
         err(str(e))
         return EXIT_BAD_TARGET
+    beside = lint_beside(rec, parse(args.target).source_root()) if args.lint else []
     try:
         inspect_record.save(rec, json_path)
         inspect_page.write(html_path, rec)
@@ -122,6 +127,8 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         print(inspect_record.to_json(rec))
     else:
         print(inspect_page.report_text(rec))
+        if beside:
+            print("\n".join(beside))
         print(f"\nrecord: {json_path}\npage: {html_path}")
     if verdict:
         print(verdict, file=sys.stderr if status or args.json else sys.stdout)  # --json: stdout is the record

@@ -1,4 +1,4 @@
-"""Command line: `dspark-lab sweep | report | doctor | main | ep | inspect | diff | verify` (see `dspark-lab COMMAND --help`):
+"""Command line: `dspark-lab sweep | report | doctor | main | ep | inspect | diff | verify | lint` (see `dspark-lab COMMAND --help`):
 the parser, the dispatch to each command, and the exit statuses. Building the parser loads no torch:
 `report` (report_command.py) and `--help` run without it; sweep and main (sweep_command.py),
 doctor, ep, inspect and diff import their measuring bodies when they run."""
@@ -16,6 +16,7 @@ from dspark_lab.cli.ep import add_ep_parser
 from dspark_lab.cli.exits import (EXIT_BUSY, EXIT_CANNOT_WRITE, EXIT_CODES_HELP, EXIT_FAILED, EXIT_INTERRUPTED,  # noqa: F401
                                   EXIT_OK, EXIT_REFUSED, EXIT_TERMINATED, EXIT_USAGE, Terminated, hold_interrupts)
 from dspark_lab.cli.inspect import add_inspect_parser
+from dspark_lab.cli.lint import add_lint_parser
 from dspark_lab.cli.options import DEFAULT_TIME_CAP_S, HelpFormatter, add_sweep_config_options, float_in
 from dspark_lab.cli.report_command import cmd_report
 from dspark_lab.cli.startup import started
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_inspect_parser(sub)
     add_diff_parser(sub)
     add_verify_parser(sub)
+    add_lint_parser(sub)
     return parser
 
 

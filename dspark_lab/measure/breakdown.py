@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from dspark_lab.measure.ranges import PHASE_PREFIX
+from dspark_lab.measure import idle_causes, run_ahead
 from dspark_lab.measure import intervals as iv
 from dspark_lab.measure.syncs import ASYNC_COPY_APIS, SYNC_KINDS, host_events, step_windows, sync_calls
 from dspark_lab.measure.trace import GPU_CATS, HOST_API_CATS, HOST_RANGE_CAT
@@ -211,14 +212,17 @@ def resolve_host(sets: dict[str, list], lo: float, hi: float) -> dict[str, list]
 
 def per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None, *, caused: Optional[pd.DataFrame] = None,
              sets: Optional[dict] = None) -> pd.DataFrame:
-    """One row per step: wall_ms, the host parts, the GPU parts (all in ms). `caused` and `sets`
-    (sync_caused_gaps, host_sets of the same trace) are computed here unless given."""
+    """One row per step: wall_ms, the host parts, the GPU parts (all in ms), the GPU idle by cause
+    (measure/idle_causes.py: sync-caused + host-bound + other = idle) and the run-ahead columns
+    (measure/run_ahead.py). `caused` and `sets` (sync_caused_gaps, host_sets of the same trace) are
+    computed here unless given."""
     calls = sync_calls(ev) if calls is None else calls
     sets = host_sets(ev, calls) if sets is None else sets
     gpu = gpu_intervals(ev)
     step_sync_ends = sorted(e for _, e in sets["blocked"])
     caused = sync_caused_gaps(ev, calls) if caused is None else caused
     caused_spans = list(zip(caused.start, caused.end))
+    by_cause, ahead = _causes_and_leads(ev, gpu, caused)
     rows = []
     for i, (lo, hi) in enumerate(step_windows(ev)):
         host = resolve_host(sets, lo, hi)
@@ -230,8 +234,20 @@ def per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None, *, caused: 
         row.update(gpu_busy_ms=iv.length(busy) / 1e3, gpu_idle_ms=iv.length(gaps) / 1e3,
                    gpu_idle_after_sync_ms=iv.length(after_sync) / 1e3,
                    gpu_idle_sync_caused_ms=iv.length(iv.clip(caused_spans, lo, hi)) / 1e3)
+        row.update(idle_causes.per_window(by_cause, lo, hi))
+        row.update(ahead[i])
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _causes_and_leads(ev: pd.DataFrame, gpu: list, caused: pd.DataFrame) -> tuple[dict, list]:
+    """The GPU idle intervals by cause over all steps, and each step's run-ahead numbers."""
+    wins = step_windows(ev)
+    if not wins:
+        return {c: [] for c in idle_causes.CAUSES}, []
+    lau = launches(ev)
+    gaps = iv.complement(gpu, wins[0][0], wins[-1][1])
+    return idle_causes.spans(ev, lau, caused, gaps), run_ahead.per_step(ev, lau)
 
 
 def summary(ev: pd.DataFrame, skip_first: int = 1, calls: Optional[pd.DataFrame] = None, **shared) -> dict:
@@ -243,6 +259,10 @@ def summary(ev: pd.DataFrame, skip_first: int = 1, calls: Optional[pd.DataFrame]
     mean = df.mean(numeric_only=True)
     out = {k: float(mean[k]) for k in df.columns if k.endswith("_ms") and k != "wall_ms"}
     out["profiled_step_ms"] = float(mean["wall_ms"])
+    if step_windows(ev):  # the launch lead over every launch of those steps, not a mean of medians
+        pooled = run_ahead.over_steps(ev, launches(ev), skip_first=skip_first if len(step_windows(ev)) > skip_first else 0)
+        out.update({k: v for k, v in pooled.items() if k != "launches"})
+        out["launches_per_step"] = float(mean["launches"])
     return out
 
 
@@ -250,7 +270,8 @@ def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Opt
              caused: Optional[pd.DataFrame] = None, sets: Optional[dict] = None) -> list[list]:
     """Segments [lane, part, start_ms, end_ms, label] for a few steps, times relative to the first
     shown step's start: host parts by precedence, GPU busy spans, each step sync's span, and the
-    GPU idle each sync caused ("idle_sync_caused", labelled with the sync and its site).
+    GPU idle each sync caused ("idle_sync_caused", labelled with the sync and its site), the rest of
+    the idle by cause ("idle_host_bound", "idle_other"), and each step's run-ahead in its label.
     `caused` and `sets` as in per_step."""
     wins = step_windows(ev)
     if not wins:
@@ -277,6 +298,24 @@ def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Opt
                      f"GPU idle caused by {r.sync_name} at {r.sync_site}"])
     for r in calls[(calls.ts >= lo) & (calls.ts < hi)].itertuples():
         segs.append(["host", "sync" if not r.readback else "readback_sync", (r.ts - lo) / 1e3, (r.end - lo) / 1e3, f"{r.name} at {r.site}"])
+    by_cause, ahead = _causes_and_leads(ev, gpu_intervals(ev), caused)
+    segs += _cause_segments(by_cause, lo, hi)
     for k, (s, e) in enumerate(shown):
-        segs.append(["host", "step", (s - lo) / 1e3, (e - lo) / 1e3, f"step {first_step + k}"])
+        segs.append(["host", "step", (s - lo) / 1e3, (e - lo) / 1e3, _step_label(first_step + k, ahead[first_step + k])])
     return segs
+
+
+def _cause_segments(by_cause: dict, lo: float, hi: float) -> list[list]:
+    """The GPU idle that is not a sync's, by cause (the sync's own is "idle_sync_caused"); gaps shorter than
+    GPU_MERGE_GAP_US are drawn inside the busy spans."""
+    names = {"host_bound": "GPU idle, waiting for the host to launch (host-bound)",
+             "other": "GPU idle, other (launch latency, between queued ops, another stream)"}
+    return [["gpu", f"idle_{cause}", (a - lo) / 1e3, (b - lo) / 1e3, label]
+            for cause, label in names.items() for a, b in iv.clip(by_cause[cause], lo, hi) if b - a > GPU_MERGE_GAP_US]
+
+
+def _step_label(k: int, ahead: dict) -> str:
+    if not ahead.get("launches"):
+        return f"step {k}"
+    return (f"step {k} · launch lead median {ahead['launch_lead_median_ms']:+.2f} ms, min "
+            f"{ahead['launch_lead_min_ms']:+.2f} ms; run-ahead {ahead['run_ahead_fraction']:.2f} of {ahead['launches']} launches")

@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from dspark_lab import guard
-from dspark_lab.measure import breakdown, loop, probe, syncs, trace
+from dspark_lab.measure import breakdown, idle_causes, loop, probe, run_ahead, syncs, trace
 from dspark_lab.measure.step import measure_step
 from dspark_lab.results.rules.stats import median_ci
 from dspark_lab.results.record.sync_sites import distinct_lines, merge_sites, same_function, try_parse
@@ -30,6 +30,7 @@ GUARD_STEPS = 3  # steps under the guard (after the measurement's warm-up)
 # Copies between host and device: without CUDA there is no device to copy to or from (n/a, never 0).
 NO_CUDA_COPY_COUNTS = ("d2h_per_step", "d2h_pageable_per_step", "h2d_pageable_per_step", "h2d_pinned_per_step")
 NO_CUDA_PARTS = ("host_blocked_ms", "gpu_busy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms")
+NO_CUDA_PARTS += idle_causes.COLUMNS + run_ahead.COLUMNS[1:]  # no GPU: no idle to name, no launch to lead
 COST_SCOPE = "function"  # a site's costs are its function's, split among its lines by count
 
 
@@ -81,7 +82,9 @@ def _guard(fn: Callable[[], object], allow: Iterable[str]) -> dict:
     recs = lambda allowed: [(s.site, s.seen_by == guard.DEBUG_MODE) for s in g.syncs if s.allowed == allowed]  # noqa: E731
     return {"checked": list(g.checked), "allow": list(allow), "steps": GUARD_STEPS,
             "violations": distinct_lines(recs(False)), "allowed": distinct_lines(recs(True)),
-            "records": [[s.site, s.kind, s.seen_by, s.allowed] for s in g.syncs]}
+            "records": [[s.site, s.kind, s.seen_by, s.allowed] for s in g.syncs],
+            # by-design syncs and why (the allow entry's REASON or the line's `# sync-ok: <reason>`)
+            "reasons": {s.site: s.reason for s in g.syncs if s.allowed}}
 
 
 def _function_costs(blocking: pd.DataFrame, ev: pd.DataFrame) -> dict:

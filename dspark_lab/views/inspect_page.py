@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dspark_lab.results.analyses import by_design, run_ahead_idle
 from dspark_lab.results.record import inspect_record
 from dspark_lab.results.rules.noise import MIN_QUIET_ROUNDS
 from dspark_lab.results.viewmodels import inspect_view
@@ -60,6 +61,8 @@ def report_text(rec: dict) -> str:
              f"{_f(c.get('d2h_pageable_per_step'), 2)}); host-to-device pageable {_f(c.get('h2d_pageable_per_step'), 2)}",
              f"host blocked {_f(p.get('host_blocked_ms'))} ms per step; GPU idle the syncs caused "
              f"{_f(p.get('gpu_idle_sync_caused_ms'))} ms per step (profiled steps)"]
+    lines += run_ahead_idle.text_lines(p)
+    lines += by_design.lines(rec.get("guard"))
     for s in rec["sites"]:
         code = f"   {s['code']}" if s["code"] else ""
         lines.append(f"  {s['site']}: {s['per_step']:.2f} per step, blocked {_f(s['host_blocked_ms'])} ms, "

@@ -27,9 +27,10 @@ from dspark_lab.results.viewmodels.point_view import point_view
 from dspark_lab.results.query.runs import REFERENCE
 from dspark_lab.results.facts.strategy_table import BASELINE, BUILTIN_INFO
 from dspark_lab.views import figures, live_panel
+from dspark_lab.views.figures.idle_causes import idle_by_cause
 
 CONTROLS = ("ep_size", "batch_size", "gamma", "strategy", "workload")
-FIGURE_HEIGHTS = {"comparison": 420, "syncs": 380, "breakdown": 480, "timeline": 420}  # px, top to bottom
+FIGURE_HEIGHTS = {"comparison": 420, "syncs": 380, "breakdown": 480, "idle": 380, "timeline": 420}  # px, top to bottom
 
 
 def _short_error(e: BaseException) -> str:
@@ -244,6 +245,7 @@ class Panel:
             return
         chosen = self.controls["strategy"].value
         new = {"comparison": self._comparison(view), "syncs": figures.sync_counts(view), "breakdown": figures.step_breakdown(view),
+               "idle": idle_by_cause(view),
                "timeline": figures.timeline(view, strategies_shown=list(dict.fromkeys([BASELINE, chosen])))}
         for k, fig in new.items():
             _apply(self.figs[k], fig)

@@ -18,6 +18,7 @@ import pandas as pd
 
 from dspark_lab.results.rules.noise import MIN_QUIET_ROUNDS
 from dspark_lab.results.rules.stats import compare, median_ci
+from dspark_lab.results.analyses import run_ahead_idle
 from dspark_lab.results.record import inspect_record
 from dspark_lab.results.record.sync_sites import parse_site
 
@@ -28,7 +29,7 @@ SUMMARY_ROWS = (  # (label, where, key): where is "counts" or "parts"
     ("device-to-host copies per step", "counts", "d2h_per_step"),
     ("host blocked, ms per step", "parts", "host_blocked_ms"),
     ("GPU idle the syncs caused, ms per step", "parts", "gpu_idle_sync_caused_ms"),
-)
+) + run_ahead_idle.SUMMARY_ROWS
 
 
 def _match_key(site: dict) -> tuple:

@@ -1,0 +1,124 @@
+"""The static finder's rules, each on a line that syncs (found) and on its look-alike that does not
+(not found), the local-name flow, the `# sync-ok: <reason>` syntax, and the input errors."""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from dspark_lab.lint import RULES, LintInputError, lint_source
+from dspark_lab.lint.exempt import parse
+
+
+def found(body: str) -> list[tuple[int, str]]:
+    """(line in `body`, rule) of each finding not marked by design, `body` being a function's body."""
+    src = "import torch\n\ndef step(s, x, n, dev):\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    return [(f.line - 3, f.rule) for f in lint_source(src) if not f.exempt]
+
+
+def rules(body: str) -> set[str]:
+    return {r for _, r in found(body)}
+
+
+# (rule, a line that syncs, its look-alike that does not)
+CASES = [
+    ("item", "v = torch.sum(s.seq_lens).item()\n", "v = s.seq_lens_cpu.sum().item()\n"),
+    ("tolist", "splits = counts.tolist()\n", "splits = torch.tensor([1, 2]).tolist()\n"),
+    ("to_host", "qo = qo_indptr.to('cpu')\n", "qo = qo_indptr.to('cpu', non_blocking=True)\n"),
+    ("to_host", "a = x.cpu()\n", "a = torch.arange(4).cpu()\n"),
+    ("to_host", "a = x.numpy()\n", "a = torch.from_numpy(b).numpy()\n"),
+    ("python_scalar", "k = int(s.seq_lens.sum())\n", "k = int(s.seq_lens_cpu.sum())\n"),
+    ("python_scalar", "y = x.cuda()\nk = float(y)\n", "k = float(n)\n"),
+    ("tensor_condition", "if (s.positions >= s.limit).any():\n    pass\n", "if n > 3:\n    pass\n"),
+    ("tensor_condition", "y = x.cuda()\nwhile y:\n    pass\n", "if torch.cuda.is_available():\n    pass\n"),
+    ("tensor_condition", "y = x.to(dev)\nz = 1 if y.any() else 2\n", "z = 1 if s.cpu_flag else 2\n"),
+    ("tensor_from_host_data", "t = torch.tensor([4] * n, device=dev)\n", "t = torch.tensor([4] * n)\n"),
+    ("tensor_from_host_data", "t = torch.tensor(n, dtype=torch.int32, device=dev)\n",
+     "t = torch.tensor(n, device='cpu')\n"),
+    ("data_dependent_shape", "rows = s.accept.nonzero()\n", "rows = s.accept_cpu.nonzero()\n"),
+    ("data_dependent_shape", "i = torch.where(s.accept)\n", "i = torch.where(s.accept, x, 0)\n"),
+    ("boolean_mask", "y = x.cuda()\nkept = y[y > 0]\n", "kept = x[0:3]\n"),
+    ("boolean_mask", "m = x.cuda() > 0\nkept = s.logits[m]\n", "m = torch.arange(3) > 0\nkept = s.logits[m]\n"),
+    ("unpinned_non_blocking", "t = torch.tensor(n).to(dev, non_blocking=True)\n",
+     "t = torch.tensor(n, pin_memory=True).to(dev, non_blocking=True)\n"),
+    ("unpinned_non_blocking", "h = torch.from_numpy(a)\nh2 = h * 2\nd = h2.to(dev, non_blocking=True)\n",
+     "h = torch.from_numpy(a).pin_memory()\nd = h.to(dev, non_blocking=True)\n"),
+    ("unpinned_non_blocking", "s.d2h_pageable.copy_(x, non_blocking=True)\n", "s.d2h_pinned.copy_(x, non_blocking=True)\n"),
+    ("tensor_as_number", "y = torch.add(x, x, alpha=s.scale.sum())\n", "y = torch.add(x, x, alpha=0.5)\n"),
+    ("tensor_as_number", "d = x.cuda()\nf = torch.full((4,), d.max(), device=dev)\n", "f = torch.full((4,), n, device=dev)\n"),
+    ("explicit_sync", "torch.cuda.synchronize()\n", "torch.cuda.current_stream()\n"),
+    ("explicit_sync", "done.synchronize()\n", "done.record()\n"),
+]
+
+
+@pytest.mark.parametrize("rule,syncs,look_alike", CASES, ids=[f"{c[0]}-{i}" for i, c in enumerate(CASES)])
+def test_each_rule_finds_the_sync_and_leaves_its_look_alike(rule, syncs, look_alike):
+    assert rule in rules(syncs), found(syncs)
+    assert rule not in rules(look_alike), found(look_alike)
+
+
+def test_every_rule_has_a_positive_and_a_negative_example():
+    assert {c[0] for c in CASES} | {"sync_ok_without_reason"} == set(RULES)
+
+
+def test_the_flow_follows_a_tensor_through_local_names_within_a_function():
+    body = "a = torch.tensor(n)\nb = a + 1\nc = b.view(1)\nd = c.to(dev, non_blocking=True)\n"
+    assert found(body) == [(4, "unpinned_non_blocking")]
+    # The same name made pinned on the way is not a pageable copy; a later reassignment counts.
+    assert found("a = torch.tensor(n)\na = a.pin_memory()\nd = a.to(dev, non_blocking=True)\n") == []
+    assert found("a = x.cpu_tensor\na = a.cuda()\nv = a.item()\n") == [(3, "item")]
+
+
+def test_a_module_that_never_imports_torch_is_not_checked():
+    assert lint_source("def f(df):\n    return df[df.x == 1].sum().item()\n") == []
+
+
+def test_pandas_and_numpy_look_alikes_in_a_torch_module_are_left_alone():
+    assert found("ok = ev[ev.cat == 'kernel']\nm = float(np.median(v))\nc = report.device == 'cuda'\n"
+                 "if not c:\n    pass\n") == []
+
+
+def test_a_finding_names_its_file_line_function_code_and_fix():
+    [f] = lint_source("import torch\ndef step(s):\n    return s.x.item()\n", "pkg/m.py")
+    assert (f.path, f.line, f.function, f.code, f.rule) == ("pkg/m.py", 3, "step", "return s.x.item()", "item")
+    assert f.fix == RULES["item"].fix and f.fix in f.describe() and f.describe().startswith("pkg/m.py:3:")
+
+
+@pytest.mark.parametrize("comment,reason", [
+    ("# sync-ok: the host needs the count", "the host needs the count"),
+    ("#sync-ok:readback", "readback"),
+    ("# sync-ok", ""),
+    ("# sync-ok:   ", ""),
+    ("# sync: documented", None),
+    ("# nothing here", None),
+])
+def test_the_reason_syntax(comment, reason):
+    assert parse(comment) == reason
+
+
+def test_sync_ok_with_a_reason_exempts_its_line_and_keeps_the_reason():
+    src = "import torch\ndef step(x):\n    return x.item()  # sync-ok: the result is returned to the caller\n"
+    [f] = lint_source(src)
+    assert f.exempt and f.exempt_reason == "the result is returned to the caller"
+
+
+def test_sync_ok_on_the_first_line_of_a_statement_over_several_lines():
+    src = "import torch\ndef step(x, d):\n    t = torch.tensor(  # sync-ok: set-up, once\n        x, device=d)\n"
+    [f] = lint_source(src)
+    assert f.rule == "tensor_from_host_data" and f.exempt_reason == "set-up, once"
+
+
+def test_a_bare_sync_ok_exempts_nothing_and_is_itself_a_finding():
+    src = "import torch\ndef step(x):\n    return x.item()  # sync-ok\n"
+    got = {(f.line, f.rule, f.exempt) for f in lint_source(src)}
+    assert got == {(3, "item", False), (3, "sync_ok_without_reason", False)}
+
+
+def test_a_sync_ok_inside_a_string_is_not_a_comment():
+    src = "import torch\ndef step(x):\n    return x.item(), '# sync-ok: not a comment'\n"
+    assert [f.exempt for f in lint_source(src)] == [False]
+
+
+def test_a_file_that_does_not_parse_is_an_input_error_naming_file_and_line():
+    with pytest.raises(LintInputError, match=r"bad\.py:2: cannot lint a file that does not parse"):
+        lint_source("import torch\ndef f(:\n", "bad.py")
