@@ -8,7 +8,8 @@
 # (the CUDA suite leaves out the README's measuring commands, marked readme_job: minutes; stage readme runs them all)
 # Other stages, named explicitly (studies/ and scripts/): readme, cudaN (any N: one more CUDA-suite invocation),
 # card (doctor --card --compare), gallery, reference, traces, cold, where, live_stream, live_stream_alt,
-# card_hazards, interference, inspect, torchrun, ep (two GPUs).
+# card_hazards, interference, inspect, torchrun, ep (two GPUs), field (the gallery at the queued scale, the
+# hazards, notebook 06's step), order (three randomised-order reference runs), run_ahead.
 #   OUT=/tmp/o bash scripts/device_round.sh               # the round
 #   OUT=/tmp/o bash scripts/device_round.sh cuda1 gallery # chosen stages
 # Wheels under .whl/ (jupyter, plotly: the GPU machines lack them) are installed first where present.
@@ -30,7 +31,8 @@ notebooks=01_onboarding.ipynb,02_tuning_new_gpu.ipynb,04_sync_gallery.ipynb,05_y
 [ -f notebooks/06_investigation.ipynb ] && notebooks=$notebooks,06_investigation.ipynb
 declare -A LIMIT=([verify]=240 [cuda]=240 [notebooks]=300 [sweep]=200 [readme]=600 [card_hazards]=130 [interference]=300
   [inspect]=110 [live_stream]=180 [live_stream_alt]=180 [torchrun]=70 [traces]=60 [where]=120 [card]=90
-  [gallery]=150 [reference]=200 [cold]=220 [ep]=330)
+  [gallery]=150 [reference]=200 [cold]=220 [ep]=330
+  [field]=200 [order]=200 [run_ahead]=120)
 run_stage() {  # stage: its command, under its limit, output in $log
   local stage=$1
   case $stage in
@@ -54,6 +56,9 @@ run_stage() {  # stage: its command, under its limit, output in $log
     inspect) OUT=$W timeout "${LIMIT[inspect]}" python3 -m studies.inspect.katas_and_diffs ;;
     torchrun) OUT=$W timeout "${LIMIT[torchrun]}" python3 -m studies.ep.torchrun_launch ;;
     ep) OUT=$W timeout "${LIMIT[ep]}" python3 -m studies.ep.real_ranks ;;
+    field) OUT=$W timeout "${LIMIT[field]}" python3 -m studies.field.record_field --scale queued --budget-s "${FIELD_BUDGET_S:-120}" ;;
+    order) OUT=$W timeout "${LIMIT[order]}" python3 -m studies.order.randomised_reference --time-cap "${ORDER_TIME_CAP_S:-10}" ;;
+    run_ahead) mkdir -p "$W/run_ahead" && timeout "${LIMIT[run_ahead]}" python3 -m studies.run_ahead.reference_point --out "$W/run_ahead" ;;
     *) echo "unknown stage $stage (see the head of scripts/device_round.sh)"; false ;;
   esac
 }

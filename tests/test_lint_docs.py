@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import re
+from pathlib import Path
 
 import pytest
 
@@ -73,7 +74,10 @@ def test_a_runtime_site_lint_missed_says_what_the_source_does_not_show():
 
 
 def test_a_function_level_site_joins_the_finding_in_that_function():
-    site = "gallery/cases.py(266): seq_lens_to_pageable"  # the trace names the def line of a blocking copy
+    from dspark_lab.gallery import cases
+
+    # the trace names the def line of a blocking copy
+    site = f"gallery/cases.py({cases.seq_lens_to_pageable.__code__.co_firstlineno}): seq_lens_to_pageable"
     rows = lint_join.join(gallery_findings(), [{"site": site, "exact": False, "per_step": 1.0,
                                                 "host_blocked_ms": 0.5, "gpu_idle_ms": 0.4}])
     assert [r["rule"] for r in rows if r["found_by"] == "both"] == ["unpinned_non_blocking"]
@@ -83,7 +87,11 @@ def test_static_only_lines_say_why_the_runtime_did_not_see_them():
     rows = lint_join.join(gallery_findings(), [])
     assert rows and all(r["found_by"] == "static" and lint_join.NOT_RUN in r["why_only_one"] for r in rows)
     text = "\n".join(lint_join.text_lines(rows))
-    assert "static  gallery/cases.py:115 seq_lens_sum_item [item]" in text
+    from dspark_lab.gallery import cases
+
+    src = Path(cases.__file__).read_text().splitlines()
+    line = next(i + 1 for i, ln in enumerate(src) if "torch.sum(s.seq_lens).item()" in ln)
+    assert f"static  gallery/cases.py:{line} seq_lens_sum_item [item]" in text
 
 
 def test_a_runtime_site_in_a_file_not_linted_says_so():

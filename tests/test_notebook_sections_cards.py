@@ -35,7 +35,8 @@ def test_the_card_and_hazards_sections_draw_the_recorded_files(tmp_path):
     execute_notebook(nb, kernel_env(tmp_path / "data", tmp_path / "out"))
     text = printed(nb.cells)
     assert "unexpected" not in text and "10 steps per form" in text
-    table = hazard_cells[-1].outputs[-1]["data"]["text/plain"]
+    tables = [o["data"]["text/plain"] for c in hazard_cells for o in c.outputs if "text/plain" in o.get("data", {})]
+    table = next(t for t in tables if "PITFALL" in t)  # the forms' table (later cells: the window, the stories)
     assert "7 of 10" in table and "PITFALL" in table
     assert "the card recorded on SYNTH-GPU-A" in text and C.VERDICT_RULE in text
     assert "returns at once up to 1 MB and waits for 10 ms of queued GPU work from 4 MB" in text
