@@ -54,6 +54,7 @@ class Run:
     env: dict = field(default_factory=dict)
     timeout: int = 600
     gpus: int = 1  # CUDA runs: the GPUs it needs
+    status: int = 0  # the exit status it must end with
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,10 @@ HOW = {
                                       extra=("--preset", "quick", "--data", "{tmp}/data", *TMP_REPORT, "--no-progress"))),
     "bash lab.sh report": How(Run(("headline: ", "report: "), extra=TMP_REPORT)),
     "bash lab.sh cli --help": How(Run(("usage: dspark-lab", "inspect"))),
-    "dspark-lab doctor": How(Run(("fingerprint", "torch "))),
+    "dspark-lab doctor": How(Run(("fingerprint", "torch ", "verified on this GPU"))),
+    "dspark-lab verify": How(Run(("[n/a ] syncs/all", "[n/a ] clocks/all", "nothing could be checked here"), status=6),
+                             cuda=Run(("verified on this GPU:",), extra=("--out", "{tmp}/verify.json"))),
+    "dspark-lab lint dspark_lab/gallery": How(Run(("gallery/cases.py:", "item: `.item()`"), status=1)),
     "dspark-lab doctor --card": How(None, cuda=Run(("h2d", "d2h", "saved "), extra=("--card-out", "{tmp}/card.json"))),
     "dspark-lab doctor --compare data/machines/h200-card-20261201.json data/machines/h200-card-20261201-1406.json":
         How(Run(("compared cell by cell", "258 cells on both cards"))),
@@ -163,7 +167,7 @@ def test_the_readme_command_runs(cmd, how, tmp_path):
     print("ran:", " ".join(argv))
     r = subprocess.run(argv, cwd=ROOT, env=_env(tmp_path, run), capture_output=True, text=True, timeout=run.timeout)
     out = r.stdout + r.stderr
-    assert r.returncode == 0, f"{cmd}: exit {r.returncode}\n{out[-3000:]}"
+    assert r.returncode == run.status, f"{cmd}: exit {r.returncode}, not {run.status}\n{out[-3000:]}"
     missing = [e.format(tmp=tmp_path) for e in run.expect if e.format(tmp=tmp_path) not in out]
     assert missing == [], f"{cmd} did not print {missing}:\n{out[-3000:]}"
 

@@ -5,6 +5,7 @@ doctor, ep, inspect and diff import their measuring bodies when they run."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -190,6 +191,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         hold_interrupts()
         _err("interrupted")
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, and let exit not flush into it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 if __name__ == "__main__":

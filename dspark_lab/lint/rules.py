@@ -27,7 +27,8 @@ _RULES = (
     Rule("tensor_condition", "`if tensor:` (also `while`, `assert`, `and`/`or`, `not`)", "mask on the device "
          "unconditionally: torch.where(cond, x, 0)", "a D2H copy and a stream sync, on the branch taken", True),
     Rule("tensor_from_host_data", "`torch.tensor(<list or name>, device=...)`", "torch.full(..., device=) for uniform "
-         "values; else fill a persistent pinned buffer and copy it with non_blocking=True",
+         "values; else a fresh pinned tensor per step copied with non_blocking=True (never refill one pinned buffer "
+         "while its copy may be queued: keep two, each refilled after its last copy's event)",
          "a pageable H2D copy that waits for the stream", False),
     Rule("data_dependent_shape", "`nonzero()`, `masked_select`, `unique`, one-argument `torch.where`",
          "keep the shape fixed: multiply by the mask, or torch.where(mask, x, 0)",
