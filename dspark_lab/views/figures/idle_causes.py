@@ -9,8 +9,8 @@ import plotly.graph_objects as go
 from dspark_lab.results.analyses.run_ahead_idle import IDLE_CAUSES
 from dspark_lab.views.figures.layout import add_note, titled
 from dspark_lab.views.figures.point import Point, as_view, categories
+from dspark_lab.views.figures.style import CAUSE_COLORS
 
-CAUSE_COLORS = {"sync": "#d6604d", "host_bound": "#92c5de", "other": "#e0e0e0"}
 NOT_RECORDED = "GPU idle by cause and run-ahead not in this run (recorded before they were measured)"
 
 

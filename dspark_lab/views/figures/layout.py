@@ -72,25 +72,34 @@ def legend_rows(names: Sequence[str], width_px: float, scale: float = 1.0) -> in
 
 
 def wrap_legend_names(fig: go.Figure, width: int = 60) -> go.Figure:
-    """Legend names longer than `width` characters broken in two lines (at a space near the middle),
-    so that one long entry does not set the whole legend in a single column. Changes the names: for
-    a copy made to be drawn (a slide), not for a figure whose traces are found by name."""
+    """Legend names longer than `width` characters broken into lines of about equal length, none
+    longer than `width` where the spaces allow (each cut at the space nearest its even share), so that
+    one long entry does not set the whole legend in a single wide column. Changes the names: for a
+    copy made to be drawn (a slide), not for a figure whose traces are found by name."""
     for tr in fig.data:
         name = tr.name
         if name and "<br>" not in name and len(name) > width:
             spaces = [i for i, c in enumerate(name) if c == " "]
             if spaces:
-                cut = min(spaces, key=lambda i: abs(i - len(name) / 2))
-                tr.name = name[:cut] + "<br>" + name[cut + 1:]
+                n = -(-len(name) // width)
+                cuts = sorted({min(spaces, key=lambda i: abs(i - j * len(name) / n)) for j in range(1, n)})
+                bounds = [-1] + cuts + [len(name)]
+                tr.name = "<br>".join(name[a + 1:b] for a, b in zip(bounds, bounds[1:]))
     return fig
+
+
+def legend_width(names: Sequence[str], scale: float = 1.0) -> float:
+    """Pixels across a vertical legend of `names`: its widest entry (longest line and the swatch),
+    as legend_rows counts an entry."""
+    return max((scale * (7.0 * max(len(ln) for ln in str(n).split("<br>")) + 50) for n in names), default=0.0)
 
 
 CHAR_PX = 7.0  # a character of 12 px text, wide enough for plotly's default font (Open Sans / Arial)
 
 
-def _x_categories(fig: go.Figure) -> tuple[list[str], int, bool]:
-    """The category labels on the first x axis (the inner level of a two-level axis), how many
-    categories it has, and whether it has two levels (a run label under each group of strategies)."""
+def _x_pairs(fig: go.Figure) -> tuple[list, bool]:
+    """The categories on the first x axis in order of first appearance, ((outer, inner) pairs on a
+    two-level axis: a run label under each group of strategies), and whether it has two levels."""
     cats, multi = [], False
     for tr in fig.data:
         x = getattr(tr, "x", None)
@@ -100,17 +109,59 @@ def _x_categories(fig: go.Figure) -> tuple[list[str], int, bool]:
         if x and isinstance(x[0], (list, tuple)):
             multi, x = True, list(zip(*x))
         cats += [v for v in x if isinstance(v, (str, tuple))]
-    cats = list(dict.fromkeys(cats))
-    return [str(c[-1] if isinstance(c, tuple) else c) for c in cats], len(cats), multi
+    return list(dict.fromkeys(cats)), multi
 
 
-def _x_tick_depth(fig: go.Figure, width: int, k: float) -> float:
+def _x_categories(fig: go.Figure) -> tuple[list[str], int, int]:
+    """The category labels on the first x axis (the inner level of a two-level axis), how many
+    categories it has, and the lines of its outer labels (0 on an axis of one level)."""
+    cats, multi = _x_pairs(fig)
+    outer = [_n_lines(c[0]) for c in cats if multi and isinstance(c, tuple)]
+    return [str(c[-1] if isinstance(c, tuple) else c) for c in cats], len(cats), max(outer, default=1 if multi else 0)
+
+
+def _break_at_dots(label: str, chars: int) -> str:
+    """`label` broken at its " · " separators into lines of at most `chars` where the pieces allow."""
+    lines: list[str] = []
+    for piece in label.split(" · "):
+        if lines and len(lines[-1]) + 3 + len(piece) <= chars:
+            lines[-1] += " · " + piece
+        else:
+            lines.append(piece)
+    return "<br>".join(lines)
+
+
+def wrap_group_labels(fig: go.Figure, width: int, k: float = 1.0) -> bool:
+    """The outer labels of a two-level x axis (the run under each group of strategies) that are wider
+    than their group's share of the laid-out plot, broken at their " · " separators into lines that
+    fit. Changes the x values: for a copy made to be drawn (a slide). True where a label was broken."""
+    cats, multi = _x_pairs(fig)
+    lay = fig.layout
+    if not multi or "<br>" in "".join(str(c[0]) for c in cats):
+        return False
+    per_group: dict = {}
+    for outer, _ in cats:
+        per_group[outer] = per_group.get(outer, 0) + 1
+    plot_w = width - (lay.margin.l or 0) - (lay.margin.r or 0)
+    chars = int(plot_w * min(per_group.values()) / len(cats) / (CHAR_PX * k))
+    new = {o: _break_at_dots(str(o), chars) for o in per_group if len(str(o)) > chars}
+    if not any("<br>" in v for v in new.values()):
+        return False
+    for tr in fig.data:
+        x = getattr(tr, "x", None)
+        if x is not None and (getattr(tr, "xaxis", None) or "x") == "x" and len(x) == 2 \
+                and isinstance(x[0], (list, tuple)):
+            tr.x = [[new.get(o, o) for o in x[0]], list(x[1])]
+    return True
+
+
+def _x_tick_depth(fig: go.Figure, width: int, right: float, k: float) -> float:
     """Pixels the first x axis's category labels take below the plot, their angle set so that they
     never overlap: horizontal where every category is wider than its label, else upright (-90°: a
     slanted label would reach past the figure's left edge). Set here, not left to plotly's choice
     made in the browser, so the note and legend below can be placed under them. An angle the
-    figure set itself is kept."""
-    labels, n, multi = _x_categories(fig)
+    figure set itself is kept. `right`: the right margin in pixels (a legend beside the plot's included)."""
+    labels, n, outer_lines = _x_categories(fig)
     if not labels:
         return 0.0
     lay = fig.layout
@@ -119,12 +170,12 @@ def _x_tick_depth(fig: go.Figure, width: int, k: float) -> float:
     if lay.xaxis.tickangle is not None and not meta.get("dspark_tickangle"):
         upright = lay.xaxis.tickangle not in (0, 180, -180)
     else:
-        plot_w = width - (lay.margin.l if lay.margin.l is not None else 80 * k) - (lay.margin.r or 40)
+        plot_w = width - (lay.margin.l if lay.margin.l is not None else 80 * k) - right
         upright = longest > 0.9 * plot_w / max(n, 1)
         fig.update_xaxes(tickangle=-90 if upright else 0)
         fig.update_layout(meta={**meta, "dspark_tickangle": True})
     depth = (longest + 8 * k) if upright else (SUBTITLE_FONT_PX + 8) * k
-    return depth + ((SUBTITLE_FONT_PX + 16) * k if multi else 0)
+    return depth + ((SUBTITLE_FONT_PX + 16 + (outer_lines - 1) * (SUBTITLE_FONT_PX + 6)) * k if outer_lines else 0)
 
 
 def _wrap_axis_title(fig: go.Figure, plot_h: float, k: float) -> None:
@@ -151,12 +202,37 @@ def _scale_text(fig: go.Figure, text_px: int) -> None:
         a.update(font=dict(size=max(text_px, (a.font.size or 0) if a.font else 0)))
 
 
+MIN_PLOT_SHARE = 0.4  # a figure of fixed height (a slide) keeps at least this share of it for the plot
+SIDE_GAP_PX = 24  # between the plot's right edge and a legend set beside it
+
+
+def _bottom_margin(fig: go.Figure, width: int, right: float, k: float, note_px: float, legend_px: float) -> int:
+    """Pixels under the plot: the x axis's labels and title, the note, and a legend below (`legend_px`)."""
+    axis_px = _x_tick_depth(fig, width, right, k) + (24 * k if fig.layout.xaxis.title.text else 0)
+    return int(max(70 * k, axis_px + 28 * k) + note_px + (legend_px + 12 if legend_px else 0))
+
+
+def _side_legend_px(fig: go.Figure, names: Sequence[str], width: int, right: float, room_h: float, k: float) -> int:
+    """Pixels a legend takes right of the plot (its widest entry and a gap), where it fits there: its
+    lines within `room_h` (the plot's top to the note's) and the plot left at least half the figure's
+    width. 0 where it does not: it stays below the plot."""
+    lay = fig.layout
+    side = legend_width(names, k) + SIDE_GAP_PX * k
+    lines = sum(len(str(n).split("<br>")) for n in names) + (1 if lay.legend.title.text else 0)
+    left = lay.margin.l if lay.margin.l is not None else 80 * k
+    if lines * LEGEND_ROW_PX * k > room_h or width - left - right - side < width / 2:
+        return 0
+    return int(side)
+
+
 def fit_layout(fig: go.Figure, width: Optional[int] = None, height: Optional[int] = None,
                text_px: Optional[int] = None) -> go.Figure:
     """Title, subtitle and legend placed explicitly, in pixels from the figure's top and bottom edges.
 
     The title block's top margin is computed from its lines, and the legend sits horizontally below the
-    plot with the bottom margin and height grown by its rows, so nothing is clipped or scrolls off.
+    plot with the bottom margin and height grown by its rows, so nothing is clipped or scrolls off. At
+    a fixed `height` (a slide) where a legend below would leave the plot less than MIN_PLOT_SHARE of
+    it, the legend stands in one column right of the plot instead, when it fits there.
     Nothing here depends on text measured in the browser, so the first render (a FigureWidget drawn
     before it is on screen) is laid out the same as a redraw. Idempotent: call again after a change
     of size (`export` does). `text_px`: the smallest text in pixels (a slide: 18; default 12), every
@@ -165,41 +241,51 @@ def fit_layout(fig: go.Figure, width: Optional[int] = None, height: Optional[int
     width = int(width or lay.width or DEFAULT_WIDTH_PX)
     k = (text_px or SUBTITLE_FONT_PX) / SUBTITLE_FONT_PX
     top = _top_margin(lay, k)
-    names = legend_entries(fig)
-    if not lay.showlegend and lay.showlegend is not None:
-        names = []
+    names = legend_entries(fig) if lay.showlegend or lay.showlegend is None else []
     rows = legend_rows(names, width - 80 * k, k)
     meta = dict(lay.meta) if isinstance(lay.meta, dict) else {}
-    plot_h = meta.get("dspark_plot_px")
-    if plot_h is None:  # the plot area this figure asked for, kept across calls
-        base_h = int(height or lay.height or 450)
-        plot_h = max(200, base_h - 120)
+    plot_h = meta.get("dspark_plot_px") or max(200, int(height or lay.height or 450) - 120)  # kept across calls
+    right = meta.get("dspark_margin_r", lay.margin.r if lay.margin.r is not None else 40)  # the figure's own
     row_px = LEGEND_ROW_PX * k
     note = [a for a in lay.annotations if getattr(a, "name", None) == NOTE_NAME]
     note_px = sum(_n_lines(a.text) for a in note) * 16 * k + (8 * k if note else 0)
-    axis_px = _x_tick_depth(fig, width, k) + (24 * k if lay.xaxis.title.text else 0)
-    bottom = int(max(70 * k, axis_px + 28 * k) + note_px + (row_px * rows + 12 if rows else 0))
+    bottom = _bottom_margin(fig, width, right, k, note_px, row_px * rows)
+    side = 0
+    if height and rows and height - top - bottom < MIN_PLOT_SHARE * height:
+        side = _side_legend_px(fig, names, width, right, height - top - note_px - 16 * k, k)
+        if side:
+            rows, bottom = 0, _bottom_margin(fig, width, right + side, k, note_px, 0)
     total = int(height) if height else int(plot_h + top + bottom)
     _wrap_axis_title(fig, total - top - bottom, k)
     fig.update_layout(
         height=total,
-        margin=dict(t=top, b=bottom, l=lay.margin.l if lay.margin.l is not None else int(80 * k),
-                    r=lay.margin.r if lay.margin.r is not None else 40),
+        margin=dict(t=top, b=bottom, l=lay.margin.l if lay.margin.l is not None else int(80 * k), r=right + side),
         title=dict(x=0, xref="container", xanchor="left", y=1, yref="container", yanchor="top",
                    pad=dict(t=14, l=16), font=dict(size=round(TITLE_FONT_PX * k)),
                    subtitle=dict(font=dict(size=round(SUBTITLE_FONT_PX * k), color="#555"))),
-        meta={**(dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}), "dspark_plot_px": plot_h},
+        meta={**(dict(fig.layout.meta) if isinstance(fig.layout.meta, dict) else {}), "dspark_plot_px": plot_h,
+              "dspark_margin_r": right},
     )
     if text_px:
         _scale_text(fig, text_px)
-    if rows:  # the legend's left edge in line with the title's (16 px), never flush with the figure's
-        fig.update_layout(legend=dict(orientation="h", x=16 / width, xanchor="left", xref="container",
-                                      y=0, yref="container", yanchor="bottom", entrywidthmode="pixels",
-                                      traceorder="normal"))  # entries flow in rows; "grouped" would stack them
+    _place_legend(fig, width, total, top, rows, side)
     for a in note:  # a failure note sits between the x axis and the legend (annotations take paper units)
         above_px = (row_px * rows + 16 if rows else 8) - bottom
         a.update(yref="paper", y=above_px / max(1, total - top - bottom), yanchor="bottom")
     return fig
+
+
+def _place_legend(fig: go.Figure, width: int, total: int, top: int, rows: int, side: int) -> None:
+    """The legend in rows below the plot, its left edge in line with the title's (16 px, never flush
+    with the figure's), or (`side` px) in one column right of the plot, level with its top. Entries
+    in trace order ("grouped" would stack a row's legend groups)."""
+    if rows:
+        fig.update_layout(legend=dict(orientation="h", x=16 / width, xanchor="left", xref="container",
+                                      y=0, yref="container", yanchor="bottom", entrywidthmode="pixels",
+                                      traceorder="normal"))
+    elif side:
+        fig.update_layout(legend=dict(orientation="v", x=1 - 16 / width, xanchor="right", xref="container",
+                                      y=1 - top / total, yref="container", yanchor="top", traceorder="normal"))
 
 
 def fold_subtitle(layout: dict) -> dict:

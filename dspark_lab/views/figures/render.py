@@ -9,7 +9,8 @@ from typing import Sequence
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from dspark_lab.views.figures.layout import fit_layout, fold_subtitle, wrap_legend_names
+from dspark_lab.views.figures.layout import (SUBTITLE_FONT_PX, fit_layout, fold_subtitle, wrap_group_labels,
+                                             wrap_legend_names)
 
 # Every figure's plotly.js config: no logo, and no "Share chart..." modebar button (plotly.js 3 adds
 # "sendChartToCloud" unless showSendToCloud is false; it would post the figure to a cloud service).
@@ -86,11 +87,15 @@ def slide_size(size) -> tuple[int, int]:
 
 
 def slide_figure(fig: go.Figure, size="slide") -> go.Figure:
-    """A copy of `fig` laid out for a slide: its size, text of at least SLIDE_TEXT_PX, legend room."""
+    """A copy of `fig` laid out for a slide: its size, text of at least SLIDE_TEXT_PX, legend room;
+    long legend names, and run labels wider than their group of bars, on several lines."""
     w, h = slide_size(size)
     out = wrap_legend_names(go.Figure(fig))
     out.update_layout(width=w, height=None, template=fig.layout.template)
-    return fit_layout(out, width=w, height=h, text_px=SLIDE_TEXT_PX)
+    out = fit_layout(out, width=w, height=h, text_px=SLIDE_TEXT_PX)
+    if wrap_group_labels(out, w, SLIDE_TEXT_PX / SUBTITLE_FONT_PX):  # their lines deepen the axis: again
+        out = fit_layout(out, width=w, height=h, text_px=SLIDE_TEXT_PX)
+    return out
 
 
 def export(fig: go.Figure, path_stem, size="slide", formats: Sequence[str] = ("png", "svg")) -> list:

@@ -30,6 +30,9 @@ PART_COLORS = {
     "gpu_idle_sync_caused_ms": "#f4a582",
 }
 
+# The GPU idle by cause (measure/idle_causes.py): the idle-by-cause bars and the timeline's idle spans.
+CAUSE_COLORS = {"sync": "#d6604d", "host_bound": "#92c5de", "other": "#e0e0e0"}
+
 STRATEGY_COLORS = strategy_table.Column(lambda row: row.colour)  # each strategy's row says its colour
 # Runs side by side: 24 distinct colours (the first eight as before, then plotly's Dark24 and
 # Light24 less near-repeats), so runs stay apart well past ten; beyond 24 a colour repeats.
@@ -54,6 +57,7 @@ TIMELINE_COLORS = {
     "sync": "#8c1c13", "readback_sync": "#969696",
     "kernel": PART_COLORS["gpu_busy_ms"], "h2d_copy": "#ff7f0e", "memcpy": "#e377c2",
     "idle_sync_caused": PART_COLORS["gpu_idle_sync_caused_ms"],
+    "idle_host_bound": CAUSE_COLORS["host_bound"], "idle_other": CAUSE_COLORS["other"],
 }
 TIMELINE_NAMES = {
     "prep": "host: batch prep", "blocked": "host: blocked in a sync", "readback": "host: result readback",
@@ -61,4 +65,5 @@ TIMELINE_NAMES = {
     "sync": "sync call (blocking)", "readback_sync": "readback sync (by design)",
     "kernel": "GPU: busy (kernels)", "h2d_copy": "GPU: host-to-device copy", "memcpy": "GPU: other copy",
     "idle_sync_caused": "GPU: idle a sync caused",
+    "idle_host_bound": "GPU: idle, host-bound (waiting for a launch)", "idle_other": "GPU: idle, other",
 }
