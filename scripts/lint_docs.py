@@ -44,15 +44,21 @@ def called(fn) -> set[str]:
     return {n for n in names if inspect.isfunction(getattr(mod, n, None)) and getattr(mod, n).__module__ == mod.__name__}
 
 
+def _source_and_findings(fn) -> tuple[str, dict]:
+    """The source text of fn's file and lint's findings in it by line (cases live in more than one file)."""
+    path = inspect.getsourcefile(fn)
+    return Path(path).read_text(), {f.line: f for f in findings_of(path)}
+
+
 def pitfall_rows() -> list[list[str]]:
     """Each documented runtime sync line of each case (`# sync:` comments) and what lint found there."""
-    src = Path(inspect.getsourcefile(C)).read_text()
-    found = {f.line: f for f in findings_of(inspect.getsourcefile(C))}
     rows = []
     for case in registry.CASES.values():
         for site in case.sites():
             where, func = site.split(" ", 1)
             line = int(where.rsplit(":", 1)[1])
+            fn = next(f for f in (case.step, *case.helpers) if f.__name__ == func)
+            src, found = _source_and_findings(fn)
             f = found.get(line)
             code = src.splitlines()[line - 1].split("#")[0].strip()
             rows.append([case.name, f"`{where}` {func}", f"`{code}`", f"yes: `{f.rule}`" if f else "no",
@@ -62,9 +68,9 @@ def pitfall_rows() -> list[list[str]]:
 
 def fix_rows() -> list[list[str]]:
     """Every finding inside each fix (and the helpers only the fix calls), with why it is there."""
-    found = findings_of(inspect.getsourcefile(C))
     rows = []
     for case in registry.CASES.values():
+        found = list(_source_and_findings(case.fix)[1].values())
         step_side = called(case.step) | {h.__name__ for h in case.helpers} | {case.step.__name__}
         own = {case.fix.__name__} | (called(case.fix) - step_side - SURROUNDINGS)
         shared = sorted(called(case.fix) & step_side - SURROUNDINGS)

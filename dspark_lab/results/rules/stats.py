@@ -17,32 +17,27 @@ MINUS = "\u2212"  # a real minus sign in user-facing text
 EN_DASH = "\u2013"
 
 
-def median_ci(samples: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
-    """Median and a percentile-bootstrap confidence interval of the median."""
+def _bootstrap_ci(samples: Sequence[float], stat, level: float) -> tuple[float, float, float]:
     x = np.asarray(samples, dtype=float)
     if x.size == 0:
-        raise ValueError("median_ci needs at least one sample")
-    med = float(np.median(x))
+        raise ValueError(f"a confidence interval of the {stat.__name__} needs at least one sample")
+    value = float(stat(x))
     if x.size == 1:
-        return med, med, med
+        return value, value, value
     rng = np.random.default_rng(BOOTSTRAP_SEED)
-    boots = np.median(rng.choice(x, size=(BOOTSTRAP_RESAMPLES, x.size), replace=True), axis=1)
+    boots = stat(rng.choice(x, size=(BOOTSTRAP_RESAMPLES, x.size), replace=True), axis=1)
     lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return med, float(lo), float(hi)
+    return value, float(lo), float(hi)
+
+
+def median_ci(samples: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Median and a percentile-bootstrap confidence interval of the median."""
+    return _bootstrap_ci(samples, np.median, level)
 
 
 def mean_ci(samples: Sequence[float], level: float = 0.95) -> tuple[float, float, float]:
     """Mean and a percentile-bootstrap confidence interval of the mean (the same seed and resamples)."""
-    x = np.asarray(samples, dtype=float)
-    if x.size == 0:
-        raise ValueError("mean_ci needs at least one sample")
-    mean = float(np.mean(x))
-    if x.size == 1:
-        return mean, mean, mean
-    rng = np.random.default_rng(BOOTSTRAP_SEED)
-    boots = np.mean(rng.choice(x, size=(BOOTSTRAP_RESAMPLES, x.size), replace=True), axis=1)
-    lo, hi = np.quantile(boots, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return mean, float(lo), float(hi)
+    return _bootstrap_ci(samples, np.mean, level)
 
 
 def _signed(v: float) -> str:
