@@ -44,6 +44,9 @@ CASES = [
     ("unpinned_non_blocking", "h = torch.from_numpy(a)\nh2 = h * 2\nd = h2.to(dev, non_blocking=True)\n",
      "h = torch.from_numpy(a).pin_memory()\nd = h.to(dev, non_blocking=True)\n"),
     ("unpinned_non_blocking", "s.d2h_pageable.copy_(x, non_blocking=True)\n", "s.d2h_pinned.copy_(x, non_blocking=True)\n"),
+    ("blocking_to_device", "n = (s.seq_lens_cpu + 1).to(torch.int32)\nd = n.to(device=dev, dtype=torch.long)\n",
+     "n = (s.seq_lens_cpu + 1).to(torch.int32)\nd = n.pin_memory().to(device=dev, non_blocking=True)\n"),
+    ("blocking_to_device", "h = torch.tensor(values)\nd = h.cuda()\n", "h = torch.tensor(values)\nd = h.to(torch.int64)\n"),
     ("tensor_as_number", "y = torch.add(x, x, alpha=s.scale.sum())\n", "y = torch.add(x, x, alpha=0.5)\n"),
     ("tensor_as_number", "d = x.cuda()\nf = torch.full((4,), d.max(), device=dev)\n", "f = torch.full((4,), n, device=dev)\n"),
     ("explicit_sync", "torch.cuda.synchronize()\n", "torch.cuda.current_stream()\n"),
@@ -66,7 +69,8 @@ def test_the_flow_follows_a_tensor_through_local_names_within_a_function():
     assert found(body) == [(4, "unpinned_non_blocking")]
     # The same name made pinned on the way is not a pageable copy; a later reassignment counts.
     assert found("a = torch.tensor(n)\na = a.pin_memory()\nd = a.to(dev, non_blocking=True)\n") == []
-    assert found("a = x.cpu_tensor\na = a.cuda()\nv = a.item()\n") == [(3, "item")]
+    # x.cpu_tensor is the host's: its .cuda() is a blocking copy, and after it `a` is a device tensor
+    assert found("a = x.cpu_tensor\na = a.cuda()\nv = a.item()\n") == [(2, "blocking_to_device"), (3, "item")]
 
 
 def test_a_module_that_never_imports_torch_is_not_checked():

@@ -163,6 +163,8 @@ class _Walker:
             self.add(c, "explicit_sync")
         elif m == "to":
             self.to_call(c, base)
+        elif m == "cuda" and not F.is_true(F.keyword(c, "non_blocking")) and base in (HOST, PINNED):
+            self.add(c, "blocking_to_device")
         elif m == "copy_" and F.is_true(F.keyword(c, "non_blocking")) and c.args:
             src = self.flow.origin(c.args[0])
             if (src == HOST and base != HOST) or (base == HOST and src != HOST):
@@ -177,6 +179,8 @@ class _Walker:
                 self.add(c, "to_host")
         elif dev is not None and non_blocking and base == HOST:
             self.add(c, "unpinned_non_blocking")
+        elif dev is not None and not non_blocking and base in (HOST, PINNED) and not F.is_dtype(dev):
+            self.add(c, "blocking_to_device")
 
 
 def _own_expressions(s: ast.stmt) -> Iterator[ast.AST]:

@@ -55,6 +55,17 @@ def is_cpu_literal(node: Optional[ast.AST]) -> bool:
     return False
 
 
+DTYPES = {"bool", "uint8", "int8", "int16", "short", "int32", "int", "int64", "long", "float16", "half", "bfloat16",
+          "float32", "float", "float64", "double", "complex64", "complex128"}
+
+
+def is_dtype(node: Optional[ast.AST]) -> bool:
+    """torch.<dtype>, or a name that says it is one (`dtype`, `*_dtype`): `.to(dtype)` copies nothing across."""
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "torch":
+        return node.attr in DTYPES
+    return isinstance(node, ast.Name) and (node.id == "dtype" or node.id.endswith("_dtype"))
+
+
 def is_true(node: Optional[ast.AST]) -> bool:
     """A keyword given a value that is not the constant False/None (pin_memory=pinned counts)."""
     return node is not None and not (isinstance(node, ast.Constant) and node.value in (False, None, 0))

@@ -40,6 +40,10 @@ _RULES = (
          "(pin_memory=True), then record an event and wait only where the value is needed",
          "into pageable memory (D2H) a copy that blocks without any sync call; from it (H2D) no sync at all, "
          "a staged copy", False),
+    Rule("blocking_to_device", "`.to(device)` / `.cuda()` of a host tensor without non_blocking=True",
+         "make the value on the device (torch.full, torch.arange, device=), or copy from a pinned source with "
+         "non_blocking=True and keep that source alive until the copy has run",
+         "a blocking H2D copy: cudaMemcpyAsync, then cudaStreamSynchronize, from pinned memory too", False),
     Rule("tensor_as_number", "a tensor passed where a Python number is expected (`alpha=`, `value=`, "
          "`fill_value=`)", "pass a Python number, or fold the tensor into the op (x + t * y)",
          "a D2H copy and a stream sync inside the op", True),
