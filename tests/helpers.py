@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 
 from dspark_lab import strategies
+from dspark_lab.measure import trace
+from dspark_lab.measure.ranges import STEP_RANGE
 from dspark_lab.results import Runs
 from dspark_lab.results.record import schema
 from dspark_lab.results.record import store
@@ -262,3 +264,29 @@ def synthetic_hazards(gpu="NVIDIA H200", driver="1", wrong=None, strategies=None
             "fingerprint": {"gpu": gpu, "driver": driver, "cuda": "12.0", "torch": "2.0-synth"},
             "steps": n, "queued_ms_per_step": 0.2, "forms": [],
             "strategies": [{"strategy": s, "wrong": int(wrong.get(s, 0)), "n": n} for s in names]}
+
+
+class Trace:
+    """A minimal Chrome trace: host thread (step ranges, API calls) and one GPU stream."""
+
+    def __init__(self):
+        self.events, self.corr = [], 0
+
+    def host(self, name, ts, end, cat="cuda_runtime", **args):
+        self.events.append({"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": end - ts, "pid": 1, "tid": 1, "args": args})
+
+    def step(self, ts, end):
+        self.host(STEP_RANGE, ts, end, cat="user_annotation")
+
+    def launch(self, ts, end, gpu_ts, gpu_end, api="cudaLaunchKernel"):
+        self.corr += 1
+        self.host(api, ts, end, correlation=self.corr)
+        self.events.append({"ph": "X", "cat": "kernel", "name": f"k{self.corr}", "ts": gpu_ts, "dur": gpu_end - gpu_ts,
+                            "pid": 0, "tid": 7, "args": {"correlation": self.corr}})
+
+    def sync(self, ts, end, name="cudaStreamSynchronize"):
+        self.corr += 1
+        self.host(name, ts, end, correlation=self.corr)
+
+    def ev(self):
+        return trace.events({"traceEvents": self.events})

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dspark_lab.measure import breakdown, idle_causes, run_ahead, trace
-from dspark_lab.measure.ranges import STEP_RANGE
+from helpers import Trace
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RECORDED = sorted(glob.glob(str(FIXTURES / "traces" / "*.json.gz")) + glob.glob(str(FIXTURES / "known_idle_h200" / "*.json.gz")))
@@ -52,32 +52,6 @@ def test_device_direct_idle_is_mostly_charged_to_its_sync_and_sync_free_steps_ha
 
 
 # -- synthetic traces ---------------------------------------------------------------------------------
-class Trace:
-    """A host thread (step ranges, API calls) and one GPU stream, as Chrome-trace events."""
-
-    def __init__(self):
-        self.events, self.corr = [], 0
-
-    def host(self, name, ts, end, cat="cuda_runtime", **args):
-        self.events.append({"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": end - ts, "pid": 1, "tid": 1, "args": args})
-
-    def step(self, ts, end):
-        self.host(STEP_RANGE, ts, end, cat="user_annotation")
-
-    def launch(self, ts, end, gpu_ts, gpu_end):
-        self.corr += 1
-        self.host("cudaLaunchKernel", ts, end, correlation=self.corr)
-        self.events.append({"ph": "X", "cat": "kernel", "name": f"k{self.corr}", "ts": gpu_ts, "dur": gpu_end - gpu_ts,
-                            "pid": 0, "tid": 7, "args": {"correlation": self.corr}})
-
-    def sync(self, ts, end):
-        self.corr += 1
-        self.host("cudaStreamSynchronize", ts, end, correlation=self.corr)
-
-    def ev(self):
-        return trace.events({"traceEvents": self.events})
-
-
 def test_a_host_bound_step_names_the_wait_for_the_host_as_host_bound_and_the_launch_latency_other():
     t = Trace()
     t.step(0, 3000)

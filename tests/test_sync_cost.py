@@ -13,7 +13,8 @@ from dspark_lab.results.loading import load as run_load
 from dspark_lab.results.record import schema
 from dspark_lab.measure import breakdown, syncs, trace
 from dspark_lab.results.analyses import sync_cost as sc
-from dspark_lab.measure.ranges import READBACK_RANGE, STEP_RANGE
+from dspark_lab.measure.ranges import READBACK_RANGE
+from helpers import Trace
 
 ROOT = Path(__file__).resolve().parents[1]
 T = ROOT / "tests" / "fixtures" / "traces"
@@ -85,32 +86,6 @@ def test_timeline_marks_the_caused_idle_with_the_sync_and_its_site():
 
 
 # -- synthetic traces: the rule's edges -------------------------------------------------------------
-
-class Trace:
-    """A minimal Chrome trace: host thread (step ranges, API calls) and one GPU stream."""
-
-    def __init__(self):
-        self.events, self.corr = [], 0
-
-    def host(self, name, ts, end, cat="cuda_runtime", **args):
-        self.events.append({"ph": "X", "cat": cat, "name": name, "ts": ts, "dur": end - ts, "pid": 1, "tid": 1, "args": args})
-
-    def step(self, ts, end):
-        self.host(STEP_RANGE, ts, end, cat="user_annotation")
-
-    def launch(self, ts, end, gpu_ts, gpu_end, api="cudaLaunchKernel"):
-        self.corr += 1
-        self.host(api, ts, end, correlation=self.corr)
-        self.events.append({"ph": "X", "cat": "kernel", "name": f"k{self.corr}", "ts": gpu_ts, "dur": gpu_end - gpu_ts,
-                            "pid": 0, "tid": 7, "args": {"correlation": self.corr}})
-
-    def sync(self, ts, end, name="cudaStreamSynchronize"):
-        self.corr += 1
-        self.host(name, ts, end, correlation=self.corr)
-
-    def ev(self):
-        return trace.events({"traceEvents": self.events})
-
 
 def charged(tr):
     g = breakdown.sync_caused_gaps(tr.ev())
