@@ -170,12 +170,7 @@ def queue_name(queued_ms: float) -> str:
 
 def validate(card: dict, where: str = "card") -> dict:
     """The card, or a ValueError naming the field that is wrong and what it may be."""
-    if not isinstance(card, dict) or card.get("kind") != CARD_KIND:
-        raise ValueError(f"{where}: field 'kind' must be {CARD_KIND!r}; got {card.get('kind') if isinstance(card, dict) else card!r}")
-    if card.get("schema") != CARD_SCHEMA:
-        raise ValueError(f"{where}: field 'schema' must be {CARD_SCHEMA}; got {card.get('schema')!r}")
-    if not isinstance(card.get("fingerprint"), dict):
-        raise ValueError(f"{where}: field 'fingerprint' must be an object (gpu, driver, cuda, torch)")
+    machine_files.check_head(card, CARD_KIND, CARD_SCHEMA, where)
     cells = card.get("cells")
     if not isinstance(cells, list) or not cells:
         raise ValueError(f"{where}: field 'cells' must be a non-empty list")

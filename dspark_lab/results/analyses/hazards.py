@@ -59,10 +59,7 @@ STORIES = {
 
 
 def validate(rec: dict, where: str = "hazards") -> dict:
-    if not isinstance(rec, dict) or rec.get("kind") != HAZARDS_KIND:
-        raise ValueError(f"{where}: field 'kind' must be {HAZARDS_KIND!r}")
-    if rec.get("schema") != HAZARDS_SCHEMA:
-        raise ValueError(f"{where}: field 'schema' must be {HAZARDS_SCHEMA}; got {rec.get('schema')!r}")
+    machine_files.check_head(rec, HAZARDS_KIND, HAZARDS_SCHEMA, where, fingerprint=False)
     for i, c in enumerate(rec.get("forms") or []):
         if c.get("form") not in FORMS:
             raise ValueError(f"{where}: forms[{i}].form must be one of {', '.join(FORMS)}; got {c.get('form')!r}")

@@ -26,6 +26,18 @@ def read_json(path, what: str) -> dict:
     return rec
 
 
+def check_head(rec, kind: str, schema: int, where: str, *, fingerprint: bool = True) -> None:
+    """A machine record's head: its kind, its schema and (where asked) its fingerprint object, or a
+    ValueError naming the field that is wrong and what it may be."""
+    if not isinstance(rec, dict) or rec.get("kind") != kind:
+        got = rec.get("kind") if isinstance(rec, dict) else rec
+        raise ValueError(f"{where}: field 'kind' must be {kind!r}; got {got!r:.80}")
+    if rec.get("schema") != schema:
+        raise ValueError(f"{where}: field 'schema' must be {schema}; got {rec.get('schema')!r}")
+    if fingerprint and not isinstance(rec.get("fingerprint"), dict):
+        raise ValueError(f"{where}: field 'fingerprint' must be an object (gpu, driver, cuda, torch)")
+
+
 def kind_of(path: Path):
     try:
         rec = json.loads(read_regular_text(path))

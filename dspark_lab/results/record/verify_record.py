@@ -49,12 +49,7 @@ def checks_of(rec: dict) -> list[Check]:
 
 def validate(rec: dict, where: str = "verify record") -> dict:
     """The record, or a ValueError naming the field that is wrong and what it may be."""
-    if not isinstance(rec, dict) or rec.get("kind") != VERIFY_KIND:
-        raise ValueError(f"{where}: field 'kind' must be {VERIFY_KIND!r}")
-    if rec.get("schema") != VERIFY_SCHEMA:
-        raise ValueError(f"{where}: field 'schema' must be {VERIFY_SCHEMA}; got {rec.get('schema')!r}")
-    if not isinstance(rec.get("fingerprint"), dict):
-        raise ValueError(f"{where}: field 'fingerprint' must be an object (gpu, driver, cuda, torch)")
+    machine_files.check_head(rec, VERIFY_KIND, VERIFY_SCHEMA, where)
     if not isinstance(rec.get("checks"), list) or not rec["checks"]:
         raise ValueError(f"{where}: field 'checks' must be a non-empty list")
     for i, c in enumerate(rec["checks"]):
