@@ -15,17 +15,16 @@ from dspark_lab.measure import breakdown, hazards, loop, probe, trace
 from dspark_lab.measure import card as card_measure
 from dspark_lab.measure.step import as_step, measure_step
 from dspark_lab.results.analyses import verification as V
+from dspark_lab.results.record import sync_sites
 from dspark_lab.results.record.verify_record import Check
 from dspark_lab.results.rules.stats import mean_ci, median_ci
 from dspark_lab.verify import known_syncs as KS
 
 
 def _line_of(site: str) -> int:
-    """"path/file.py:LINE function" -> LINE; -1 when the site names no line."""
-    try:
-        return int(site.split(":")[1].split()[0])
-    except (IndexError, ValueError):
-        return -1
+    """The line a site names (either recorded form, results.record.sync_sites); -1 when it names none."""
+    parsed = sync_sites.try_parse(site)
+    return parsed.line if parsed else -1
 
 
 def _def_line(fn: Callable) -> int:

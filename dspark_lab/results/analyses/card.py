@@ -209,9 +209,7 @@ def label(card: dict) -> str:
     return f"{fp.get('gpu', '?')} · driver {fp.get('driver', '?')} · torch {fp.get('torch', '?')} · {str(card.get('recorded', ''))[:10]}"
 
 
-def same_machine(card: dict, fingerprint: dict) -> bool:
-    fp = card.get("fingerprint", {})
-    return all(str(fp.get(k)) == str(fingerprint.get(k)) for k in ("gpu", "driver"))
+same_machine = machine_files.same_machine  # a card of this GPU and driver
 
 
 def _median(xs: Sequence[float]) -> float:

@@ -38,6 +38,12 @@ def check_head(rec, kind: str, schema: int, where: str, *, fingerprint: bool = T
         raise ValueError(f"{where}: field 'fingerprint' must be an object (gpu, driver, cuda, torch)")
 
 
+def same_machine(rec: dict, fingerprint: dict) -> bool:
+    """A machine record (card, hazards, verify) was made on this GPU and driver."""
+    fp = rec.get("fingerprint", {})
+    return all(str(fp.get(k)) == str(fingerprint.get(k)) for k in ("gpu", "driver"))
+
+
 def kind_of(path: Path):
     try:
         rec = json.loads(read_regular_text(path))

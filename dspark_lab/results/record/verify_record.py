@@ -103,6 +103,5 @@ def recorded(data_dir=None) -> list[dict]:
 
 def newest_for(fingerprint: dict, data_dir=None) -> Optional[dict]:
     """The newest record of this GPU and driver, or None."""
-    mine = [r for r in recorded(data_dir)
-            if all(str(r["fingerprint"].get(k)) == str(fingerprint.get(k)) for k in ("gpu", "driver"))]
+    mine = [r for r in recorded(data_dir) if machine_files.same_machine(r, fingerprint)]
     return max(mine, key=lambda r: str(r.get("recorded", "")), default=None)
