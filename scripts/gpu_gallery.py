@@ -23,7 +23,6 @@ import torch  # noqa: E402
 
 from dspark_lab.gallery import SCALES, names  # noqa: E402
 from dspark_lab.gallery.cases import default_scale  # noqa: E402
-from dspark_lab.gallery.cases import default_scale  # noqa: E402
 from dspark_lab.gallery import report  # noqa: E402
 
 

@@ -10,9 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from dspark_lab.cli.options import HelpFormatter
 from dspark_lab.lint import RULES, LintInputError, lint_paths
+from dspark_lab.lint.explain import why_not_found
+from dspark_lab.lint.run import files
+from dspark_lab.results.analyses import lint_join
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -58,12 +62,6 @@ def lint_beside(rec: dict, root) -> list[str]:
     """`inspect --lint`: lint the target's folder, join the findings with the record's runtime sites
     (results/analyses/lint_join.py), keep the joined rows in the record under "lint", and return the
     lines to print."""
-    from pathlib import Path
-
-    from dspark_lab.lint.explain import why_not_found
-    from dspark_lab.lint.run import files
-    from dspark_lab.results.analyses import lint_join
-
     linted = {lint_join.short(p): p for p in files([Path(root)])}
 
     def explain(short_path: str, line: int):

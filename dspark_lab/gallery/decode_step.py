@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 
 from dspark_lab.gallery.cases import State, draft, make_state, read_back, target_verify
+from dspark_lab.gallery.targets import default_scale
 
 METADATA_HOST_FACTOR = 5.0  # host work after pitfall 1, in units of the scale's host preparation
 EXPAND_HOST_FACTOR = 1.0  # host work after pitfall 2
@@ -89,8 +90,6 @@ def decode_step_fixed(s: State) -> tuple:
 
 def _factory(fn: Callable[[State], tuple]) -> Callable[[], Callable[[], tuple]]:
     def make() -> Callable[[], tuple]:
-        from dspark_lab.gallery.targets import default_scale
-
         state = make_state(scale_name=default_scale())
         return lambda: fn(state)
 

@@ -15,17 +15,17 @@ import time
 from datetime import datetime, timezone
 from typing import Callable, Optional, Sequence
 
+import torch
+
+from dspark_lab.measure import probe
 from dspark_lab.results.analyses import verification as V
 from dspark_lab.results.record import verify_record as VR
+from dspark_lab.verify.checks import GROUP_RUNNERS
 
 
 def run(groups: Optional[Sequence[str]] = None, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Run the asked groups (default: all) and return the record; without CUDA, one not-checked line
     per group saying why."""
-    import torch
-
-    from dspark_lab.measure import probe
-
     groups = list(groups or VR.GROUPS)
     bad = [g for g in groups if g not in VR.GROUPS]
     if bad:
@@ -35,8 +35,6 @@ def run(groups: Optional[Sequence[str]] = None, progress: Callable[[str], None] 
     if not torch.cuda.is_available():
         checks = [c for c in V.without_cuda("no CUDA device is visible here") if c.group in groups]
         return VR.record(checks, probe.fingerprint(), now, time.perf_counter() - t0)
-    from dspark_lab.verify.checks import GROUP_RUNNERS
-
     checks = []
     for g in groups:
         t = time.perf_counter()

@@ -8,13 +8,14 @@ from typing import Callable
 import numpy as np
 import torch
 
-from dspark_lab import guard
+from dspark_lab import guard, strategies
 from dspark_lab.gallery import katas
 from dspark_lab.gallery import known_idle as ki
 from dspark_lab.measure import breakdown, hazards, loop, probe, trace
 from dspark_lab.measure import card as card_measure
 from dspark_lab.measure.step import as_step, measure_step
 from dspark_lab.results.analyses import verification as V
+from dspark_lab.results.analyses.hazards import FORMS
 from dspark_lab.results.record import sync_sites
 from dspark_lab.results.record.verify_record import Check
 from dspark_lab.results.rules.stats import mean_ci, median_ci
@@ -124,9 +125,6 @@ def card_checks() -> list[Check]:
 def hazard_checks(n: int = 200, queued_ms: float = 0.2) -> list[Check]:
     """Every documented hazard form under run-ahead: an unsafe form must race here (wrong values > 0),
     a safe one and each of the kit's strategies must give 0 (the safe flag is the forms table's)."""
-    from dspark_lab import strategies
-    from dspark_lab.results.analyses.hazards import FORMS
-
     probe.calibrate_sleep()
     dev = torch.device("cuda")
     out = [V.hazard_check(name, f(n, queued_ms, dev), n, must_race=not FORMS[name][2])
