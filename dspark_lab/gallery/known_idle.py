@@ -10,8 +10,8 @@ Two numbers come from the same ops:
   syncs cause.
 - measured: the profiler-free step-time loss (the step with its syncs against the same step without
   them, paired per round by measure.loop) and the GPU idle the trace charges to the syncs
-  (measure.breakdown.SYNC_COST_RULE). The rule is right on a case when the charged idle is within
-  WITHIN_FRACTION of the loss (or within ABS_FLOOR_MS, for cases whose loss is about zero).
+  (measure.breakdown.SYNC_COST_RULE). `dspark-lab verify` (dspark_lab/verify/checks.py) measures both
+  and judges the charge by a tolerance measured on the same step.
 
 The set covers one, two and three syncs per step at different places, a short tail after the sync,
 a host-bound step, a sync inside the next step's preparation, a sync that finds the GPU idle, and a
@@ -23,13 +23,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 HOST, GPU, SYNC = "host", "gpu", "sync"
-WITHIN_FRACTION = 0.10
-# A loss near zero cannot be met within 10% of itself: launches (~5 µs each) and timer jitter
-# alone are tens of µs. Below this absolute difference a case counts as agreeing.
-ABS_FLOOR_MS = 0.05
 
 
 @dataclass(frozen=True)
@@ -104,11 +100,6 @@ def get(name: str) -> KnownIdleCase:
     raise ValueError(f"known-idle case must be one of {', '.join(c.name for c in CASES)}; got {name!r}")
 
 
-def within(charged_ms: float, loss_ms: float) -> bool:
-    """The rule agrees with the measured loss on a case (see WITHIN_FRACTION and ABS_FLOOR_MS)."""
-    return bool(abs(charged_ms - loss_ms) <= max(WITHIN_FRACTION * abs(loss_ms), ABS_FLOOR_MS))
-
-
 # --- on CUDA ------------------------------------------------------------------------------------
 
 def make_step(ops: tuple) -> Callable[[], None]:
@@ -130,48 +121,3 @@ def make_step(ops: tuple) -> Callable[[], None]:
             else:
                 flag.item()  # a D2H copy and a stream sync: waits for every queued op
     return step
-
-
-def measure_case(case: KnownIdleCase, *, rounds: int = 8, steps: int = 20, warmup: int = 3,
-                 profile_steps: int = 8) -> dict:
-    """Measure one case on CUDA: the profiler-free loss (paired per round, median with 95% CI), the
-    GPU idle the trace charges to the syncs and the time blocked in them (means over profiled
-    steps, the first left out: it pays the profiler's start), and the model's expected idle."""
-    import torch
-
-    from dspark_lab.measure import breakdown, loop, probe, trace
-    from dspark_lab.measure.step import as_step
-    from dspark_lab.results.rules.stats import median_ci
-
-    if not torch.cuda.is_available():
-        raise RuntimeError("known-idle cases need a CUDA device: their idle comes from GPU work and syncs")
-    probe.calibrate_sleep()
-    with_syncs, free = as_step(make_step(case.ops)), as_step(make_step(case.sync_free()))
-    sync = torch.cuda.synchronize
-    res = loop.run_rounds({"with_syncs": with_syncs, "sync_free": free}, loop.FixedRounds(rounds),
-                          steps=steps, warmup=warmup, sync=sync)
-    diffs = [a.step_ms - b.step_ms for a, b in zip(res.timings["with_syncs"], res.timings["sync_free"])]
-    loss, lo, hi = median_ci(diffs)
-    per = breakdown.per_step(trace.events(trace.capture(with_syncs, profile_steps, warmup=1, sync=sync))).iloc[1:]
-    charged = float(per.gpu_idle_sync_caused_ms.mean())
-    exp = case.expected(steps)
-    return {"case": case.name, "what": case.what, "syncs_per_step": case.syncs_per_step,
-            "expected_idle_ms": exp["caused_idle_ms"], "charged_idle_ms": charged,
-            "host_blocked_ms": float(per.host_blocked_ms.mean()),
-            "loss_ms": loss, "loss_ci_low_ms": lo, "loss_ci_high_ms": hi, "rounds": rounds,
-            "step_ms": float(median_ci([t.step_ms for t in res.timings["with_syncs"]])[0]),
-            "sync_free_step_ms": float(median_ci([t.step_ms for t in res.timings["sync_free"]])[0]),
-            "within": bool(within(charged, loss))}
-
-
-def table_lines(results: list, note: Optional[str] = None) -> list:
-    """The table: expected (model) / charged / profiler-free loss / within 10%?"""
-    lines = [f"{'case':<14}{'syncs':>6}{'expected (model)':>18}{'charged':>10}{'loss (no profiler)':>20}"
-             f"{'95% CI':>18}{'within 10%?':>13}"]
-    for r in results:
-        ci = f"{r['loss_ci_low_ms']:+.2f} to {r['loss_ci_high_ms']:+.2f}"
-        lines.append(f"{r['case']:<14}{r['syncs_per_step']:>6}{r['expected_idle_ms']:>15.2f} ms{r['charged_idle_ms']:>7.2f} ms"
-                     f"{r['loss_ms']:>+17.2f} ms{ci:>18}{'yes' if r['within'] else 'NO':>13}")
-    if note:
-        lines.append(note)
-    return lines

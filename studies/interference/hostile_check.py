@@ -95,6 +95,7 @@ def slug(gpu: str) -> str:
 
 def known_idle_stage() -> dict:
     from dspark_lab.gallery import known_idle as ki
+    from studies.known_idle import recheck as fb
 
     results = []
     for case in ki.CASES:
@@ -102,13 +103,13 @@ def known_idle_stage() -> dict:
             say(f"known idle: out of budget before {case.name}")
             break
         t = time.perf_counter()
-        results.append(ki.measure_case(case, rounds=6, steps=20, warmup=3, profile_steps=6))
+        results.append(fb.measure_case(case, rounds=6, steps=20, warmup=3, profile_steps=6))
         r = results[-1]
         say(f"known idle {case.name}: charged {r['charged_idle_ms']:.2f} ms, loss {r['loss_ms']:+.2f} ms "
             f"({time.perf_counter() - t:.1f} s)")
     note = (f"expected: the queue model's number (known_idle.simulate), not a measurement; within: |charged - loss| "
-            f"<= max({ki.WITHIN_FRACTION:.0%} of the loss, {ki.ABS_FLOOR_MS} ms)")
-    return {"cases": results, "note": note, "lines": ki.table_lines(results, note)}
+            f"<= max({fb.WITHIN_FRACTION:.0%} of the loss, {fb.ABS_FLOOR_MS} ms)")
+    return {"cases": results, "note": note, "lines": fb.table_lines(results, note)}
 
 
 # -- 2. guard ---------------------------------------------------------------------------------------
