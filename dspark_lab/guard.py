@@ -64,6 +64,10 @@ ONE_CALL_MARKS_US = 100.0
 DEBUG_MODE, CUPTI, TRACE = "sync debug mode", "CUDA sync events", "trace copies"
 # CUPTI synchronization records that block the host ("Stream Wait Event" is a device-side wait).
 CUPTI_KINDS = {"Stream Sync": "stream", "Event Sync": "event", "Context Sync": "device"}
+# Calls that return at once whatever the GPU's state. On an H200 (CUDA 13) CUPTI files an "Event Sync"
+# record under the cudaEventQuery of PyTorch's caching host allocator, which polls the events of
+# earlier copies' pinned blocks when a fresh pinned tensor is made: no wait, so no host sync.
+NON_BLOCKING_QUERIES = frozenset({"cudaEventQuery", "cuEventQuery", "cudaStreamQuery", "cuStreamQuery"})
 _PROFILER_SITE = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
 
 
@@ -277,7 +281,7 @@ def sightings(tr: dict, allow: Iterable[str] = ()) -> list:
     for s in ev[ev.cat == "cuda_sync"].itertuples():
         kind = next((k for n, k in CUPTI_KINDS.items() if n in s.name), None)
         call = api[api.correlation == s.correlation]
-        if not kind:
+        if not kind or (not call.empty and call.name.iloc[0] in NON_BLOCKING_QUERIES):
             continue
         if not call.empty:
             found.append((call.ts.iloc[0], kind, CUPTI, call.iloc[0]))

@@ -23,7 +23,7 @@ FINAL=${OUT:?set OUT}
 W=$(mktemp -d /tmp/dspark-round.XXXX)
 mkdir -p "$FINAL"
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+  python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -37,7 +37,7 @@ run_stage() {  # stage: its command, under its limit, output in $log
   local stage=$1
   case $stage in
     verify) timeout "${LIMIT[verify]}" python3 -m dspark_lab.cli verify --out "$W/verify/$(date -u +%Y%m%d-%H%M)-verify.json" ;;
-    cuda*) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m "cuda and not readme_job" -p no:cacheprovider ${CUDA_TESTS:-tests} ;;
+    cuda*) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m "cuda and not readme_job" -p no:cacheprovider ${CUDA_PYTEST_ARGS:-} ${CUDA_TESTS:-tests} ;;
     notebooks) DSPARK_NOTEBOOKS=$notebooks timeout "${LIMIT[notebooks]}" python3 scripts/gpu_session.py notebooks ;;
     sweep) timeout "${LIMIT[sweep]}" python3 -m pytest -q -s -m readme_job -k preset -p no:cacheprovider tests/test_readme_commands.py ;;
     readme) timeout "${LIMIT[readme]}" python3 -m pytest -q -s -m readme_job -p no:cacheprovider tests/test_readme_commands.py ;;

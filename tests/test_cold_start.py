@@ -22,6 +22,12 @@ CHILD = r"""
 import json, sys, time
 from dspark_lab.views import cold_start
 seen = {}
+drawn_by = cold_start.panel_mod.make_panel
+def make_panel(*a, **k):  # what was imported when the recorded panel had drawn
+    p = drawn_by(*a, **k)
+    seen["heavy_at_draw"] = sorted(m for m in ("plotly.basewidget", "anywidget", "nbformat") if m in sys.modules)
+    return p
+cold_start.panel_mod.make_panel = make_panel
 def make_live():
     seen["make_live_at"] = time.perf_counter()
     seen["torch_loaded_when_live_starts"] = "torch" in sys.modules
@@ -44,7 +50,27 @@ def test_the_first_figure_is_drawn_from_recorded_runs_before_torch_is_imported(t
     assert seen["redraws"] == 1 and seen["traces"] > 0, "the recorded comparison is drawn"
     assert seen["marks"]["recorded_drawn"] < seen["make_live_at"], "drawn before the live backend is asked for"
     assert seen["torch_loaded_when_live_starts"] is False, "the recorded panel imported torch"
+    assert seen["heavy_at_draw"] == [], "the recorded panel imported plotly's widgets (and nbformat with them)"
     assert seen["torch_loaded_at_end"] is True and seen["mode"] == "recorded"
+
+
+def test_a_recorded_figure_is_drawn_as_plotly_mime_json_with_the_kits_config_and_its_subtitle_folded():
+    import plotly.graph_objects as go
+
+    from dspark_lab.views import figures
+
+    from dspark_lab.views.figures.layout import titled
+
+    fig = titled(go.Figure(go.Bar(x=["a", "b"], y=[1.0, 2.0])), "Title", "the subtitle")
+    bundle = figures.figure_bundle(fig)
+    spec = bundle[figures.FigureBox.MIME]
+    json.dumps(bundle)  # plain JSON: what the kernel sends
+    assert spec["config"] == figures.PLOTLY_CONFIG and spec["data"][0]["y"] == [1.0, 2.0]
+    assert "the subtitle" in spec["layout"]["title"]["text"] and bundle["text/plain"].startswith("<figure: Title")
+    box = figures.FigureBox("comparison", 300)
+    box.show(fig)  # no kernel here: kept, not drawn
+    assert box.layout.title.text == spec["layout"]["title"]["text"] and list(box.data[0].y) == [1.0, 2.0]
+    assert {"dspark-figure", "dspark-figure-comparison"} <= set(box.widget._dom_classes)
 
 
 @pytest.fixture
@@ -116,10 +142,11 @@ def test_the_cold_start_study_times_the_notebook_s_own_first_cell_and_judges_eac
     from studies.live_panel import cold_start as study
 
     assert "cold_start.open_panel(" in study.first_code_cell() and "display(explorer)" in study.first_code_cell()
-    marks = {"start": 10.1, "recorded_drawn": 11.0, "backend_made": 14.0, "first_live_drawn": 15.6,
+    marks = {"start": 10.1, "recorded_loaded": 10.4, "recorded_drawn": 11.0, "backend_made": 14.0, "first_live_drawn": 15.6,
              "first_live_complete": 17.0}
     t = study.timings(10.0, 14.5, marks, warm_end=15.0)
-    assert t == pytest.approx({"first_figure_s": 1.0, "cell_s": 4.5, "backend_made_s": 4.0, "warm_end_s": 5.0,
+    assert t == pytest.approx({"first_figure_s": 1.0, "cell_s": 4.5, "imports_s": 0.1, "runs_loaded_s": 0.3,
+                               "panel_drawn_s": 0.6, "backend_made_s": 4.0, "warm_end_s": 5.0,
                                "first_live_after_warm_s": 0.6, "live_complete_after_warm_s": 2.0})
     recorded_only = study.timings(10.0, 14.5, {"recorded_drawn": 11.0}, warm_end=None)
     assert recorded_only["first_live_after_warm_s"] is None and recorded_only["warm_end_s"] is None

@@ -110,14 +110,16 @@ def test_no_share_button_anywhere(data):  # noqa: F811
     runs = Runs(rows, tl, headers)
     doc = report.build_html(runs)
     assert '"showSendToCloud": false' in doc and '"sendChartToCloud"' in doc
-    # the panel's FigureWidgets
+    # the panel's figures: the recorded panel's boxes draw plotly's mime JSON with the config, a
+    # live panel's FigureWidgets carry it per widget
     pytest.importorskip("ipywidgets")
     from dspark_lab.results.viewmodels.backend import RecordedBackend
     from dspark_lab.views import panel
 
     p = panel.Panel(RecordedBackend(runs))
-    for fw in p.figs.values():
-        assert fw._config["showSendToCloud"] is False
+    for box in p.figs.values():
+        assert figures.figure_bundle(box.figure)[figures.FigureBox.MIME]["config"]["showSendToCloud"] is False
+    assert figures.panel_figure("comparison", 300)._config["showSendToCloud"] is False
 
 
 def test_long_legends_go_below_the_plot_with_room_for_every_row(data):  # noqa: F811

@@ -213,6 +213,21 @@ def test_the_gpu_scale_queues_work_ahead_and_is_the_default_on_cuda_only():
     assert rec["scale"] == "smoke"  # the device's default when none is asked
 
 
+def test_an_inspect_target_measures_at_the_scale_the_gallery_records_at(monkeypatch):
+    from dspark_lab.gallery import targets
+
+    monkeypatch.delenv(targets.SCALE_ENV, raising=False)
+    monkeypatch.setattr(C.torch.cuda, "is_available", lambda: True)
+    assert targets.default_scale() == C.GPU_SCALE
+    monkeypatch.setattr(C.torch.cuda, "is_available", lambda: False)
+    assert targets.default_scale() == C.CPU_SCALE
+    monkeypatch.setenv(targets.SCALE_ENV, "gpu")
+    assert targets.default_scale() == "gpu"
+    monkeypatch.setenv(targets.SCALE_ENV, "huge")
+    with pytest.raises(ValueError, match="DSPARK_GALLERY_SCALE must be one of"):
+        targets.default_scale()
+
+
 def _variant(**kw):
     base = {k: None for k in report.VARIANT_KEYS}
     return {**base, "status": "ok", "expected_syncs": 1, "host_syncs_per_step": 1.0, "matches": True, **kw}

@@ -100,3 +100,35 @@ def test_the_order_study_reads_recorded_runs_and_shows_the_rotation_bias():
     assert "order_seed" not in runs.rows.columns or runs.rows["order_seed"].isna().all()  # recorded before the seed
     picks = study.choices(runs.rows, card.recorded(), hazards.recorded())
     assert len(picks) == 3 and len({p["choice"] for p in picks}) == 1 and picks[0]["choice"] is not None
+
+
+def test_in_a_seeded_random_order_the_equal_work_strategies_agree_and_the_advice_holds(tmp_path):
+    # The three reference runs recorded with the trials in a seeded random order (data/order/): the
+    # same on_demand against non_blocking comparison is within its CI of zero in each, and the advice
+    # (gated by the recorded card and hazards) is the same in the three runs.
+    from pathlib import Path
+
+    from dspark_lab.results import Runs
+    from dspark_lab.results.analyses import card, hazards
+    from studies.order import randomised_reference as study
+
+    root = Path(__file__).resolve().parents[1] / "data" / "order"
+    runs = Runs.load(study.unpacked(sorted(root.glob("h200-reference-randomised-run[123]-*.jsonl.gz")), tmp_path), cache=False)
+    assert runs.rows["order_seed"].nunique() == 3
+    diff = [d for d in study.differences(runs.rows) if d["strategy"] == "on_demand" and d["against"] == "non_blocking"]
+    assert len(diff) == 3 and all(d["within CI"] for d in diff), diff
+    picks = study.choices(runs.rows, card.recorded(), hazards.recorded())
+    assert len(picks) == 3 and len({p["choice"] for p in picks}) == 1 and picks[0]["choice"] is not None
+
+
+def test_a_study_run_is_packed_out_of_the_run_library_and_unpacked_to_load(tmp_path):
+    from dspark_lab.results.loading.load import run_files
+    from studies.order import randomised_reference as study
+
+    run = tmp_path / "data" / "order" / "gpu-reference-randomised-run1-x.jsonl"
+    run.parent.mkdir(parents=True)
+    run.write_text('{"kind":"header"}\n{"kind":"row"}\n')
+    gz = study.packed(run)
+    assert gz.name.endswith(".jsonl.gz") and not run.exists() and run_files(tmp_path / "data") == []
+    (plain,) = study.unpacked([gz], tmp_path)
+    assert open(plain).read() == '{"kind":"header"}\n{"kind":"row"}\n'

@@ -4,8 +4,9 @@ fix, each making the case's state and returning the step, e.g.
     dspark-lab inspect dspark_lab.gallery.targets:scalar_item
     dspark-lab diff dspark_lab.gallery.targets:scalar_item dspark_lab.gallery.targets:scalar_item_fix
 
-The state is made at the gallery's "gpu" scale on a CUDA machine and "smoke" elsewhere
-($DSPARK_GALLERY_SCALE overrides). The factories are made from the registry, one per case, so a
+The state is made at the scale the gallery records at (cases.default_scale: "queued" on a CUDA
+machine, "smoke" elsewhere; $DSPARK_GALLERY_SCALE overrides), so a target measures what the
+recorded gallery shows. The factories are made from the registry, one per case, so a
 case added there is a target here.
 """
 from __future__ import annotations
@@ -13,8 +14,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-import torch
-
+from dspark_lab.gallery import cases
 from dspark_lab.gallery.cases import SCALES, make_state
 from dspark_lab.gallery.registry import CASES, Case
 
@@ -23,7 +23,7 @@ FIX_SUFFIX = "_fix"
 
 
 def default_scale() -> str:
-    name = os.environ.get(SCALE_ENV) or ("gpu" if torch.cuda.is_available() else "smoke")
+    name = os.environ.get(SCALE_ENV) or cases.default_scale()
     if name not in SCALES:
         raise ValueError(f"{SCALE_ENV} must be one of {', '.join(SCALES)}; got {name!r}")
     return name

@@ -7,7 +7,7 @@ shows as wrong. Values are checked on the GPU's side after one final synchronize
 itself adds no sync inside the loop.
 
 Two curves beside the forms: the race's window (`refill_window`: wrong values against the host's
-delay between a pinned copy and the refill of its source, on an idle GPU) and the size below which
+delay between a pinned copy and the refill of its source, with nothing and with 100 us queued ahead) and the size below which
 a pageable non-blocking copy never raced (`pageable_race`).
 """
 from __future__ import annotations
@@ -189,7 +189,10 @@ assert set(FORM_FUNCTIONS) == set(hazards_results.FORMS), "every documented form
 
 
 # --- the race's window: wrong values against the delay between the copy and the refill ---------------
-WINDOW_DELAYS_US = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0)
+WINDOW_DELAYS_US = (0.0, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0)
+# GPU work queued ahead of the copy: none (the window is the copy's own latency, a few microseconds,
+# which one Python call can outlast) and 100 us (the window is the queue: a refill before it drains is wrong).
+WINDOW_QUEUED_US = (0.0, 100.0)
 RACE_SIZES = tuple(4 << (2 * k) << 10 for k in range(8))  # 4 KiB ... 64 MiB, by 4x
 
 
@@ -199,22 +202,26 @@ def _spin_us(us: float) -> None:
         pass
 
 
-def refill_window(delays_us=WINDOW_DELAYS_US, n: int = 200) -> list[dict]:
-    """pinned_reused on an idle GPU: copy, wait `delay` on the host, refill. The copy has usually
-    run after a few microseconds; a refill before that is a wrong value. The GPU is drained before
-    each copy (outside the window), so each point measures the window alone."""
+def refill_window(delays_us=WINDOW_DELAYS_US, n: int = 200, queued_us=WINDOW_QUEUED_US) -> list[dict]:
+    """pinned_reused: queue `queued` us of GPU work, copy, wait `delay` on the host, refill. A refill
+    before the copy has run is a wrong value, so the window is the queue ahead of the copy plus the
+    copy's own latency. The GPU is drained before each copy (outside the window), so each point
+    measures the window alone. Call probe.calibrate_sleep() first when `queued_us` holds non-zero values."""
     dev = torch.device("cuda")
     buf = torch.zeros((), dtype=_I32, pin_memory=True)
     points = []
-    for d in delays_us:
-        out = torch.full((n,), -1, dtype=_I32, device=dev)
-        for i in range(1, n + 1):
-            torch.cuda.synchronize()
-            buf.fill_(i)
-            out[i - 1].copy_(buf, non_blocking=True)
-            _spin_us(d)
-            buf.fill_(-i)  # the refill: the next step's value
-        points.append({"delay_us": d, "wrong": _wrong(out, n), "n": n})
+    for q in queued_us:
+        for d in delays_us:
+            out = torch.full((n,), -1, dtype=_I32, device=dev)
+            for i in range(1, n + 1):
+                torch.cuda.synchronize()
+                if q:
+                    probe.busy_kernel(q * 1e-3)
+                buf.fill_(i)
+                out[i - 1].copy_(buf, non_blocking=True)
+                _spin_us(d)
+                buf.fill_(-i)  # the refill: the next step's value
+            points.append({"queued_us": q, "delay_us": d, "wrong": _wrong(out, n), "n": n})
     return points
 
 

@@ -32,6 +32,8 @@ class ColdStart:
         import ipywidgets as W  # optional: only the panel needs it
 
         self.marks: dict = {"start": time.perf_counter()}
+        recorded = panel_mod.recorded_or_error() if recorded is None else recorded
+        self.marks["recorded_loaded"] = time.perf_counter()
         self.recorded = panel_mod.make_panel(recorded)
         self.marks["recorded_drawn"] = time.perf_counter()
         self.live: Optional[panel_mod.Panel] = None
@@ -54,6 +56,9 @@ class ColdStart:
 
     def _go_live(self, make_live) -> None:
         try:
+            # The live panel's FigureWidgets import nbformat's schema checker (over a second): here,
+            # before the warm-up, so the first live figure does not wait for it after the warm-up.
+            import plotly.graph_objs._figurewidget  # noqa: F401
             backend = make_live()
             self.marks["backend_made"] = time.perf_counter()
             if backend is not None and STREAMS in checked_capabilities(backend):

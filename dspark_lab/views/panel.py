@@ -68,7 +68,11 @@ def _controls(W, opts: dict, dflt: dict) -> dict:
 
 
 def _apply(widget, fig: go.Figure) -> None:
-    """Copy `fig` into `widget` in place: trace data and layout updated inside one batch_update."""
+    """Copy `fig` into `widget` in place: trace data and layout updated inside one batch_update (a
+    recorded panel's FigureBox is redrawn whole)."""
+    if isinstance(widget, figures.FigureBox):
+        widget.show(fig)
+        return
     new = fig.to_plotly_json()
     lay = figures.fold_subtitle(new.get("layout", {}))  # laid out the same on the first render
     lay.pop("template", None)
@@ -114,7 +118,9 @@ class Panel:
         self.error = W.HTML("")
         self.progress = W.FloatProgress(value=0, min=0, max=1, description="", layout=W.Layout(
             width="340px", visibility="visible" if self.streams else "hidden"))
-        self.figs = {k: figures.panel_figure(k, h) for k, h in FIGURE_HEIGHTS.items()}
+        # Recorded: figures redrawn whole, drawn without importing plotly's widgets (views/figures/render.py).
+        box = figures.panel_figure if self.streams else figures.FigureBox
+        self.figs = {k: box(k, h) for k, h in FIGURE_HEIGHTS.items()}
         # The banner last: live, it names the GPU, and the fingerprint waits for the CUDA context;
         # the figures above are made meanwhile rather than beside the warm-up's step building.
         self.mode_html = W.HTML(self._mode_banner())
@@ -136,7 +142,7 @@ class Panel:
                            layout=W.Layout(min_width="420px", flex="0 0 auto")), W.VBox(side)]),
             W.HBox([self.progress, self.status]),
             self.error,
-            *(self.figs[k] for k in FIGURE_HEIGHTS),
+            *(getattr(self.figs[k], "widget", self.figs[k]) for k in FIGURE_HEIGHTS),
             *([self.live.box] if self.live is not None else []),
         ])
 
@@ -313,9 +319,12 @@ class _ErrorBackend:
 def make_panel(backend=None, **kwargs) -> Panel:
     """A panel over `backend` (run.live.open_backend() picks live on a CUDA machine, else the
     recorded runs); by default the recorded runs. A backend that cannot be made is shown as why."""
-    if backend is None:
-        try:
-            backend = load_recorded()
-        except Exception as e:  # noqa: BLE001
-            backend = _ErrorBackend(e)
-    return Panel(backend, **kwargs)
+    return Panel(recorded_or_error() if backend is None else backend, **kwargs)
+
+
+def recorded_or_error():
+    """The recorded runs' backend, or one that shows why they could not be loaded."""
+    try:
+        return load_recorded()
+    except Exception as e:  # noqa: BLE001
+        return _ErrorBackend(e)

@@ -57,6 +57,9 @@ def since(marks: dict, key: str, origin) -> float | None:
 def timings(t_cell: float, t_returned: float, marks: dict, warm_end) -> dict:
     """One process's timings (seconds) from the cold start's marks (time.perf_counter() values)."""
     return {"first_figure_s": marks["recorded_drawn"] - t_cell, "cell_s": t_returned - t_cell,
+            # the first figure's parts: the cell's imports, the recorded runs loaded, the panel drawn
+            "imports_s": since(marks, "start", t_cell), "runs_loaded_s": since(marks, "recorded_loaded", marks.get("start")),
+            "panel_drawn_s": since(marks, "recorded_drawn", marks.get("recorded_loaded")),
             "backend_made_s": since(marks, "backend_made", t_cell), "warm_end_s": since({"w": warm_end}, "w", t_cell),
             "first_live_after_warm_s": since(marks, "first_live_drawn", warm_end),
             "live_complete_after_warm_s": since(marks, "first_live_complete", warm_end)}

@@ -3,13 +3,14 @@ whether strategies that do the same work come out within their CIs of each other
 advice's choice is stable across the runs.
 
     python -m studies.order.randomised_reference [--runs 3] [--time-cap 15] [--target-ci 3]
-    python -m studies.order.randomised_reference --analyse data/runs/<run>.jsonl ...   # no GPU needed
+    python -m studies.order.randomised_reference --analyse data/order/<run>.jsonl.gz ...   # no GPU needed
 
 Each run is `dspark-lab sweep` at the reference point (batch 8, gamma 4, sglang_profile) at EP 8 and
 EP 1, adaptive (--target-ci, --time-cap), with its own --seed (1, 2, 3: the seed of the trial order,
 recorded per row as order_seed with each trial's trial_position). Writes
-<root>/data/runs/<gpu>-reference-randomised-run<k>-<time>.jsonl (root: $OUT when set, else the
-repository) and prints, per run, the equal-work differences with their 95% CIs and the advice's
+<root>/data/order/<gpu>-reference-randomised-run<k>-<time>.jsonl.gz (root: $OUT when set, else the
+repository), gzipped: the lab loads every .jsonl under data/ as its own runs, and these two-point
+study runs must not become its headline or its picks) and prints, per run, the equal-work differences with their 95% CIs and the advice's
 choice (gated by this machine's recorded card and hazards under data/machines/). About 40 s per run
 on an H200 (two points, each 10-15 s of interleaved rounds, plus graph capture and a profiled pass).
 """
@@ -17,8 +18,11 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import gzip
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,7 +48,7 @@ def record_runs(n: int, time_cap: float, target_ci: float) -> list[Path]:
     from dspark_lab.measure import probe
 
     gpu = str(probe.fingerprint().get("gpu", "gpu")).lower().replace("nvidia", "").strip().replace(" ", "-") or "gpu"
-    runs = _root() / "data" / "runs"
+    runs = _root() / "data" / "order"
     runs.mkdir(parents=True, exist_ok=True)
     paths = []
     for k in range(1, n + 1):
@@ -55,8 +59,30 @@ def record_runs(n: int, time_cap: float, target_ci: float) -> list[Path]:
                        "--name", f"reference, randomised order, run {k} of {n}", "--no-progress"])
         print(f"run {k}: exit {rc}, {out}")
         if out.exists():
-            paths.append(out)
+            paths.append(packed(out))
     return paths
+
+
+def packed(path: Path) -> Path:
+    """`path` gzipped beside itself (the .jsonl removed): out of the lab's run library."""
+    gz = path.with_name(path.name + ".gz")
+    with open(path, "rb") as src, gzip.GzipFile(gz, "wb", mtime=0) as dst:
+        shutil.copyfileobj(src, dst)
+    path.unlink()
+    return gz
+
+
+def unpacked(paths, folder: Path) -> list[str]:
+    """The run files `paths` as plain .jsonl under `folder` (gzipped ones unpacked there), to load."""
+    out = []
+    for p in map(Path, paths):
+        if p.suffix == ".gz":
+            plain = Path(folder) / p.name[:-3]
+            with gzip.open(p, "rb") as src, open(plain, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            p = plain
+        out.append(str(p))
+    return out
 
 
 def differences(rows) -> list[dict]:
@@ -99,7 +125,8 @@ def report(paths: list[Path]) -> int:
     from dspark_lab.results import Runs
     from dspark_lab.results.analyses import card, hazards
 
-    runs = Runs.load([str(p) for p in paths], cache=False)
+    with tempfile.TemporaryDirectory(prefix="dspark-order-") as tmp:
+        runs = Runs.load(unpacked(paths, Path(tmp)), cache=False)
     diff = pd.DataFrame(differences(runs.rows))
     picks = pd.DataFrame(choices(runs.rows, card.recorded(), hazards.recorded()))
     stable = picks["choice"].nunique() == 1 if len(picks) else False

@@ -69,6 +69,8 @@ def validate(rec: dict, where: str = "hazards") -> dict:
             raise ValueError(f"{where}: forms[{i}] needs integers 0 <= wrong <= n; got {c.get('wrong')!r} of {c.get('n')!r}")
     for key, x, bad_of in (("window", "delay_us", "wrong"), ("pageable_race", "bytes", "raced")):
         for i, p in enumerate(rec.get(key) or []):
+            if key == "window" and not isinstance(p.get("queued_us", 0.0), (int, float)):
+                raise ValueError(f"{where}: window[{i}] needs a number 'queued_us'; got {p!r}")
             if not isinstance(p.get(x), (int, float)) or not isinstance(p.get(bad_of), int) or not 0 <= p[bad_of] <= p.get("n", -1):
                 raise ValueError(f"{where}: {key}[{i}] needs a number {x!r} and integers 0 <= {bad_of} <= n; got {p!r}")
     return rec
@@ -119,9 +121,21 @@ def surprises(rec: dict) -> list[str]:
 
 # --- the curves and the stories ----------------------------------------------------------------------
 def window_frame(rec: dict) -> pd.DataFrame:
-    """The race's window: delay between copy and refill (us), wrong values, n, and the share wrong."""
-    f = pd.DataFrame(rec.get("window") or [], columns=["delay_us", "wrong", "n"])
+    """The race's window: GPU work queued ahead of the copy (us; 0 where a record predates it), delay
+    between copy and refill (us), wrong values, n, and the share wrong."""
+    f = pd.DataFrame([{"queued_us": 0.0, **p} for p in rec.get("window") or []],
+                     columns=["queued_us", "delay_us", "wrong", "n"])
     return f.assign(share=f["wrong"] / f["n"])
+
+
+def window_closes_us(w: pd.DataFrame):
+    """The smallest measured delay from which no refill was wrong (None: wrong at every delay)."""
+    closed = None
+    for r in w.sort_values("delay_us", ascending=False).itertuples():
+        if r.wrong:
+            break
+        closed = float(r.delay_us)
+    return closed
 
 
 def race_frame(rec: dict) -> pd.DataFrame:
@@ -148,9 +162,15 @@ def curves_in_words(rec: dict) -> list[str]:
     """The window and the pageable threshold, measured, in a sentence each ([] when not in the record)."""
     out = []
     w = window_frame(rec)
-    if len(w):
-        pts = ", ".join(f"{r.share:.1%} at {r.delay_us:g} us" for r in w.itertuples())
-        out.append(f"refill after the copy is issued (idle GPU, {int(w['n'].iloc[0])} copies per delay): wrong {pts}")
+    parts = []
+    for q, g in w.groupby("queued_us", sort=True):
+        pts = ", ".join(f"{r.share:.1%} at {r.delay_us:g} us" for r in g.itertuples())
+        closes = window_closes_us(g)
+        shut = f"; none wrong from {closes:g} us on" if closes is not None else "; wrong at every delay measured"
+        ahead = f"{q:g} us of GPU work queued ahead" if q else "nothing queued ahead"
+        parts.append(f"{ahead}: wrong {pts}{shut}")
+    if parts:
+        out.append(f"refill after the copy is issued ({int(w['n'].iloc[0])} copies per point); " + "; ".join(parts))
     r = race_frame(rec)
     if len(r):
         limit = never_raced_below(rec)

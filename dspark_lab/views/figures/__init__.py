@@ -19,7 +19,7 @@ from dspark_lab.views.figures.layout import (DEFAULT_WIDTH_PX, LEGEND_ROW_PX, fi
                                              legend_entries, legend_rows)
 from dspark_lab.views.figures.point import step_breakdown, strategy_comparison, sync_cost, sync_counts
 from dspark_lab.views.figures.render import (PLOTLY_CONFIG, SLIDE_SIZES, apply_display_config, as_widget, export,
-                                             folded_title, panel_figure,
+                                             folded_title, panel_figure, FigureBox, figure_bundle,
                                              save_image, slide_size, widget_config)
 from dspark_lab.views.figures.style import PART_COLORS, PART_NAMES, SYNC_KINDS, TIMELINE_NAMES
 from dspark_lab.views.figures.sweeps import sweep
@@ -27,7 +27,7 @@ from dspark_lab.views.figures.timelines import timeline
 
 __all__ = [
     "sync_counts", "step_breakdown", "sync_cost", "strategy_comparison", "timeline", "sweep",
-    "export", "save_image", "as_widget", "folded_title", "slide_size", "SLIDE_SIZES", "PLOTLY_CONFIG", "apply_display_config", "widget_config", "panel_figure",
+    "export", "save_image", "as_widget", "folded_title", "slide_size", "SLIDE_SIZES", "PLOTLY_CONFIG", "apply_display_config", "widget_config", "panel_figure", "FigureBox", "figure_bundle",
     "fit_layout", "fold_subtitle", "legend_entries", "legend_rows", "DEFAULT_WIDTH_PX", "LEGEND_ROW_PX",
     "PART_NAMES", "PART_COLORS", "SYNC_KINDS", "TIMELINE_NAMES",
 ]

@@ -11,15 +11,17 @@ from dspark_lab.views.figures.layout import titled
 
 
 def curves(rec: dict) -> go.Figure:
-    """Left: wrong share against the delay between a pinned copy and the refill of its source (idle
-    GPU). Right: share of pageable non-blocking copies that raced, by size."""
+    """Left: wrong share against the delay between a pinned copy and the refill of its source, one
+    line per GPU queue ahead of the copy. Right: share of pageable non-blocking copies that raced, by size."""
     w, r = hazards_results.window_frame(rec), hazards_results.race_frame(rec)
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.12,
-                        subplot_titles=["refill delay after a pinned copy (idle GPU)", "pageable non-blocking copy, overwritten at once"])
-    fig.add_trace(go.Scatter(x=w["delay_us"].clip(lower=0.5), y=w["share"] * 100, mode="lines+markers", name="wrong values",
-                             text=[f"{a} of {b}" for a, b in zip(w["wrong"], w["n"])],
-                             hovertemplate="%{text} wrong at %{customdata:g} us<extra></extra>", customdata=w["delay_us"]),
-                  row=1, col=1)
+                        subplot_titles=["refill delay after a pinned copy", "pageable non-blocking copy, overwritten at once"])
+    for q, g in w.groupby("queued_us", sort=True):
+        fig.add_trace(go.Scatter(x=g["delay_us"].clip(lower=0.5), y=g["share"] * 100, mode="lines+markers",
+                                 name=f"{q:g} us queued ahead" if q else "nothing queued ahead",
+                                 text=[f"{a} of {b}" for a, b in zip(g["wrong"], g["n"])],
+                                 hovertemplate="%{text} wrong at %{customdata:g} us<extra></extra>", customdata=g["delay_us"]),
+                      row=1, col=1)
     fig.add_trace(go.Bar(x=[f"{b >> 10} KiB" if b < 1 << 20 else f"{b >> 20} MiB" for b in r["bytes"]], y=r["share"] * 100,
                          name="copies raced", text=[f"{a}/{b}" for a, b in zip(r["raced"], r["n"])], textposition="outside"),
                   row=1, col=2)
