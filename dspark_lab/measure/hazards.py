@@ -7,8 +7,8 @@ shows as wrong. Values are checked on the GPU's side after one final synchronize
 itself adds no sync inside the loop.
 
 Two curves beside the forms: the race's window (`refill_window`: wrong values against the host's
-delay between a pinned copy and the refill of its source, with nothing and with 100 us queued ahead) and the size below which
-a pageable non-blocking copy never raced (`pageable_race`).
+delay between a pinned copy and the refill of its source, for each GPU queue ahead of the copy in
+WINDOW_QUEUED_US) and the size below which a pageable non-blocking copy never raced (`pageable_race`).
 """
 from __future__ import annotations
 

@@ -9,9 +9,10 @@ Each run is `dspark-lab sweep` at the reference point (batch 8, gamma 4, sglang_
 EP 1, adaptive (--target-ci, --time-cap), with its own --seed (1, 2, 3: the seed of the trial order,
 recorded per row as order_seed with each trial's trial_position). Writes
 <root>/data/order/<gpu>-reference-randomised-run<k>-<time>.jsonl.gz (root: $OUT when set, else the
-repository), gzipped: the lab loads every .jsonl under data/ as its own runs, and these two-point
-study runs must not become its headline or its picks) and prints, per run, the equal-work differences with their 95% CIs and the advice's
-choice (gated by this machine's recorded card and hazards under data/machines/). About 40 s per run
+repository; gzipped, since the lab loads every .jsonl under data/ as its own runs, and these
+two-point study runs must not become its headline or its picks) and prints, per run, the
+equal-work differences with their 95% CIs and the advice's choice (gated by this machine's
+recorded card and hazards under data/machines/). About 40 s per run
 on an H200 (two points, each 10-15 s of interleaved rounds, plus graph capture and a profiled pass).
 """
 from __future__ import annotations

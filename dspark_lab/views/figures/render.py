@@ -86,11 +86,15 @@ class FigureBox:
         return self.figure.layout
 
     def show(self, fig: go.Figure) -> None:
+        """Draw `fig`, and keep it as drawn: its title and meta take the folded subtitle (`fig` is
+        changed in place; a panel builds a new figure for every update)."""
         from IPython import get_ipython
         from IPython.display import display
 
         bundle = figure_bundle(fig)
-        self.figure = go.Figure(data=fig.data, layout=bundle[self.MIME]["layout"])
+        folded = bundle[self.MIME]["layout"]
+        fig.update_layout({k: folded[k] for k in ("title", "meta") if k in folded})
+        self.figure = fig
         if get_ipython() is None:
             return  # no kernel (a script, a test): nothing to draw into; the figure is kept
         with self.widget:
