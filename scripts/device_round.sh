@@ -7,7 +7,7 @@
 #   sweep                       the README's quick sweep, `dspark-lab sweep --preset quick`, as its README test runs it
 # (the CUDA suite leaves out the README's measuring commands, marked readme_job: minutes; stage readme runs them all)
 # Other stages, named explicitly (studies/ and scripts/): readme, cudaN (any N: one more CUDA-suite invocation),
-# card (doctor --card --compare), gallery, reference, traces, cold, where, live_stream, live_stream_alt,
+# card (doctor --card --compare), gallery, blocked (the known-idle cases' syncs timed without a profiler), reference, traces, cold, where, live_stream, live_stream_alt,
 # card_hazards, interference, inspect, torchrun, ep (two GPUs), field (the gallery at the queued scale, the
 # hazards, notebook 06's step), order (three randomised-order reference runs), run_ahead.
 #   OUT=/tmp/o bash scripts/device_round.sh               # the round
@@ -32,15 +32,17 @@ notebooks=01_onboarding.ipynb,02_tuning_new_gpu.ipynb,04_sync_gallery.ipynb,05_y
 declare -A LIMIT=([verify]=240 [cuda]=240 [notebooks]=300 [sweep]=200 [readme]=600 [card_hazards]=130 [interference]=300
   [inspect]=110 [live_stream]=180 [live_stream_alt]=180 [torchrun]=70 [traces]=60 [where]=120 [card]=90
   [gallery]=150 [reference]=200 [cold]=220 [ep]=330
-  [field]=200 [order]=200 [run_ahead]=120)
+  [field]=200 [blocked]=240 [order]=200 [run_ahead]=120)
 run_stage() {  # stage: its command, under its limit, output in $log
   local stage=$1
   case $stage in
     verify) timeout "${LIMIT[verify]}" python3 -m dspark_lab.cli verify --out "$W/verify/$(date -u +%Y%m%d-%H%M)-verify.json" ;;
-    cuda*) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m "cuda and not readme_job" -p no:cacheprovider ${CUDA_PYTEST_ARGS:-} ${CUDA_TESTS:-tests} ;;
+    cuda*) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m "cuda and not readme_job" -p no:cacheprovider \
+             --junitxml "$W/junit-$stage.xml" ${CUDA_PYTEST_ARGS:-} ${CUDA_TESTS:-tests} ;;
     notebooks) DSPARK_NOTEBOOKS=$notebooks timeout "${LIMIT[notebooks]}" python3 scripts/gpu_session.py notebooks ;;
     sweep) timeout "${LIMIT[sweep]}" python3 -m pytest -q -s -m readme_job -k preset -p no:cacheprovider tests/test_readme_commands.py ;;
     readme) timeout "${LIMIT[readme]}" python3 -m pytest -q -s -m readme_job -p no:cacheprovider tests/test_readme_commands.py ;;
+    blocked) OUT=$W timeout "${LIMIT[blocked]}" python3 -m studies.known_idle.blocked_without_profiler ;;
     traces) timeout "${LIMIT[traces]}" python3 -m studies.known_idle.traces ;;
     reference) OUT="$W/noise" timeout "${LIMIT[reference]}" python3 -m studies.noise.stages reference ;;
     cold) OUT=$W timeout "${LIMIT[cold]}" python3 -m studies.live_panel.cold_start ;;

@@ -44,7 +44,7 @@ def test_sync_free_strategies_have_no_idle_charged(name):
     assert not [s for s in breakdown.timeline(e) if s[1] == "idle_sync_caused"]
 
 
-def test_each_charged_gap_is_gpu_idle_points_at_its_sync_and_no_sync_is_charged_more_than_it_blocked():
+def test_each_charged_gap_is_gpu_idle_points_at_its_sync_and_no_sync_is_charged_more_than_its_calls_host_time():
     e = ev("ep1_device_direct")
     calls = syncs.sync_calls(e)
     gaps = breakdown.sync_caused_gaps(e, calls)
@@ -57,8 +57,9 @@ def test_each_charged_gap_is_gpu_idle_points_at_its_sync_and_no_sync_is_charged_
         assert (r.sync_name, r.sync_site, r.sync_step) == (c["name"], c["site"], c["step"])
         assert not c["readback"] and r.start >= c["ts"]
     per_sync = (gaps.end - gaps.start).groupby(gaps.sync).sum()
-    blocked = (calls.end - calls.ts)[per_sync.index]
-    assert (per_sync <= blocked + 1e-6).all()
+    host_time = pd.Series(breakdown.call_spans_us(e, calls))[per_sync.index]
+    assert (per_sync <= host_time + 1e-6).all()
+    assert (host_time >= (calls.end - calls.ts)[per_sync.index] - 1e-6).all()  # the op holds the call
     # Each step's charge is part of its GPU idle, and more than the first gap alone.
     df = breakdown.per_step(e)
     assert (df.gpu_idle_sync_caused_ms <= df.gpu_idle_ms + 1e-9).all()
@@ -193,6 +194,26 @@ def test_no_sync_is_charged_more_idle_than_the_host_was_blocked_in_it():
     t.sync(20, 105)                    # blocked 85 µs
     t.launch(400, 410, 412, 500)       # gap 100-412 (312 µs): only its first 85 µs are the sync's
     assert charged(t) == [(100, 185, "cudaStreamSynchronize")]
+
+
+def test_a_sync_made_inside_a_framework_op_is_capped_by_the_ops_host_time_not_the_bare_call():
+    # `.item()`: aten::_local_scalar_dense issues the copy, waits in cudaStreamSynchronize and wakes;
+    # without the sync the host saves the whole op (150 µs), not only the 85 µs of the wait.
+    t = Trace()
+    t.step(0, 2000)
+    t.launch(0, 10, 12, 100)
+    t.host("aten::item", 5, 160, cat="cpu_op")
+    t.host("aten::_local_scalar_dense", 10, 160, cat="cpu_op")  # the innermost op around the sync
+    t.sync(20, 105)
+    t.host("aten::add", 300, 310, cat="cpu_op")  # an op that encloses no sync changes nothing
+    t.launch(400, 410, 412, 500)       # gap 100-412: 150 µs of it are the sync's
+    e = t.ev()
+    assert breakdown.call_spans_us(e, syncs.sync_calls(e)).tolist() == [150.0]
+    assert charged(t) == [(100, 250, "cudaStreamSynchronize")]
+    # Without the op (a trace without CPU ops) the bare call's 85 µs cap it, as before.
+    bare = Trace()
+    bare.events = [x for x in t.events if x["cat"] != "cpu_op"]
+    assert charged(bare) == [(100, 185, "cudaStreamSynchronize")]
 
 
 def test_readback_syncs_are_charged_nothing_and_end_an_earlier_charge():

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 HOST, GPU, SYNC = "host", "gpu", "sync"
 
@@ -102,9 +102,11 @@ def get(name: str) -> KnownIdleCase:
 
 # --- on CUDA ------------------------------------------------------------------------------------
 
-def make_step(ops: tuple) -> Callable[[], None]:
+def make_step(ops: tuple, sync_host_s: Optional[list] = None) -> Callable[[], None]:
     """The ops as a CUDA step: spins on the host, `torch.cuda._sleep` on the GPU, `.item()` syncs.
-    Calibrate the sleep first (`measure.probe.calibrate_sleep`)."""
+    Calibrate the sleep first (`measure.probe.calibrate_sleep`). With `sync_host_s`, each sync's
+    host time (seconds, from the call into `.item()` to its return) is appended to it: what the host
+    would not spend without the sync, timed without a profiler."""
     import torch
 
     from dspark_lab.measure import probe
@@ -118,6 +120,10 @@ def make_step(ops: tuple) -> Callable[[], None]:
                 spin_until(time.perf_counter() + ms * 1e-3)
             elif kind == GPU:
                 probe.busy_kernel(ms)
-            else:
+            elif sync_host_s is None:
                 flag.item()  # a D2H copy and a stream sync: waits for every queued op
+            else:
+                t0 = time.perf_counter()
+                flag.item()
+                sync_host_s.append(time.perf_counter() - t0)
     return step

@@ -11,11 +11,12 @@ The rule (SYNC_COST_RULE, details in `sync_caused_gaps`): a GPU idle gap is char
 step sync that drained the GPU's queue while the GPU waits there for a host launch and every launch
 since that sync found the GPU idle (the host has not got ahead again). Syncs of one step that drain the
 queue one after another while the host never gets ahead in between form a chain; the chain's gaps together are
-charged up to the summed time the host was blocked in its syncs.
+charged up to the summed host time of the calls that made its syncs (the whole `.item()`, not only the
+cudaStreamSynchronize inside it).
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -34,8 +35,8 @@ PARTS_PRECEDENCE = ("blocked", "readback", "copy", "launch", "prep")
 HOST_AHEAD_US = 20.0
 SYNC_COST_RULE = ("GPU idle caused by a sync: each gap where the GPU waits for the host, from the sync that "
                   "drained its queue until the host is ahead again; syncs of one step that follow each other while "
-                  "the host never gets ahead form a chain, whose gaps are charged up to the summed time the host was "
-                  "blocked in its syncs (each gap to the sync that drained the queue before it); a sync's own "
+                  "the host never gets ahead form a chain, whose gaps are charged up to the summed host time of the "
+                  "calls that made its syncs (each gap to the sync that drained the queue before it); a sync's own "
                   "copy, launched just before it waits (.item()), does not put the host ahead")
 
 
@@ -74,7 +75,8 @@ def launches(ev: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None,
+                     caps_us: Optional[Sequence[float]] = None) -> pd.DataFrame:
     """GPU idle caused by step syncs, one row per charged gap: start, end (µs; the charged part),
     gap_end (the whole gap's end), and the sync that caused it (`sync`: its row in `calls`,
     `sync_name`, `sync_site`, `sync_step`).
@@ -90,7 +92,7 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> 
     that; the rest is the host's own (a host-bound loop idles there with no sync at all).
     Chains: a sync that drains the queue while an earlier one of the same step is still in charge (the
     host never got ahead in between) joins that sync's chain, and the cap applies to the chain, the
-    summed blocked time of its syncs: without any of them every later launch comes that much earlier,
+    summed host time of its syncs' calls: without any of them every later launch comes that much earlier,
     so together they can cost up to that (on an H200, two syncs per step capped one by one were charged
     2.50 ms against a measured loss of 3.04 ms). Each gap is still charged to the sync that drained
     before it. A chain never spans steps: a host that never gets ahead would otherwise make one chain of
@@ -99,7 +101,14 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> 
     step but the last, 0.05 ms to the last; a per-step mean 11% below the loss).
     Readback syncs (by design) and blocking calls outside the steps drain too but are charged
     nothing: the gaps after them stay "idle, other". Gaps between the ops of a running CUDA graph or
-    between queued kernels are not the host's and are not charged."""
+    between queued kernels are not the host's and are not charged.
+    What the host was blocked in: the framework call that made the sync (the innermost ATen op around
+    the blocking API call, e.g. aten::_local_scalar_dense for `.item()`), not the API call alone:
+    without the sync the host saves the whole call, the copy it issues and the wake-up after the wait
+    too (call_spans_us). On an H200 the bare cudaStreamSynchronize under-charged a host-bound step by
+    1–4%: the profiler's own host time before each sync (in launches and the op's preamble) shortens
+    the wait it records; the op's span matched the syncs' host time timed without a profiler to 0.5%.
+    `caps_us`: each sync's cap (µs, one per row of `calls`) where it was measured some other way."""
     calls = sync_calls(ev) if calls is None else calls
     cols = ["start", "end", "gap_end", "sync", "sync_name", "sync_site", "sync_step"]
     wins = step_windows(ev)
@@ -107,8 +116,28 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> 
         return pd.DataFrame(columns=cols)
     lau = launches(ev)
     cause_of_launch, end_cause, chain_of = _causes_of_launches(ev, lau, calls, wins[-1][1])
-    rows = _charged_gaps(ev, lau, calls, cause_of_launch, end_cause, chain_of, wins[0][0], wins[-1][1])
+    blocked = call_spans_us(ev, calls) if caps_us is None else np.asarray(caps_us, float)
+    if len(blocked) != len(calls):
+        raise ValueError(f"caps_us must give one cap per sync call: {len(calls)} calls, {len(blocked)} caps")
+    rows = _charged_gaps(ev, lau, calls, blocked, cause_of_launch, end_cause, chain_of, wins[0][0], wins[-1][1])
     return pd.DataFrame(rows, columns=cols)
+
+
+def call_spans_us(ev: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
+    """Per sync call: the host time (µs) of the innermost ATen op on its thread that encloses it, or
+    of the API call itself where no op does (a trace without CPU ops, a sync made outside ATen)."""
+    spans = np.array(calls["end"] - calls["ts"], dtype=float)
+    ops = ev[(ev.cat == "cpu_op") & (ev.ph == "X")]
+    if calls.empty or ops.empty:
+        return spans
+    by_thread = {k: (g.ts.to_numpy(float), g.end.to_numpy(float)) for k, g in ops.groupby(["pid", "tid"])}
+    for i, c in enumerate(calls.itertuples()):
+        o_ts, o_end = by_thread.get((c.pid, c.tid), (np.empty(0), np.empty(0)))
+        around = np.flatnonzero((o_ts <= c.ts) & (o_end >= c.end))
+        if len(around):
+            k = around[np.argmax(o_ts[around])]  # the latest to start: the innermost
+            spans[i] = o_end[k] - o_ts[k]
+    return spans
 
 
 def _causes_of_launches(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame,
@@ -162,8 +191,8 @@ def _causes_of_launches(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame
     return cause_of_launch, end_cause, chain_of
 
 
-def _charged_gaps(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame, cause_of_launch: dict,
-                  end_cause: Optional[int], chain_of: dict, lo: float, hi: float) -> list[list]:
+def _charged_gaps(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame, blocked: np.ndarray,
+                  cause_of_launch: dict, end_cause: Optional[int], chain_of: dict, lo: float, hi: float) -> list[list]:
     """Each idle gap in [lo, hi): did the GPU wait for the host (the op after it started right after
     its launch returned), and which sync was in charge of that launch? Charged up to the cap of
     that sync's chain."""
@@ -171,7 +200,6 @@ def _charged_gaps(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame, caus
     starts = g.sort_values("ts", kind="stable")
     op_ts, op_corr = starts.ts.to_numpy(), starts.correlation.to_numpy()
     first_op = {r.correlation: (r.gpu_start, r.waited) for r in lau.itertuples()}
-    blocked = (calls["end"] - calls["ts"]).to_numpy(float)
     budget: dict = {}  # per chain (its first sync): how much more idle its syncs can be charged
     for member, head in chain_of.items():
         budget[head] = budget.get(head, 0.0) + float(blocked[member])

@@ -11,7 +11,7 @@ import torch
 from dspark_lab import guard, strategies
 from dspark_lab.gallery import katas
 from dspark_lab.gallery import known_idle as ki
-from dspark_lab.measure import breakdown, hazards, loop, probe, trace
+from dspark_lab.measure import breakdown, hazards, loop, probe, syncs, trace
 from dspark_lab.measure import card as card_measure
 from dspark_lab.measure.step import as_step, measure_step
 from dspark_lab.results.analyses import verification as V
@@ -89,26 +89,59 @@ def _sync_call_ms(reps: int = 200) -> float:
     return float(np.median(ts) * 1e3)
 
 
-def measure_cost_case(case: ki.KnownIdleCase, *, sync_call_ms: float, rounds: int = 8, steps: int = 20,
-                      profile_steps: int = 12) -> Check:
-    """One known-idle case: the steady-state loss (each trial's time at 2n steps minus at n steps cancels
-    the start and the drain, the same for both variants), paired per round; the charge over the
-    profiled steps but the first (it pays the profiler's start), with its CI over those steps; the
-    profiler's host time per step (the profiled step's host time outside its syncs minus the sync-free
-    step's host time without profiler); `sync_call_ms` (see _sync_call_ms)."""
+def steady_loss(w: Callable[[], None], f: Callable[[], None], *, rounds: int = 8, steps: int = 20) -> tuple:
+    """The steady-state loss of step `w` against `f` (ms, median and its 95% CI): each trial's time at
+    2n steps minus at n steps cancels the start and the drain, the same for both; paired per round."""
     sync = torch.cuda.synchronize
-    w, f = as_step(ki.make_step(case.ops)), as_step(ki.make_step(case.sync_free()))
     res = loop.run_rounds({"w": w, "w2": _twice(w), "f": f, "f2": _twice(f)}, loop.FixedRounds(rounds),
                           steps=steps, warmup=3, sync=sync).timings
     steady = {k: [b.step_ms - a.step_ms for a, b in zip(res[k], res[k + "2"])] for k in ("w", "f")}
-    loss, lo, hi = median_ci([a - b for a, b in zip(steady["w"], steady["f"])])
-    per = breakdown.per_step(trace.events(trace.capture(w, profile_steps, warmup=1, sync=sync))).iloc[1:]
+    return median_ci([a - b for a, b in zip(steady["w"], steady["f"])])
+
+
+def measure_cost_case(case: ki.KnownIdleCase, *, sync_call_ms: float, rounds: int = 8, steps: int = 20,
+                      profile_steps: int = 12) -> Check:
+    """One known-idle case: the steady-state loss (steady_loss); the charge over the profiled steps but
+    the first (it pays the profiler's start), with its CI over those steps; the profiler's host time
+    per step (the profiled step's host time outside its syncs minus the sync-free step's host time
+    without profiler); `sync_call_ms` (see _sync_call_ms)."""
+    sync = torch.cuda.synchronize
+    w, f = as_step(ki.make_step(case.ops)), as_step(ki.make_step(case.sync_free()))
+    loss, lo, hi = steady_loss(w, f, rounds=rounds, steps=steps)
+    ev = trace.events(trace.capture(w, profile_steps, warmup=1, sync=sync))
+    calls = syncs.sync_calls(ev)
+    per = breakdown.per_step(ev, calls).iloc[1:]
     charged, c_lo, c_hi = mean_ci(per.gpu_idle_sync_caused_ms.tolist())
     host_profiled = float((per.wall_ms - per.host_blocked_ms - per.host_readback_ms).mean())
+    # The syncs' host time the rule caps a chain by, from the trace, beside the same timed without a
+    # profiler: the evidence that the cap is what the host would save.
+    in_steps = (calls.step >= 1).to_numpy()
+    measured = {"sync_host_traced_ms": float(breakdown.call_spans_us(ev, calls)[in_steps].sum()) / 1e3 / max(1, len(per)),
+                "sync_host_unprofiled_ms": _sync_host_ms_unprofiled(case, steps)}
     return V.cost_check(case.name, case.what, charged_ms=charged, charge_ci=(c_lo, c_hi), loss_ms=loss,
                         loss_ci=(lo, hi), profiler_host_ms=host_profiled - _host_ms_per_step(f, steps),
                         syncs_per_step=case.syncs_per_step, sync_call_ms=sync_call_ms,
-                        expected_ms=case.expected(steps)["caused_idle_ms"])
+                        expected_ms=case.expected(steps)["caused_idle_ms"], measured=measured)
+
+
+def sync_host_times_s(case: ki.KnownIdleCase, steps: int = 20, warmup: int = 3) -> list:
+    """Each sync's host time (s, each `.item()` timed around the call) over `steps` steps, in order,
+    no profiler."""
+    times: list = []
+    step = as_step(ki.make_step(case.ops, sync_host_s=times))
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    times.clear()
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return times
+
+
+def _sync_host_ms_unprofiled(case: ki.KnownIdleCase, steps: int) -> float:
+    """The step's syncs' host time per step (ms), no profiler."""
+    return sum(sync_host_times_s(case, steps)) * 1e3 / steps
 
 
 def cost_checks(names=None) -> list[Check]:

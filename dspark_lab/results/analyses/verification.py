@@ -61,13 +61,15 @@ def cost_tolerance(loss_ci: tuple, charge_ci: tuple, profiler_host_ms: float, sy
 
 def cost_check(case: str, what: str, *, charged_ms: float, charge_ci: tuple, loss_ms: float, loss_ci: tuple,
                profiler_host_ms: float, syncs_per_step: int, sync_call_ms: float,
-               expected_ms: Optional[float] = None) -> Check:
-    """The charged idle agrees with the profiler-free loss when they differ by at most the tolerance."""
+               expected_ms: Optional[float] = None, measured: Optional[dict] = None) -> Check:
+    """The charged idle agrees with the profiler-free loss when they differ by at most the tolerance.
+    `measured`: more of the case's numbers, kept in the record beside the verdict's."""
     tol = cost_tolerance(loss_ci, charge_ci, profiler_host_ms, syncs_per_step, sync_call_ms)
     gap = loss_ms - charged_ms
     ok = abs(gap) <= tol["tolerance_ms"]
     nums = {"charged_ms": charged_ms, "charge_ci": list(charge_ci), "loss_ms": loss_ms, "loss_ci": list(loss_ci),
-            "syncs_per_step": syncs_per_step, "sync_call_ms": sync_call_ms, "expected_ms": expected_ms, **tol}
+            "syncs_per_step": syncs_per_step, "sync_call_ms": sync_call_ms, "expected_ms": expected_ms, **tol,
+            **(measured or {})}
     text = (f"{what}: charged {charged_ms:.3f} ms (95% CI {charge_ci[0]:.3f} to {charge_ci[1]:.3f}) against a loss "
             f"of {loss_ms:.3f} ms (95% CI {loss_ci[0]:.3f} to {loss_ci[1]:.3f}); they differ by {gap:+.3f} ms, "
             f"allowed ±{tol['tolerance_ms']:.3f} (the CIs ±{tol['loss_ci_half_width_ms']:.3f} and "

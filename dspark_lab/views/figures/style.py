@@ -21,7 +21,7 @@ PART_NAMES = {
     "gpu_busy_ms": "GPU: busy", "gpu_idle_after_sync_ms": "GPU: idle after a sync (starved)",
     "gpu_idle_other_ms": "GPU: idle, other",
     "gpu_idle_sync_caused_ms": "GPU: idle a sync caused (waiting for the host from the sync until the host "
-                               "is ahead again; a chain of syncs at most their summed blocked time)",
+                               "is ahead again; a chain of syncs at most their calls' summed host time)",
 }
 PART_COLORS = {
     "host_prep_ms": "#9ecae1", "host_blocked_ms": "#d62728", "host_readback_ms": "#bdbdbd",
