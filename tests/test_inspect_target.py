@@ -170,8 +170,9 @@ def test_on_cuda_inspect_names_the_documented_sync_lines_with_their_cost(name):
     for s in rec["sites"]:
         assert s["per_step"] == pytest.approx(1) and s["host_blocked_ms"] > 0 and s["code"]
     # The idle each sync caused is charged by SYNC_COST_RULE; the gallery's steps queue little GPU work,
-    # so on an H200 it can be 0 (the GPU was idle anyway): never negative, never more than blocked.
-    assert 0 <= rec["parts"]["gpu_idle_sync_caused_ms"] <= rec["parts"]["host_blocked_ms"] + 1e-6
+    # so on an H200 it can be 0 (the GPU was idle anyway): never negative, a part of the GPU's idle.
+    # (Its cap is the host time of the op that made the sync, longer than the bare blocked call.)
+    assert 0 <= rec["parts"]["gpu_idle_sync_caused_ms"] <= rec["parts"]["gpu_idle_ms"] + 1e-6
     assert len(rec["guard"]["violations"]) == len(documented)
 
 

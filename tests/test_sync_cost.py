@@ -343,8 +343,9 @@ def test_cuda_a_users_item_is_charged_the_idle_of_the_host_work_after_it():
     r = measure_step(with_item, steps=5, trials=2, warmup=2, profile_steps=6).breakdown.iloc[1:]
     assert (r.gpu_idle_sync_caused_ms > 0).all()
     assert (r.gpu_idle_sync_caused_ms <= r.gpu_idle_ms + 1e-9).all()
-    # A sync's charge can spill into the next step; over the steps it is at most the time blocked.
-    assert r.gpu_idle_sync_caused_ms.sum() <= r.host_blocked_ms.sum() + 0.05
+    # A sync's charge can spill into the next step; over the steps it is at most the host time of the
+    # `.item()` calls: the time blocked plus the op's own (10-25 µs per call on an H200 under the profiler).
+    assert r.gpu_idle_sync_caused_ms.sum() <= r.host_blocked_ms.sum() + 0.05 * len(r)
     free = measure_step(without_item, steps=5, trials=2, warmup=2, profile_steps=6).breakdown
     assert (free.gpu_idle_sync_caused_ms == 0).all()
 
