@@ -281,7 +281,8 @@ def _read_verified(target: Path) -> Optional[tuple]:
     return (table, meta) if isinstance(meta, dict) else None
 
 
-def _atomic_bytes(target: Path, data: bytes) -> None:
+def atomic_bytes(target: Path, data: bytes) -> None:
+    """`data` as the whole of `target`: written beside it, then renamed over it (views/first_view.py too)."""
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-", suffix=target.suffix)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -304,8 +305,8 @@ def _atomic_write(target: Path, table) -> None:
     sink = pa.BufferOutputStream()
     pq.write_table(table, sink, compression="zstd")
     data = sink.getvalue().to_pybytes()
-    _atomic_bytes(target, data)
-    _atomic_bytes(_sidecar(target), _mac(data).encode())
+    atomic_bytes(target, data)
+    atomic_bytes(_sidecar(target), _mac(data).encode())
 
 
 def _write_failures() -> tuple:

@@ -65,7 +65,8 @@ class FigureBox:
     ipywidgets.Output, redrawn whole on each update. It needs neither plotly's FigureWidget nor
     anywidget: importing those imports nbformat, whose schema checker built a grammar for 1.2 s
     on this 2-core machine, before a recorded panel could draw. The recorded panel uses it; the live
-    panel keeps FigureWidgets, updated in place. `data` and `layout` are the figure last drawn."""
+    panel keeps FigureWidgets, updated in place. `data` and `layout` are the figure last drawn,
+    `bundle` its mime bundle (views/first_view.py stores it)."""
 
     MIME = "application/vnd.plotly.v1+json"
 
@@ -76,6 +77,7 @@ class FigureBox:
         self.widget.add_class("dspark-figure")
         self.widget.add_class(f"dspark-figure-{name}")
         self.figure = go.Figure(layout=dict(height=height, width=width))
+        self.bundle = None
 
     @property
     def data(self):
@@ -94,7 +96,7 @@ class FigureBox:
         bundle = figure_bundle(fig)
         folded = bundle[self.MIME]["layout"]
         fig.update_layout({k: folded[k] for k in ("title", "meta") if k in folded})
-        self.figure = fig
+        self.figure, self.bundle = fig, bundle
         if get_ipython() is None:
             return  # no kernel (a script, a test): nothing to draw into; the figure is kept
         with self.widget:
