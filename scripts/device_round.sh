@@ -23,8 +23,13 @@ FINAL=${OUT:?set OUT}
 W=$(mktemp -d /tmp/dspark-round.XXXX)
 mkdir -p "$FINAL"
 if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  # A warm machine keeps /tmp between calls: the same wheels are installed once (their names, stamped).
+  stamp=$(ls .whl/*.whl | sha256sum | cut -c1-16)
+  if [ "$(cat /tmp/site/.dspark-wheels 2>/dev/null)" != "$stamp" ]; then
+    rm -rf /tmp/site && python3 -m pip install -q --no-index --no-deps --no-cache-dir --target /tmp/site .whl/*.whl \
+      && echo "$stamp" >/tmp/site/.dspark-wheels
+  fi
+  [ -f /tmp/site/.dspark-wheels ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 notebooks=01_onboarding.ipynb,02_tuning_new_gpu.ipynb,04_sync_gallery.ipynb,05_your_own_code.ipynb
