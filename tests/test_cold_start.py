@@ -399,3 +399,29 @@ def test_notebook_01_s_first_cell_shows_the_stored_first_view_before_pandas_or_p
     assert warm["marks"]["first_view_shown"] < warm["marks"]["recorded_started"] < warm["marks"]["recorded_drawn"]
     assert warm["recorded_in_box"] and warm["mode"] == "recorded"
     assert warm["first_view_bundles"] == cold["recorded_bundles"] == warm["recorded_bundles"]
+
+
+def test_prepare_stores_the_first_view_once_and_only_where_there_is_a_cache(tmp_path, monkeypatch):
+    """What `bash lab.sh` runs beside the server: the view stored before the first kernel asks for it."""
+    from dspark_lab.views import first_view
+
+    monkeypatch.setenv("DSPARK_CACHE", str(tmp_path / "cache"))
+    assert first_view.load() is None
+    assert first_view.prepare() == "stored"
+    view = first_view.load()
+    assert view is not None and [f["name"] for f in view["figures"]]
+    stored = (tmp_path / "cache" / first_view.FILE_NAME).read_bytes()
+    assert first_view.prepare() == "current"
+    assert (tmp_path / "cache" / first_view.FILE_NAME).read_bytes() == stored, "a current view is not drawn again"
+    monkeypatch.setenv("DSPARK_CACHE", "off")
+    assert first_view.prepare() == "not stored"
+
+
+def test_prepare_runs_as_a_module_and_says_what_it_did(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "DSPARK_CACHE": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-m", "dspark_lab.views.first_view"], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "the recorded panel's first view: stored"
+    assert (tmp_path / "cache" / "first-view.json").is_file()

@@ -77,6 +77,28 @@ def _url_line(proc: subprocess.Popen) -> str:
     pytest.fail(f"the launcher printed no URL; it printed: {seen[-2000:]!r}")
 
 
+# The launcher with its first-view preparer replaced by a process that waits until it is stopped, so
+# the test sees it running whatever the machine's speed (the real one is tests/test_cold_start.py's).
+LAUNCHER = """
+import sys
+from dspark_lab.cli import launch
+launch.prepare_argv = lambda python: [python, "-c", "import time; time.sleep(3600)"]
+sys.exit(launch.main(sys.argv[1:]))
+"""
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
 @pytest.fixture
 def launched(tmp_path):
     fake = tmp_path / "fake" / "jupyterlab"
@@ -87,11 +109,12 @@ def launched(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(fake.parent), str(REPO)]), launch.NO_BROWSER_ENV: "1",
            "FAKE_SERVER_INFO": str(info)}
     env.pop(launch.TOKEN_ENV, None)
-    proc = subprocess.Popen([sys.executable, "-m", "dspark_lab.cli.launch", "--log", str(tmp_path / "lab.log")],
+    proc = subprocess.Popen([sys.executable, "-c", LAUNCHER, "--log", str(tmp_path / "lab.log")],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     try:
         url = _url_line(proc)
         server = json.loads(info.read_text())
+        server["others"] = [c for c in _children(proc.pid) if c != server["pid"]]
         yield proc, url, server
     finally:
         if proc.poll() is None:
@@ -118,3 +141,5 @@ def test_case6_the_server_dies_with_its_launcher(launched, sig):
     code = proc.wait(WAIT_S)
     assert code == (-signal.SIGKILL if sig == signal.SIGKILL else 0)
     _wait_for(f"the server's exit after {signal.Signals(sig).name} to its launcher", lambda: _gone(server["pid"]))
+    preparer, = server["others"]  # started beside the server, still waiting when the signal came
+    _wait_for(f"the first-view preparer's exit after {signal.Signals(sig).name}", lambda: _gone(preparer))

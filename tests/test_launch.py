@@ -53,6 +53,8 @@ def test_url_opens_the_notebook_with_the_token():
 def test_every_listed_notebook_exists_and_the_banner_names_each_once(tmp_path):
     for name, _ in launch.NOTEBOOKS:
         assert (launch.ROOT / "notebooks" / name).is_file(), name
+    assert [n for n, _ in launch.NOTEBOOKS] == sorted(p.name for p in (launch.ROOT / "notebooks").glob("*.ipynb")), \
+        "the banner lists every notebook, in order"
     text = launch.banner("http://127.0.0.1:1/lab?token=x", tmp_path / "log", as_root=True)
     assert text.count("http://") == 1 and "--allow-root" in text and str(tmp_path / "log") in text
     for name, what in launch.NOTEBOOKS:

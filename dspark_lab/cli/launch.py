@@ -10,6 +10,9 @@ What it does, and why:
     plugin is disabled in a config folder of the kit's own (out/jupyter-config, put first on
     JUPYTER_CONFIG_PATH); the user's own Jupyter config is never written, and a user whose config
     names that plugin keeps their choice (the kit's folder is then left out);
+  - beside the server it stores the recorded panel's first view where none is stored for these runs
+    and this code (views/first_view.py, in a process of its own that ends when done, or with the
+    launcher), so notebook 01's first cell shows it at once, the first time too;
   - Jupyter's own log goes to a file (printed), so the terminal shows one URL and what each notebook is for;
   - Ctrl-C (SIGINT), SIGTERM or SIGHUP (an ssh drop, a closed terminal) stops the server, its
     kernels included, and exits 0;
@@ -53,10 +56,12 @@ NOTEBOOKS = (
                                 "machine, compared with the recorded GPUs"),
     ("03_design_review.ipynb", "for a design review: recorded runs side by side, slide-ready figures, "
                                "the standalone HTML report"),
-    ("04_sync_gallery.ipynb", "seven real sync pitfalls from public PRs, each beside its fix, measured; "
-                              "the no_host_syncs guard for your own code"),
+    ("04_sync_gallery.ipynb", "real sync pitfalls from public PRs, each beside its fix, measured: syncs that "
+                              "cost and syncs that cost nothing here; the hazards as they happened"),
     ("05_your_own_code.ipynb", "your own step: where it syncs and what each sync costs, the guard, a "
                                "before/after diff for a PR, and katas on the gallery's cases"),
+    ("06_investigation.ipynb", "a worked investigation, \"the decode step got slower on the new GPU\": "
+                               "inspect, read the cost per line, fix the sync that matters, prove it, guard it"),
 )
 START_NOTEBOOK = NOTEBOOKS[0][0]
 TOKEN_ENV = "JUPYTER_TOKEN"  # read by jupyter_server's IdentityProvider
@@ -165,6 +170,11 @@ def lab_env(token: str, base=None, kit_dir: Path = KIT_CONFIG_DIR) -> dict:
     return {**env, **kit_config_env(env, kit_dir)}
 
 
+def prepare_argv(python: str) -> list[str]:
+    """The process that stores the recorded panel's first view beside the server (views/first_view.py)."""
+    return [python, "-m", "dspark_lab.views.first_view"]
+
+
 def _die_with_launcher(launcher_pid: int):
     """A preexec function for the server: SIGTERM to it when this launcher dies, however it dies
     (Linux; elsewhere the launcher's own handlers are all there is)."""
@@ -261,6 +271,9 @@ def run(python: str = sys.executable, *, port: Optional[int] = None, log: Option
     with open(log, "ab") as logf:
         proc = subprocess.Popen(argv, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                                 env=lab_env(token), preexec_fn=_die_with_launcher(os.getpid()))
+        # Without the token: it serves nothing, it only draws and stores the view.
+        prep = subprocess.Popen(prepare_argv(python), cwd=ROOT, stdin=subprocess.DEVNULL, stdout=logf,
+                                stderr=subprocess.STDOUT, preexec_fn=_die_with_launcher(os.getpid()))
         try:
             if not _wait_until_answering(proc, port, token, log, stop):
                 return 1
@@ -274,6 +287,7 @@ def run(python: str = sys.executable, *, port: Optional[int] = None, log: Option
         finally:
             if proc.poll() is None:
                 print("\nstopping JupyterLab …", file=sys.stderr, flush=True)
+            _stop(prep)
             rc = _stop(proc)
             for s, h in old.items():
                 signal.signal(s, h)

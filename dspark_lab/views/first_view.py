@@ -5,6 +5,8 @@ pandas and plotly are imported, while the recorded panel is built again (views/c
   first_view.save(panel, k)   the drawn recorded panel's first view, stored under key k
   first_view.load()           the stored view for the current key, or None
   FirstView(view).widget      the stored view drawn: banner, settings, status, the figures' plotly mime output
+  first_view.prepare()        the view stored ahead of the first kernel (`bash lab.sh` runs it beside the
+                              server: python -m dspark_lab.views.first_view), so notebook 01 opens on it
 
 The key covers the run files the recorded runs are loaded from (path, size, mtime_ns of each
 *.jsonl under the data folder, $DSPARK_DATA or data/), the kit's own source (the same of each
@@ -219,6 +221,24 @@ def load(at_key: Optional[str] = None) -> Optional[dict]:
     return view if _well_formed(view) else None
 
 
+def prepare() -> str:
+    """The first view for the current key stored where none is: the recorded panel drawn headless (its
+    runs loaded, their Parquet cache filled on the way) and saved. What happened, in a word: "current"
+    (one was stored already), "stored", or "not stored" (no key, no cache, nothing drawn: save's cases)."""
+    at_key = key() if _path() is not None else None  # no cache folder: nowhere to store it, nothing drawn
+    if at_key is None:
+        return "not stored"
+    if load(at_key) is not None:
+        return "current"
+    from dspark_lab.views import panel as panel_mod  # pandas and plotly: only where a view is drawn
+
+    panel = panel_mod.make_panel()
+    try:
+        return "stored" if save(panel, at_key) is not None else "not stored"
+    finally:
+        panel.close()
+
+
 class FirstView:
     """A stored view drawn as ipywidgets: the banner, a line saying it is being refreshed, the
     settings it shows, its status line and each figure as plotly's mime output in an Output (as
@@ -250,3 +270,7 @@ class FirstView:
 
     def close(self) -> None:
         self.widget.close()
+
+
+if __name__ == "__main__":
+    print(f"the recorded panel's first view: {prepare()}")
