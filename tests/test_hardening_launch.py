@@ -43,13 +43,18 @@ http.server.HTTPServer(("127.0.0.1", port), Status).serve_forever()
 WAIT_S = 60.0  # a bound on each wait below (a loaded 2-core machine), never a measured threshold
 
 
+def _stat(path) -> list:
+    """A /proc/PID/stat's fields after the command's name (state first, then the parent's pid); [] when gone."""
+    try:
+        return Path(path).read_bytes().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
 def _gone(pid: int) -> bool:
     """Exited: no such process, or a zombie nobody has reaped yet (it runs nothing)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[1].split()[0] == b"Z"
-    except (OSError, IndexError):
-        return True
+    fields = _stat(f"/proc/{pid}/stat")
+    return not fields or fields[0] == b"Z"
 
 
 def _wait_for(what: str, ready) -> None:
@@ -88,15 +93,8 @@ sys.exit(launch.main(sys.argv[1:]))
 
 
 def _children(pid: int) -> list[int]:
-    out = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_bytes().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if int(fields[1]) == pid:
-            out.append(int(stat.parent.name))
-    return out
+    return [int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat")
+            if (fields := _stat(stat)) and int(fields[1]) == pid]
 
 
 @pytest.fixture

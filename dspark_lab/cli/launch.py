@@ -176,8 +176,8 @@ def prepare_argv(python: str) -> list[str]:
 
 
 def _die_with_launcher(launcher_pid: int):
-    """A preexec function for the server: SIGTERM to it when this launcher dies, however it dies
-    (Linux; elsewhere the launcher's own handlers are all there is)."""
+    """A preexec function for the server and the first-view preparer: SIGTERM to it when this launcher
+    dies, however it dies (Linux; elsewhere the launcher's own handlers are all there is)."""
     libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
 
     def preexec() -> None:
