@@ -241,19 +241,6 @@ def unsynced_pageable_d2h(ev: pd.DataFrame) -> pd.DataFrame:
     return calls.loc[keep]
 
 
-def blocking_copy_calls(ev: pd.DataFrame) -> pd.DataFrame:
-    """Blocking pageable D2H copies issued inside step windows, shaped like `syncs.sync_calls` rows
-    (a blocked host is starved the same whether a sync call or a copy blocked it)."""
-    wins = _syncs.step_windows(ev)
-    c = unsynced_pageable_d2h(ev).copy()
-    c["step"] = [next((i for i, (s, e) in enumerate(wins) if s <= t < e), -1) for t in c.ts]
-    c = c[c.step >= 0]
-    host = _syncs.host_events(ev) if len(c) else ev
-    c["kind"], c["readback"] = "pageable_copy", False
-    c["site"] = pd.Series([_syncs.attribute(host, r) for _, r in c.iterrows()], index=c.index, dtype=object)
-    return c
-
-
 @dataclass(frozen=True)
 class Sighting:
     """One witness's record of a sync in the trace, with where and when its call ran."""

@@ -81,7 +81,7 @@ def test_timeline_marks_the_caused_idle_with_the_sync_and_its_site():
     segs = breakdown.timeline(e)
     caused = [s for s in segs if s[1] == "idle_sync_caused"]
     assert caused and all(s[0] == "gpu" for s in caused)
-    assert all(s[4].startswith("GPU idle caused by cudaStreamSynchronize at dspark_lab/strategies.py(") for s in caused)
+    assert all(s[4].startswith("GPU idle caused by a blocking copy to the device (cudaStreamSynchronize) at dspark_lab/strategies.py(") for s in caused)
     fig = figures.timeline(pd.DataFrame([{"point_id": "p", "strategy": "device_direct", "segments": segs}]))
     assert figures.TIMELINE_NAMES["idle_sync_caused"] in {t.name for t in fig.data}
 

@@ -217,3 +217,15 @@ def test_doctor_says_how_much_of_the_kit_was_verified_on_this_gpu(tmp_path, monk
     monkeypatch.setattr(probe, "fingerprint", lambda: {"gpu": "NVIDIA L4", "driver": "580"})
     assert cli.main(["doctor", "--no-probe"]) == 0
     assert "not verified on this GPU" in capsys.readouterr().out
+
+
+def test_the_charge_over_captures_is_their_mean_with_a_ci_as_wide_as_their_spread():
+    """Two captures of one step a few steps each, 0.16 ms apart (as `.item()`'s step on an H200): the
+    CI holds both; one capture: the bootstrap CI of its steps."""
+    steady = [[3.05, 3.06, 3.07, 3.06], [3.21, 3.22, 3.23, 3.22]]
+    mean, lo, hi = V.charge_over_captures(steady)
+    assert mean == pytest.approx(3.14) and lo < 3.06 and hi > 3.22
+    one, lo1, hi1 = V.charge_over_captures(steady[:1])
+    assert one == pytest.approx(3.06) and 3.05 <= lo1 < hi1 <= 3.07
+    with pytest.raises(ValueError, match="per_capture"):
+        V.charge_over_captures([[]])

@@ -15,7 +15,10 @@ Two numbers come from the same ops:
 
 The set covers one, two and three syncs per step at different places, a short tail after the sync,
 a host-bound step, a sync inside the next step's preparation, a sync that finds the GPU idle, and a
-sync-free control. It lives in the gallery wing because it is, like the gallery, a set of step
+sync-free control, all made with `.item()`; then one step of known cost (host 1 ms, GPU 4 ms, the
+wait, host 2 ms: 3 ms caused per step) for every form a wait takes (WAIT_FORMS: `.cpu()`, a
+pageable D2H with `non_blocking=True`, `nonzero`, an event wait, ...), so that the rule is checked on
+each kind of wait (results.facts.wait_kinds), not only on `.item()`. It lives in the gallery wing because it is, like the gallery, a set of step
 functions measured with measure/; the rule's CPU tests use synthetic traces instead
 (tests/test_sync_cost.py).
 """
@@ -28,16 +31,49 @@ from typing import Callable, Optional
 HOST, GPU, SYNC = "host", "gpu", "sync"
 
 
+# The forms a wait takes: the Python that makes it, the kind of wait (results.facts.wait_kinds) the
+# trace must name it by, and how many waits one call makes. `repeat_interleave` without output_size
+# reads two values back: the output's length and a check that no repeat is negative (PyTorch's
+# aten/src/ATen/native/Repeat.h); on the H200 trace the second finds the GPU already idle.
+WAIT_FORMS = {
+    "item": ("flag.item()", "value_read", 1),
+    "cpu": ("flag.cpu()", "copy_to_host", 1),
+    "tolist": ("flag.tolist()", "copy_to_host", 1),
+    "pageable_d2h": ("pageable.copy_(flag, non_blocking=True)", "pageable_copy", 1),
+    "pinned_event": ("pinned.copy_(flag, non_blocking=True); event.record(); event.synchronize()", "event_wait", 1),
+    "tensor_list": ("torch.tensor([1, 2, 3], device='cuda')", "copy_to_device", 1),
+    "nonzero": ("mask.nonzero()", "size_readback", 1),
+    "bool_mask": ("values[mask]", "size_readback", 1),
+    "repeat_interleave": ("values.repeat_interleave(repeats)  # no output_size", "size_readback", 2),
+    "event_sync": ("event.record(); event.synchronize()", "event_wait", 1),
+    "stream_sync": ("torch.cuda.current_stream().synchronize()", "stream_wait", 1),
+    "device_sync": ("torch.cuda.synchronize()", "device_sync", 1),
+}
+
+
 @dataclass(frozen=True)
 class KnownIdleCase:
     name: str
     what: str
     ops: tuple  # ((HOST, ms) | (GPU, ms) | (SYNC, 0.0), ...): one step
+    wait: str = "item"  # how each SYNC is made: a key of WAIT_FORMS
 
     def __post_init__(self) -> None:
         for op in self.ops:
             if len(op) != 2 or op[0] not in (HOST, GPU, SYNC) or not (op[1] >= 0):
                 raise ValueError(f"{self.name}: an op must be ({HOST!r}|{GPU!r}|{SYNC!r}, ms >= 0); got {op!r}")
+        if self.wait not in WAIT_FORMS:
+            raise ValueError(f"{self.name}: wait must be one of {', '.join(WAIT_FORMS)}; got {self.wait!r}")
+
+    @property
+    def wait_kind(self) -> str:
+        """The kind of wait the trace must name each of its syncs by."""
+        return WAIT_FORMS[self.wait][1]
+
+    @property
+    def waits_per_step(self) -> int:
+        """The host waits the trace must see per step: each sync makes its form's number of them."""
+        return self.syncs_per_step * WAIT_FORMS[self.wait][2]
 
     @property
     def syncs_per_step(self) -> int:
@@ -91,6 +127,10 @@ CASES = (
     KnownIdleCase("idle_gpu_sync", "a sync that finds the GPU already idle: costs nothing",
                   ((GPU, 1.0), (HOST, 3.0), (SYNC, 0.0), (HOST, 0.5))),
 )
+# The step of known cost every form of wait is checked on: 3 ms caused per step.
+KNOWN_COST_OPS = ((HOST, 1.0), (GPU, 4.0), (SYNC, 0.0), (HOST, 2.0))
+CASES += tuple(KnownIdleCase(f"wait_{form}", f"host 1 ms, GPU 4 ms, {code}, host 2 ms", KNOWN_COST_OPS, wait=form)
+               for form, (code, _, _) in WAIT_FORMS.items())
 
 
 def get(name: str) -> KnownIdleCase:
@@ -102,17 +142,52 @@ def get(name: str) -> KnownIdleCase:
 
 # --- on CUDA ------------------------------------------------------------------------------------
 
-def make_step(ops: tuple, sync_host_s: Optional[list] = None) -> Callable[[], None]:
-    """The ops as a CUDA step: spins on the host, `torch.cuda._sleep` on the GPU, `.item()` syncs.
-    Calibrate the sleep first (`measure.probe.calibrate_sleep`). With `sync_host_s`, each sync's
-    host time (seconds, from the call into `.item()` to its return) is appended to it: what the host
-    would not spend without the sync, timed without a profiler."""
+def wait_call(form: str) -> Callable[[], object]:
+    """The wait `form` (a key of WAIT_FORMS) as a call, its tensors made once: each call waits for
+    every op queued on the current stream."""
     import torch
 
+    if form not in WAIT_FORMS:
+        raise ValueError(f"wait must be one of {', '.join(WAIT_FORMS)}; got {form!r}")
+    flag = torch.zeros(1, device="cuda")
+    pageable, pinned = torch.empty(1), torch.empty(1, pin_memory=True)
+    mask = torch.tensor([True, False, True], device="cuda")
+    values = torch.arange(3.0, device="cuda")
+    repeats = torch.tensor([1, 2, 1], device="cuda")
+    event = torch.cuda.Event()
+
+    def event_wait():
+        event.record()
+        event.synchronize()
+
+    def pinned_event():
+        pinned.copy_(flag, non_blocking=True)
+        event_wait()
+
+    calls = {
+        "item": flag.item, "cpu": flag.cpu, "tolist": flag.tolist,
+        "pageable_d2h": lambda: pageable.copy_(flag, non_blocking=True),
+        "pinned_event": pinned_event,
+        "tensor_list": lambda: torch.tensor([1, 2, 3], device="cuda"),
+        "nonzero": mask.nonzero, "bool_mask": lambda: values[mask],
+        "repeat_interleave": lambda: values.repeat_interleave(repeats),
+        "event_sync": event_wait,
+        "stream_sync": lambda: torch.cuda.current_stream().synchronize(),
+        "device_sync": torch.cuda.synchronize,
+    }
+    return calls[form]
+
+
+def make_step(ops: tuple, sync_host_s: Optional[list] = None, wait: str = "item") -> Callable[[], None]:
+    """The ops as a CUDA step: spins on the host, `torch.cuda._sleep` on the GPU, each sync made the
+    way `wait` says (a key of WAIT_FORMS; `.item()` by default). Calibrate the sleep first
+    (`measure.probe.calibrate_sleep`). With `sync_host_s`, each sync's host time (seconds, from the
+    call into it to its return) is appended to it: what the host would not spend without the sync,
+    timed without a profiler."""
     from dspark_lab.measure import probe
     from dspark_lab.model.workload import spin_until
 
-    flag = torch.zeros(1, device="cuda")
+    sync = wait_call(wait)
 
     def step() -> None:
         for kind, ms in ops:
@@ -121,9 +196,9 @@ def make_step(ops: tuple, sync_host_s: Optional[list] = None) -> Callable[[], No
             elif kind == GPU:
                 probe.busy_kernel(ms)
             elif sync_host_s is None:
-                flag.item()  # a D2H copy and a stream sync: waits for every queued op
+                sync()  # waits for every queued op
             else:
                 t0 = time.perf_counter()
-                flag.item()
+                sync()
                 sync_host_s.append(time.perf_counter() - t0)
     return step

@@ -25,6 +25,7 @@ from dspark_lab.measure.step import measure_step
 from dspark_lab.gallery import cases as C
 from dspark_lab.config import choose_mode
 from dspark_lab.gallery.registry import CASES, Case, get
+from dspark_lab.results.facts import wait_kinds
 from dspark_lab.results.rules.stats import median_ci
 
 KIND, SCHEMA = "dspark_gallery", 1
@@ -33,13 +34,14 @@ DATA_DIR = Path(__file__).resolve().parents[2] / "data" / "gallery"
 VARIANTS = ("case", "fix")
 VARIANT_KEYS = (
     "function", "status", "error", "expected_syncs", "expected_d2h",
-    "host_syncs_per_step",  # syncs_per_step + blocking_copies_per_step: what the gallery documents
+    "host_syncs_per_step",  # every host wait per step, the copy calls that blocked included: what the gallery documents
     "syncs_per_step", "blocking_copies_per_step", "readback_syncs_per_step",
     "d2h_per_step", "d2h_pageable_per_step", "h2d_pageable_per_step",
     "debug_sites",  # sync debug mode: "file:line function" -> per step
     "guard_sites",  # the guard in counting mode over one step: [[site, kind, witness, allowed], ...]
     "host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms",
     "gpu_idle_sync_caused_ms",  # the sync's cost by notebook 01's rule (measure.breakdown.SYNC_COST_RULE)
+    "wait_charges", "wait_note",  # per kind of wait: count, blocked and charged ms; the waits charged nothing and why
     "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms",  # what else the fix may change
     "step_ms", "step_ms_lo", "step_ms_hi",  # profiler-free median over trials and its 95% CI
     "matches",  # measured == documented (host syncs and D2H copies); None where nothing can sync
@@ -47,26 +49,24 @@ VARIANT_KEYS = (
 
 
 def analyse(tr: dict) -> dict:
-    """Counts and step-time parts of a `measure_step` trace. Blocking pageable copies count as host
-    syncs, and their time as blocked time (the GPU idling after one is starved just the same)."""
+    """Counts and step-time parts of a `measure_step` trace. Every host wait is a sync and charged by
+    one rule (measure.syncs.host_waits): a copy call that blocked by itself counts as one, its time as
+    blocked time (`blocking_copies_per_step` counts those), with the charges by kind of wait."""
     ev = trace.events(tr)
     calls = syncs.sync_calls(ev)
     counts = syncs.counts_per_step(ev, calls)
-    copies = guard.blocking_copy_calls(ev)
-    n = counts["steps_in_trace"]
-    blocking = pd.concat([calls, copies[calls.columns.intersection(copies.columns)]], ignore_index=True) if len(copies) else calls
-    blocking["readback"] = blocking.readback.astype(bool)
-    parts = breakdown.summary(ev, calls=blocking)
+    parts = breakdown.summary(ev, calls=calls)
     out = {k: counts[k] for k in ("syncs_per_step", "readback_syncs_per_step", "d2h_per_step",
                                   "d2h_pageable_per_step", "h2d_pageable_per_step")}
-    out["blocking_copies_per_step"] = len(copies) / n
-    out["host_syncs_per_step"] = out["syncs_per_step"] + out["blocking_copies_per_step"]
+    out["blocking_copies_per_step"] = counts[syncs.SYNC_KIND_COLUMNS[syncs.COPY_WAIT]]
+    out["host_syncs_per_step"] = out["syncs_per_step"]
     out.update({k: parts.get(k) for k in PART_KEYS})
     return out
 
 
 PART_KEYS = ("host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms",
-             "gpu_idle_sync_caused_ms", "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms")
+             "gpu_idle_sync_caused_ms", "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms",
+             "wait_charges", "wait_note")
 SPLIT_RULE = ("the step-time change (fix - case, profiler-free medians) split in two: what the sync cost, the GPU "
               "idle the case's syncs caused less the fix's (notebook 01's rule, profiled steps), and the rest, "
               "what the fix's other changes bought (launches, host work: their profiled changes shown beside)")
@@ -194,7 +194,9 @@ def table(rec: dict) -> pd.DataFrame:
                     "change ms": sp["step_change_ms"], "of it the sync ms": sp["sync_cost_ms"],
                     "of it other changes ms": sp["other_changes_ms"],
                     "speed-up": (a["step_ms"] / b["step_ms"]) if a["step_ms"] and b["step_ms"] else None,
-                    "matches": None if a["matches"] is None else bool(a["matches"] and b["matches"])})
+                    "matches": None if a["matches"] is None else bool(a["matches"] and b["matches"]),
+                    "waits case": wait_kinds.charges_text(a.get("wait_charges")),
+                    "waits charged nothing case": a.get("wait_note") or ""})
         rows.append(row)
     return pd.DataFrame(rows)
 

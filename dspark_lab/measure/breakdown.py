@@ -1,7 +1,8 @@
 """Step-time breakdown from a trace: where each step's wall time went, on the host and on the GPU.
 
 Host side, each instant of a step is given to one part, by precedence:
-  blocked (syncs outside the readback) > readback (the by-design result wait) > copy (async
+  blocked (host waits outside the readback, measure.syncs.host_waits: a copy call that blocked by
+  itself included) > readback (the by-design result wait) > copy (async
   memcpy calls) > launch (other CUDA API calls) > prep (the step's `*prep*` phases) > other.
 GPU side: busy (kernels, copies, memsets) and idle; of the idle time, the part in gaps that
 contain the end of a step sync is "idle after sync" (the first gap only, kept for old recorded
@@ -16,6 +17,7 @@ cudaStreamSynchronize inside it).
 """
 from __future__ import annotations
 
+import json
 from typing import Optional, Sequence
 
 import numpy as np
@@ -24,20 +26,20 @@ import pandas as pd
 from dspark_lab.measure.ranges import PHASE_PREFIX
 from dspark_lab.measure import idle_causes, run_ahead
 from dspark_lab.measure import intervals as iv
-from dspark_lab.measure.syncs import ASYNC_COPY_APIS, SYNC_KINDS, host_events, step_windows, sync_calls
+from dspark_lab.measure.syncs import (ASYNC_COPY_APIS, HOST_AHEAD_US, host_events, host_waits, other_thread_waits,
+                                      step_windows, sync_calls)
 from dspark_lab.measure.trace import GPU_CATS, HOST_API_CATS, HOST_RANGE_CAT
+from dspark_lab.results.facts import wait_kinds
 
 GPU_MERGE_GAP_US = 2.0  # GPU ops closer than this are drawn as one busy span
 PARTS_PRECEDENCE = ("blocked", "readback", "copy", "launch", "prep")
-# A launched GPU op that starts more than this after its launch call returned waited behind queued
-# work: the host was ahead. On the recorded H200 traces an op launched into an idle GPU starts at
-# most a few µs after the call returns, a queued one hundreds of µs later (tests check both).
-HOST_AHEAD_US = 20.0
-SYNC_COST_RULE = ("GPU idle caused by a sync: each gap where the GPU waits for the host, from the sync that "
-                  "drained its queue until the host is ahead again; syncs of one step that follow each other while "
-                  "the host never gets ahead form a chain, whose gaps are charged up to the summed host time of the "
-                  "calls that made its syncs (each gap to the sync that drained the queue before it); a sync's own "
-                  "copy, launched just before it waits (.item()), does not put the host ahead")
+SYNC_COST_RULE = ("GPU idle caused by a host wait (a sync call, or a copy call that blocked by itself: a D2H into "
+                  "pageable memory, a pageable H2D staged behind the queue): each gap where the GPU waits for the "
+                  "host, from the wait that drained its queue until the host is ahead again; waits of one step that "
+                  "follow each other while the host never gets ahead form a chain, whose gaps are charged up to the "
+                  "summed host time of the framework calls that made its waits (each gap to the wait that drained the "
+                  "queue before it); a launch made by the framework call that then waits (.item()'s copy) does not "
+                  "put the host ahead")
 
 
 def host_sets(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> dict[str, list]:
@@ -115,7 +117,7 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None,
     if not wins:
         return pd.DataFrame(columns=cols)
     lau = launches(ev)
-    cause_of_launch, end_cause, chain_of = _causes_of_launches(ev, lau, calls, wins[-1][1])
+    cause_of_launch, end_cause, chain_of, _ = _causes_of_launches(ev, lau, calls, wins[-1][1])
     blocked = call_spans_us(ev, calls) if caps_us is None else np.asarray(caps_us, float)
     if len(blocked) != len(calls):
         raise ValueError(f"caps_us must give one cap per sync call: {len(calls)} calls, {len(blocked)} caps")
@@ -124,8 +126,11 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None,
 
 
 def call_spans_us(ev: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
-    """Per sync call: the host time (µs) of the innermost ATen op on its thread that encloses it, or
-    of the API call itself where no op does (a trace without CPU ops, a sync made outside ATen)."""
+    """Per wait: the host time (µs) of the innermost ATen op on its thread that encloses it, or
+    of the API call itself where no op does (a trace without CPU ops, a sync made outside ATen).
+    Rows of syncs.host_waits carry that span already (`op_ts`, `op_end`)."""
+    if {"op_ts", "op_end"} <= set(calls.columns):
+        return np.array(calls["op_end"] - calls["op_ts"], dtype=float)
     spans = np.array(calls["end"] - calls["ts"], dtype=float)
     ops = ev[(ev.cat == "cpu_op") & (ev.ph == "X")]
     if calls.empty or ops.empty:
@@ -140,17 +145,17 @@ def call_spans_us(ev: pd.DataFrame, calls: pd.DataFrame) -> np.ndarray:
     return spans
 
 
-def _causes_of_launches(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame,
-                        hi: float) -> tuple[dict, Optional[int], dict]:
-    """Walk the host's launches and blocking calls in host time (a launch counts at its start, a
-    blocking call at its return): per launch (correlation), the draining sync in charge of it
-    (its row in `calls`, or None), the one in charge when the last step ends at `hi`, and per
-    draining sync the first sync of its chain (itself, unless it drained while another was in charge)."""
-    host = host_events(ev)
-    blocking = host[host.cat.isin(HOST_API_CATS) & host.name.isin(list(SYNC_KINDS))]
+def _causes_of_launches(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame, hi: float,
+                        waits: Optional[pd.DataFrame] = None) -> tuple[dict, Optional[int], dict, dict]:
+    """Walk the host's launches and waits in host time (a launch counts at its start, a wait at its
+    return): per launch (correlation), the draining wait in charge of it (its row in `calls`, or
+    None), the one in charge when the last step ends at `hi`, per draining wait the first wait of its
+    chain (itself, unless it drained while another was in charge), and per wait of `calls` what it
+    found (DRAINED, ALREADY_IDLE or STILL_QUEUED). `waits`: syncs.host_waits(ev) where the caller has it."""
+    waits = host_waits(ev) if waits is None else waits
     causes = {(r.ts, r.end): i for i, r in enumerate(calls.itertuples()) if not r.readback}
     steps = calls["step"].tolist() if "step" in calls else [0] * len(calls)
-    # GPU work pending when a blocking call begins / returns: the last end of work launched before.
+    # GPU work pending when a wait begins / returns: the last end of work launched before.
     launch_ts = lau.ts.to_numpy()
     pending = lau.gpu_end.cummax().to_numpy()
 
@@ -158,37 +163,61 @@ def _causes_of_launches(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame
         k = int(np.searchsorted(launch_ts, t, side="left"))
         return float(pending[k - 1]) if k else float("-inf")
 
-    # A copy launched right before the blocking call that waits for it (`.item()`: cudaMemcpyAsync,
-    # then cudaStreamSynchronize) is that sync's own: queued behind the GPU's work, it does not put
-    # the host ahead, so it does not end a chain.
-    block_starts = np.sort(blocking.ts.to_numpy())
-
-    def own_copy_of_next_sync(r) -> bool:
-        k = int(np.searchsorted(block_starts, r.end, side="left"))
-        return k < len(block_starts) and block_starts[k] - r.end <= HOST_AHEAD_US
-
+    own_copy_of_a_wait = _own_launch_test(waits)
     timeline_ = [(r.ts, 0, "launch", r) for r in lau.itertuples()] + \
-                [(r.end, 1, "sync", r) for r in blocking.itertuples()]
+                [(r.end, 1, "wait", r) for r in waits.itertuples()]
     cause: Optional[int] = None
     end_cause: Optional[int] = None  # in charge when the last step ends (a drain after it does not count)
     cause_of_launch: dict = {}
-    chain_of: dict = {}  # draining sync -> the first sync of its chain
+    chain_of: dict = {}  # draining wait -> the first wait of its chain
+    found: dict = {}  # wait (row in calls) -> what it found
     for t, _, kind, r in sorted(timeline_, key=lambda x: (x[0], x[1])):
         if kind == "launch":
-            if r.waited and not own_copy_of_next_sync(r):
+            if r.waited and not own_copy_of_a_wait(r):
                 cause = None
             cause_of_launch[r.correlation] = cause
         else:
             p = pending_at(r.end)
+            new = causes.get((r.ts, r.end))
             if r.ts + HOST_AHEAD_US < p <= r.end + HOST_AHEAD_US:  # it waited for work and left none
-                new = causes.get((r.ts, r.end))
                 if new is not None:
                     joins = cause is not None and steps[cause] == steps[new]
                     chain_of[new] = chain_of[cause] if joins else new
+                    found[new] = DRAINED
                 cause = new
+            elif new is not None:
+                found[new] = ALREADY_IDLE if p <= r.ts + HOST_AHEAD_US else STILL_QUEUED
         if t <= hi:
             end_cause = cause
-    return cause_of_launch, end_cause, chain_of
+    return cause_of_launch, end_cause, chain_of, found
+
+
+def _own_launch_test(waits: pd.DataFrame):
+    """Is a launch a wait's own? One made by the framework call that then waits (`.item()`'s copy,
+    `nonzero`'s count kernel, the copy a `.cpu()` waits in): queued behind the GPU's work, it does not
+    put the host ahead, so it does not end a chain. Its own: inside the wait's framework call, or (a
+    trace without ATen ops) ending within HOST_AHEAD_US before the wait begins."""
+    op_lo = waits["op_ts"].to_numpy(float) if "op_ts" in waits else waits.ts.to_numpy(float)
+    op_hi = waits["op_end"].to_numpy(float) if "op_end" in waits else waits.end.to_numpy(float)
+    block_starts = np.sort(waits.ts.to_numpy(float))
+
+    def own(r) -> bool:
+        if ((op_lo <= r.ts) & (r.ts <= op_hi)).any():
+            return True
+        k = int(np.searchsorted(block_starts, r.end, side="left"))
+        return k < len(block_starts) and block_starts[k] - r.end <= HOST_AHEAD_US
+    return own
+
+
+# What a wait found when it returned (the reason a wait is charged nothing, wait_charges).
+DRAINED, ALREADY_IDLE, STILL_QUEUED = "drained", "already_idle", "still_queued"
+WHY_NOTHING = {
+    ALREADY_IDLE: "the GPU was already idle when it began: nothing queued to wait for",
+    STILL_QUEUED: "work was still queued when it returned: the GPU never ran dry",
+    DRAINED: "the host was ahead again before the GPU ran dry (or its chain's cap went to earlier gaps)",
+    "readback": "the step's by-design readback: charged nothing",
+    "other_thread": "made on another thread: the step's thread did not wait in it",
+}
 
 
 def _charged_gaps(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame, blocked: np.ndarray,
@@ -278,14 +307,64 @@ def _causes_and_leads(ev: pd.DataFrame, gpu: list, caused: pd.DataFrame) -> tupl
     return idle_causes.spans(ev, lau, caused, gaps), run_ahead.per_step(ev, lau)
 
 
+WAIT_CHARGE_COLUMNS = ("step", "wait", "label", "name", "calls", "site", "blocked_ms", "cap_ms", "charged_ms",
+                       "why_nothing")
+
+
+def wait_charges(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None, *, caused: Optional[pd.DataFrame] = None,
+                 waits: Optional[pd.DataFrame] = None) -> pd.DataFrame:
+    """One row per host wait in the steps, then one per blocking call another thread made there: its
+    step, kind of wait (results.facts.wait_kinds) and label, sync call, API calls and site, the time
+    the host waited in it (blocked_ms: first call's start to last call's end), its cap (the framework
+    call's host time), the GPU idle charged to it, and where that is 0 why (WHY_NOTHING), never a
+    bare 0. `calls`, `caused`, `waits`: sync_calls, sync_caused_gaps, syncs.host_waits of the trace."""
+    waits = host_waits(ev) if waits is None else waits
+    calls = waits[waits.step >= 0].reset_index(drop=True) if calls is None else calls
+    wins = step_windows(ev)
+    found: dict = {}
+    if wins and len(calls):
+        _, _, _, found = _causes_of_launches(ev, launches(ev), calls, wins[-1][1], waits)
+    caused = sync_caused_gaps(ev, calls) if caused is None else caused
+    charged = (caused.end - caused.start).groupby(caused["sync"]).sum() if len(caused) else pd.Series(dtype=float)
+    caps = call_spans_us(ev, calls)
+    rows = []
+    for i, r in enumerate(calls.itertuples()):
+        wait = getattr(r, "wait", None) or wait_kinds.BY_API.get(getattr(r, "kind", ""), "stream_wait")
+        c = float(charged.get(i, 0.0)) / 1e3
+        why = "" if c > 0 else WHY_NOTHING["readback" if r.readback else found.get(i, ALREADY_IDLE)]
+        rows.append([int(getattr(r, "step", 0)), wait, wait_kinds.label(wait), r.name, getattr(r, "calls", r.name),
+                     r.site, (r.end - r.ts) / 1e3, caps[i] / 1e3, c, why])
+    for r in other_thread_waits(ev).itertuples():
+        wait = wait_kinds.BY_API.get(r.kind, "stream_wait")
+        rows.append([int(r.step), wait, wait_kinds.label(wait), r.name, r.name, f"thread {r.tid}", (r.end - r.ts) / 1e3,
+                     (r.end - r.ts) / 1e3, 0.0, WHY_NOTHING["other_thread"]])
+    return pd.DataFrame(rows, columns=list(WAIT_CHARGE_COLUMNS))
+
+
+def wait_summary(table: pd.DataFrame, n_steps: int) -> dict:
+    """`wait_charges` (JSON): per kind of wait, per step, how many, the host's time in them and the GPU
+    idle charged; `wait_note`: each wait outside the readback charged nothing and why."""
+    n = max(n_steps, 1)
+    outside = table[table.why_nothing != WHY_NOTHING["readback"]]
+    charges = {k: {"per_step": len(g) / n, "blocked_ms": float(g.blocked_ms.sum()) / n,
+                   "charged_ms": float(g.charged_ms.sum()) / n} for k, g in outside.groupby("wait")}
+    zero = outside[outside.charged_ms <= 0]
+    note = "; ".join(sorted({f"{r.label} ({r.calls}) at {r.site}: {r.why_nothing}" for r in zero.itertuples()}))
+    return {"wait_charges": json.dumps(charges, sort_keys=True), "wait_note": note}
+
+
 def summary(ev: pd.DataFrame, skip_first: int = 1, calls: Optional[pd.DataFrame] = None, **shared) -> dict:
     """Mean over steps of each part, so the parts still add up to the mean step (medians would
-    not). The first step is skipped: it pays the profiler's start. `shared`: per_step's."""
+    not). The first step is skipped: it pays the profiler's start. `shared`: per_step's. With them,
+    the waits by kind and the ones charged nothing (wait_summary)."""
     df = per_step(ev, calls, **shared)
-    if len(df) > skip_first:
-        df = df.iloc[skip_first:]
+    skip = skip_first if len(df) > skip_first else 0
+    df = df.iloc[skip:]
     mean = df.mean(numeric_only=True)
     out = {k: float(mean[k]) for k in df.columns if k.endswith("_ms") and k != "wall_ms"}
+    if len(df):
+        table = wait_charges(ev, calls, caused=shared.get("caused"))
+        out.update(wait_summary(table[table.step >= skip], len(df)))
     out["profiled_step_ms"] = float(mean["wall_ms"])
     if step_windows(ev):  # the launch lead over every launch of those steps, not a mean of medians
         pooled = run_ahead.over_steps(ev, launches(ev), skip_first=skip_first if len(step_windows(ev)) > skip_first else 0)
@@ -323,14 +402,22 @@ def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Opt
     caused = sync_caused_gaps(ev, calls) if caused is None else caused
     for r in caused[(caused.end > lo) & (caused.start < hi)].itertuples():
         segs.append(["gpu", "idle_sync_caused", (max(r.start, lo) - lo) / 1e3, (min(r.end, hi) - lo) / 1e3,
-                     f"GPU idle caused by {r.sync_name} at {r.sync_site}"])
-    for r in calls[(calls.ts >= lo) & (calls.ts < hi)].itertuples():
-        segs.append(["host", "sync" if not r.readback else "readback_sync", (r.ts - lo) / 1e3, (r.end - lo) / 1e3, f"{r.name} at {r.site}"])
+                     f"GPU idle caused by {_wait_label(calls, r.sync)} ({r.sync_name}) at {r.sync_site}"])
+    for i, r in enumerate(calls.itertuples()):
+        if lo <= r.ts < hi:
+            segs.append(["host", "sync" if not r.readback else "readback_sync", (r.ts - lo) / 1e3, (r.end - lo) / 1e3,
+                         f"{_wait_label(calls, i)}: {getattr(r, 'calls', r.name)} at {r.site}"])
     by_cause, ahead = _causes_and_leads(ev, gpu_intervals(ev), caused)
     segs += _cause_segments(by_cause, lo, hi)
     for k, (s, e) in enumerate(shown):
         segs.append(["host", "step", (s - lo) / 1e3, (e - lo) / 1e3, _step_label(first_step + k, ahead[first_step + k])])
     return segs
+
+
+def _wait_label(calls: pd.DataFrame, i: int) -> str:
+    """The kind of wait of row `i` of `calls`, as views name it."""
+    row = calls.iloc[int(i)]
+    return wait_kinds.label(row["wait"] if "wait" in calls else wait_kinds.BY_API.get(row.get("kind", ""), "stream_wait"))
 
 
 def _cause_segments(by_cause: dict, lo: float, hi: float) -> list[list]:

@@ -12,12 +12,14 @@ HTA splits idle into host wait / kernel wait / other.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import pandas as pd
 
 from dspark_lab.measure import intervals as iv
-from dspark_lab.measure.syncs import SYNC_KINDS, host_events
-from dspark_lab.measure.trace import GPU_CATS, HOST_API_CATS
+from dspark_lab.measure.syncs import host_waits
+from dspark_lab.measure.trace import GPU_CATS
 
 CAUSES = ("sync", "host_bound", "other")
 # The per-step columns, by cause: the sync part is breakdown's own column (one fact in one place).
@@ -26,13 +28,14 @@ CAUSE_COLUMNS = {"sync": "gpu_idle_sync_caused_ms", "host_bound": "gpu_idle_host
 COLUMNS = (CAUSE_COLUMNS["host_bound"], CAUSE_COLUMNS["other"])  # the ones this module adds
 
 
-def spans(ev: pd.DataFrame, lau: pd.DataFrame, caused: pd.DataFrame, gaps: list) -> dict[str, list]:
+def spans(ev: pd.DataFrame, lau: pd.DataFrame, caused: pd.DataFrame, gaps: list,
+          waits: Optional[pd.DataFrame] = None) -> dict[str, list]:
     """Disjoint intervals per cause covering `gaps` (the GPU's idle intervals) exactly. `lau`:
-    breakdown.launches; `caused`: breakdown.sync_caused_gaps of the same trace."""
+    breakdown.launches; `caused`: breakdown.sync_caused_gaps of the same trace; `waits`:
+    measure.syncs.host_waits of it (every wait, the copy calls that blocked included)."""
     sync = iv.union(zip(caused.start, caused.end))
-    host = host_events(ev)
-    blocked = iv.union(zip(*(host[host.cat.isin(HOST_API_CATS) & host.name.isin(list(SYNC_KINDS))][c]
-                             for c in ("ts", "end"))))
+    waits = host_waits(ev) if waits is None else waits
+    blocked = iv.union(zip(waits.ts, waits.end))
     g = ev[ev.cat.isin(GPU_CATS)].sort_values("ts", kind="stable")
     op_ts, op_corr = g.ts.to_numpy(), g.correlation.to_numpy()
     call = {r.correlation: (r.ts, r.gpu_start, r.waited) for r in lau.itertuples()}

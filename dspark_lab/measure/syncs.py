@@ -1,10 +1,14 @@
-"""Sync accounting from a trace: host-blocking calls by kind, host-to-device copies by source
-memory, device allocations, and the source line each sync comes from.
+"""Sync accounting from a trace: every host wait by kind, host-to-device copies by source memory,
+device allocations, and the source line each wait comes from.
 
-Host-blocking CUDA API calls (runtime and driver names) by kind. A synchronous `cudaMemcpy` blocks
-the host like a stream sync; `cudaMemcpyAsync` from pageable memory may be staged synchronously by
-the driver (Nsight Systems' "async memcpy with pageable memory" rule): that case is counted as a
-pageable copy, and its host time shows in the breakdown's copy part.
+A host wait is a wait whatever made it (`host_waits`): a host-blocking CUDA API call (runtime and
+driver names: stream, device and event syncs, a synchronous `cudaMemcpy`), or a copy call that
+blocked by itself: a D2H into pageable memory returns only after the copy has run, whatever its
+`non_blocking` said, and a pageable H2D the driver staged behind the queue returns only when the
+queue has drained (CUDA's "API synchronization behavior": such a copy "might be synchronous").
+The blocking calls one framework call made (`.cpu()`: the copy that waited, then its
+`cudaStreamSynchronize`) are one wait, spanning them all, named by a kind of
+results.facts.wait_kinds.
 """
 from __future__ import annotations
 
@@ -21,7 +25,8 @@ from typing import Callable, Iterator, Optional
 import pandas as pd
 
 from dspark_lab.measure.ranges import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE
-from dspark_lab.measure.trace import HOST_API_CATS, HOST_RANGE_CAT, python_frame
+from dspark_lab.measure.trace import GPU_CATS, HOST_API_CATS, HOST_RANGE_CAT, python_frame
+from dspark_lab.results.facts import wait_kinds
 
 SYNC_KINDS = {
     "cudaStreamSynchronize": "stream", "cuStreamSynchronize": "stream",
@@ -30,13 +35,21 @@ SYNC_KINDS = {
     "cudaMemcpy": "memcpy", "cudaMemcpy2D": "memcpy", "cudaMemcpyToSymbol": "memcpy",
     "cudaMemcpyFromSymbol": "memcpy", "cuMemcpyHtoD_v2": "memcpy", "cuMemcpyDtoH_v2": "memcpy",
 }
+# A wait made inside a copy call with no sync call of its own (a pageable D2H, a staged pageable H2D).
+COPY_WAIT = "copy"
 SYNC_KIND_COLUMNS = {"stream": "stream_syncs_per_step", "device": "device_syncs_per_step",
-                     "event": "event_syncs_per_step", "memcpy": "sync_memcpy_per_step"}
+                     "event": "event_syncs_per_step", "memcpy": "sync_memcpy_per_step",
+                     COPY_WAIT: "copy_waits_per_step"}
 # Columns that count host-blocking calls: with no CUDA device there is no call to block on, so a
 # CPU run records them as NaN with NO_CUDA_NOTE in `sync_note`, never as a measured zero.
 SYNC_COUNT_COLUMNS = (*SYNC_KIND_COLUMNS.values(), "syncs_per_step", "readback_syncs_per_step", "debug_syncs_per_step")
 NO_CUDA_NOTE = "not measurable without CUDA"
-ASYNC_COPY_APIS = ("cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2", "cuMemcpyAsync")
+ASYNC_COPY_APIS = ("cudaMemcpyAsync", "cuMemcpyHtoDAsync_v2", "cuMemcpyDtoHAsync_v2", "cuMemcpyAsync")
+# A launched GPU op that starts more than this after its launch call returned waited behind queued
+# work: the host was ahead. On the recorded H200 traces an op launched into an idle GPU starts at
+# most a few µs after the call returns, a queued one hundreds of µs later (tests check both). The
+# same margin says whether a blocking call found work queued and left none (it drained the queue).
+HOST_AHEAD_US = 20.0
 _TORCH_PATH_PARTS = ("/torch/", "\\torch\\", "<built-in", "contextlib.py", "/dspark_lab/measure/")
 
 
@@ -103,21 +116,113 @@ def attribute(host: pd.DataFrame, call: pd.Series) -> str:
     return " in ".join(p for p in parts if p) or call["name"]
 
 
-def sync_calls(ev: pd.DataFrame) -> pd.DataFrame:
-    """Host-blocking API calls on the step thread, with kind, readback flag, step index, and source."""
+WAIT_COLUMNS = ("name", "cat", "ts", "end", "dur", "pid", "tid", "correlation", "kind", "wait", "calls", "op",
+                "op_ts", "op_end", "readback", "step", "site")
+
+
+def _gpu_records(ev: pd.DataFrame) -> pd.DataFrame:
+    """GPU work by correlation: its first start, last end, and the copy's name where it is a memcpy."""
+    g = ev[ev.cat.isin(GPU_CATS) & ev.correlation.notna()]
+    if g.empty:
+        return pd.DataFrame(columns=["gpu_start", "gpu_end", "memcpy"])
+    copy_name = g.name.where(g.cat == "gpu_memcpy", "")
+    return g.assign(memcpy=copy_name).groupby("correlation").agg(
+        gpu_start=("ts", "min"), gpu_end=("end", "max"), memcpy=("memcpy", "max"))
+
+
+def _copy_call_waits(api: pd.DataFrame, work: pd.DataFrame) -> pd.Series:
+    """Per copy API call on the thread: did the call itself wait for the GPU? A D2H into pageable
+    memory always does (it returns after the copy ran); a pageable H2D did when it drained the queue:
+    GPU work (its own copy included) was pending when it began and none when it returned."""
+    launch = api.join(work, on="correlation", how="inner").sort_values("ts", kind="stable")
+    launch = launch.assign(pending=launch.gpu_end.cummax())  # launches up to each one: the queue's end
+    pageable = launch[launch.name.isin(ASYNC_COPY_APIS) & launch.memcpy.astype(str).str.contains("Pageable")]
+    d2h = pageable.memcpy.str.contains("DtoH")
+    drained = pageable.memcpy.str.contains("HtoD") & (pageable.ts + HOST_AHEAD_US < pageable.pending) \
+        & (pageable.pending <= pageable.end + HOST_AHEAD_US)
+    out = pd.Series(False, index=api.index)
+    out[pageable.index[d2h | drained]] = True
+    return out
+
+
+def _innermost_op(ops: pd.DataFrame, ts: float, end: float) -> Optional[pd.Series]:
+    around = ops[(ops.ts <= ts) & (ops.end >= end)]
+    return around.sort_values("ts", kind="stable").iloc[-1] if len(around) else None
+
+
+def host_waits(ev: pd.DataFrame) -> pd.DataFrame:
+    """Every host wait on the step thread, one row each, in time order (outside the steps too: step
+    -1). A wait is the blocking calls of one framework call (the innermost ATen op around them; a
+    call outside any op is a wait of its own): its span from the first call's start to the last's
+    end; `name` its sync call (the copy call where none), `kind` that call's SYNC_KINDS kind or
+    COPY_WAIT, `wait` the kind of wait (results.facts.wait_kinds), `calls` the API calls, `op` and
+    `op_ts`/`op_end` the framework call (the call itself where none), `readback` inside the
+    by-design readback, `step`, `site` (attribute)."""
     host = host_events(ev)
-    calls = host[host.cat.isin(HOST_API_CATS) & host.name.isin(list(SYNC_KINDS))].copy()
+    api = host[host.cat.isin(HOST_API_CATS)]
+    work = _gpu_records(ev)
+    copy_waited = _copy_call_waits(api, work)
+    blocking = api[api.name.isin(list(SYNC_KINDS)) | copy_waited].sort_values("ts", kind="stable")
+    ops = host[(host.cat == "cpu_op") & (host.ph == "X")]
+    groups: dict = {}
+    for i, c in blocking.iterrows():
+        op = _innermost_op(ops, c.ts, c.end)
+        key = ("op", op.ts, op.end) if op is not None else ("call", i)
+        groups.setdefault(key, (op, []))[1].append(i)
+    rows = [_wait_row(host, api, ops, work, blocking.loc[idx], op, copy_waited) for op, idx in groups.values()]
+    out = pd.DataFrame(rows, columns=[c for c in WAIT_COLUMNS if c not in ("readback", "step", "site")])
+    out = out.sort_values("ts", kind="stable").reset_index(drop=True)
     readback = host[(host.name == READBACK_RANGE) & (host.cat == HOST_RANGE_CAT)]
     wins = step_windows(ev)
-    calls["kind"] = calls.name.map(SYNC_KINDS)
-    calls["readback"] = pd.Series(
-        [bool(((readback.ts <= r.ts) & (readback.end >= r.end)).any()) for r in calls.itertuples()], index=calls.index, dtype=bool)
-    calls["step"] = pd.Series(
-        [next((i for i, (s, e) in enumerate(wins) if s <= r.ts < e), -1) for r in calls.itertuples()], index=calls.index, dtype=int)
-    # attribute() looks only at frames, ops and ranges around each call: cut the thread to those once.
+    out["readback"] = pd.Series([bool(((readback.ts <= r.ts) & (readback.end >= r.end)).any()) for r in out.itertuples()],
+                                index=out.index, dtype=bool)
+    out["step"] = pd.Series([next((i for i, (s, e) in enumerate(wins) if s <= r.ts < e), -1) for r in out.itertuples()],
+                            index=out.index, dtype=int)
+    # attribute() looks only at frames, ops and ranges around each wait: cut the thread to those once.
     around = host[host.cat.isin(("python_function", "cpu_op", HOST_RANGE_CAT))]
-    calls["site"] = pd.Series([attribute(around, r) for _, r in calls.iterrows()], index=calls.index, dtype=object)
-    return calls[calls.step >= 0].reset_index(drop=True)
+    out["site"] = pd.Series([attribute(around, r) for _, r in out.iterrows()], index=out.index, dtype=object)
+    return out
+
+
+def _wait_row(host: pd.DataFrame, api: pd.DataFrame, ops: pd.DataFrame, work: pd.DataFrame, calls: pd.DataFrame,
+              op: Optional[pd.Series], copy_waited: pd.Series) -> dict:
+    sync = calls[calls.name.isin(list(SYNC_KINDS))]
+    named = sync.iloc[0] if len(sync) else calls.iloc[0]
+    lo, hi = (float(op.ts), float(op.end)) if op is not None else (float(calls.ts.min()), float(calls.end.max()))
+    chain = ops[(ops.ts <= calls.ts.min()) & (ops.end >= calls.end.max())].name.tolist()
+    inside = api[(api.ts >= lo) & (api.end <= hi) & api.name.isin(ASYNC_COPY_APIS)]
+    names = [str(work.memcpy.get(c, "")) for c in inside.correlation if c in work.index]
+    direction = next((d for n in names for d in ("DtoH", "HtoD") if d in n), None)
+    kind = SYNC_KINDS.get(named["name"], COPY_WAIT)
+    wait = wait_kinds.classify(chain, None if kind == COPY_WAIT else kind, copy_direction=direction,
+                               copy_call_waited=bool(copy_waited.loc[calls.index].any()))
+    ts, end = float(calls.ts.min()), float(calls.end.max())
+    return {"name": named["name"], "cat": named["cat"], "ts": ts, "end": end, "dur": end - ts, "pid": named.pid,
+            "tid": named.tid, "correlation": named.correlation, "kind": kind, "wait": wait,
+            "calls": "+".join(calls.name), "op": op["name"] if op is not None else "", "op_ts": lo, "op_end": hi}
+
+
+def sync_calls(ev: pd.DataFrame) -> pd.DataFrame:
+    """The host waits inside the steps (host_waits, step >= 0): what the counts, the breakdown and the
+    cost rule read."""
+    w = host_waits(ev)
+    return w[w.step >= 0].reset_index(drop=True)
+
+
+def other_thread_waits(ev: pd.DataFrame) -> pd.DataFrame:
+    """Blocking calls on threads other than the step thread, inside the steps' span: waits the step's
+    own thread did not make, so the cost rule cannot charge them (listed with that reason)."""
+    wins = step_windows(ev)
+    steps = _step_ranges(ev)
+    if not wins:
+        return ev.iloc[0:0]
+    pid, tid = steps.pid.iloc[0], steps.tid.iloc[0]
+    lo, hi = wins[0][0], wins[-1][1]
+    o = ev[ev.cat.isin(HOST_API_CATS) & ev.name.isin(list(SYNC_KINDS)) & ~((ev.pid == pid) & (ev.tid == tid))
+           & (ev.ts >= lo) & (ev.ts < hi)].copy()
+    o["kind"] = o.name.map(SYNC_KINDS)
+    o["step"] = [next((i for i, (s, e) in enumerate(wins) if s <= t < e), -1) for t in o.ts]
+    return o.reset_index(drop=True)
 
 
 def h2d_copies(ev: pd.DataFrame) -> pd.DataFrame:

@@ -44,20 +44,16 @@ def inspect_step(fn: Callable[[], object], *, target: str = "(a Python callable)
     report = measure_step(fn, steps=steps, trials=trials, warmup=warmup, with_stack=True)
     ev = trace.events(report.trace)
     cuda = report.device == "cuda"
-    calls = syncs.sync_calls(ev)
-    copies = guard.blocking_copy_calls(ev)
-    blocking = pd.concat([calls, copies[calls.columns.intersection(copies.columns)]], ignore_index=True) \
-        if len(copies) else calls
-    blocking["readback"] = blocking.readback.astype(bool)
+    # Every host wait, the copy calls that blocked by themselves included (measure.syncs.host_waits).
+    blocking = syncs.sync_calls(ev)
     parts = breakdown.summary(ev, calls=blocking)
     if not cuda:  # no GPU stream and nothing that can block on one: not measurable, never zero
         parts.update({k: float("nan") for k in NO_CUDA_PARTS})
     n = report.counts["steps_in_trace"]
     counts = {k: v for k, v in report.counts.items() if k != "sync_site"}
-    counts["blocking_copies_per_step"] = len(copies) / n if cuda else float("nan")
+    counts["blocking_copies_per_step"] = report.counts[syncs.SYNC_KIND_COLUMNS[syncs.COPY_WAIT]] if cuda else float("nan")
     if not cuda:
         counts.update({k: float("nan") for k in NO_CUDA_COPY_COUNTS})
-    counts["syncs_per_step"] = (report.counts["syncs_per_step"] + counts["blocking_copies_per_step"])
     guard_rec = _guard(fn, allow) if cuda else {"checked": [], "allow": list(allow), "violations": [], "allowed": [],
                                                 "note": guard.NO_CUDA_MESSAGE}
     sites = _sites(report.debug_sites, blocking, ev, source_root, allow) if cuda else []
@@ -118,6 +114,7 @@ def _sites(debug_sites: dict, blocking: pd.DataFrame, ev: pd.DataFrame, source_r
         function_level[site] = function_level.get(site, 0.0) + 1.0 / n
     merged = merge_sites(debug_sites, function_level)
     costs = _function_costs(blocking, ev)
+    kinds = _function_waits(blocking, ev)
     parsed = {key: try_parse(key) for key in merged}
     where = {key: (s.where if s else ("", key)) for key, s in parsed.items()}
     per_function: dict = {}
@@ -127,18 +124,33 @@ def _sites(debug_sites: dict, blocking: pd.DataFrame, ev: pd.DataFrame, source_r
     for key, count in merged.items():
         blocked, idle = _costs_of(costs, where[key])
         share = count / per_function[where[key]] if per_function[where[key]] else 0.0
+        wait, why = _costs_of(kinds, where[key], ("", ""))
         out.append({"site": key, "per_step": count, "exact": key in debug_sites,
                     "host_blocked_ms": blocked * share, "gpu_idle_ms": idle * share,
+                    "wait": wait, "why_nothing": why if idle <= 0 else "",
                     "code": source_line(parsed[key], source_root) if parsed[key] else None,
                     "allowed": guard.is_allowed(key, tuple(allow))})
     return sorted(out, key=lambda r: -r["per_step"])
 
 
-def _costs_of(costs: dict, where: tuple) -> tuple:
+def _function_waits(blocking: pd.DataFrame, ev: pd.DataFrame) -> dict:
+    """(path, function) -> (the kinds of wait it made, as views name them; why it was charged nothing
+    where it was), over the steps outside the by-design readback."""
+    table = breakdown.wait_charges(ev, blocking)
+    table = table[(table.step >= 0) & (table.why_nothing != breakdown.WHY_NOTHING["readback"])]
+    out: dict = {}
+    for site, g in table.groupby("site"):
+        s = try_parse(site)
+        out[s.where if s else ("", site)] = (", ".join(sorted(set(g.label))),
+                                             "; ".join(sorted(set(g.why_nothing) - {""})))
+    return out
+
+
+def _costs_of(costs: dict, where: tuple, missing: tuple = (0.0, 0.0)) -> tuple:
     """A function's costs, found under the spelling of its path the trace gave if not this one."""
     if where in costs:
         return costs[where]
-    return next((v for w, v in costs.items() if same_function(w, where)), (0.0, 0.0))
+    return next((v for w, v in costs.items() if same_function(w, where)), missing)
 
 
 def source_line(site, root: Optional[Path]) -> Optional[str]:

@@ -18,7 +18,7 @@ from dspark_lab.results.analyses import verification as V
 from dspark_lab.results.analyses.hazards import FORMS
 from dspark_lab.results.record import sync_sites
 from dspark_lab.results.record.verify_record import Check
-from dspark_lab.results.rules.stats import mean_ci, median_ci
+from dspark_lab.results.rules.stats import median_ci
 from dspark_lab.verify import known_syncs as KS
 
 
@@ -77,14 +77,15 @@ def _host_ms_per_step(step: Callable[[], None], steps: int, reps: int = 5) -> fl
     return float(np.median(out))
 
 
-def _sync_call_ms(reps: int = 200) -> float:
-    """The host time of one `.item()` on an idle GPU (median, ms): a sync call's own cost."""
-    flag = torch.zeros(1, device="cuda")
+def _sync_call_ms(reps: int = 200, wait: str = "item") -> float:
+    """The host time of one wait made as `wait` (known_idle.WAIT_FORMS) on an idle GPU (median, ms): a
+    sync call's own cost."""
+    call = ki.wait_call(wait)
     ts = []
     for _ in range(reps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
-        flag.item()
+        call()
         ts.append(time.perf_counter() - t0)
     return float(np.median(ts) * 1e3)
 
@@ -100,19 +101,24 @@ def steady_loss(w: Callable[[], None], f: Callable[[], None], *, rounds: int = 8
 
 
 def measure_cost_case(case: ki.KnownIdleCase, *, sync_call_ms: float, rounds: int = 8, steps: int = 20,
-                      profile_steps: int = 12) -> Check:
+                      profile_steps: int = 12, captures: int = 4) -> Check:
     """One known-idle case: the steady-state loss (steady_loss); the charge over the profiled steps but
-    the first (it pays the profiler's start), with its CI over those steps; the profiler's host time
-    per step (the profiled step's host time outside its syncs minus the sync-free step's host time
-    without profiler); `sync_call_ms` (see _sync_call_ms)."""
+    the first (it pays the profiler's start) of `captures` profiled captures, with its CI over them
+    (V.charge_over_captures); the profiler's host time per step (the profiled step's host time outside
+    its syncs minus the sync-free step's host time without profiler); `sync_call_ms` (see _sync_call_ms)."""
     sync = torch.cuda.synchronize
-    w, f = as_step(ki.make_step(case.ops)), as_step(ki.make_step(case.sync_free()))
+    w, f = as_step(ki.make_step(case.ops, wait=case.wait)), as_step(ki.make_step(case.sync_free()))
     loss, lo, hi = steady_loss(w, f, rounds=rounds, steps=steps)
-    ev = trace.events(trace.capture(w, profile_steps, warmup=1, sync=sync))
-    calls = syncs.sync_calls(ev)
-    per = breakdown.per_step(ev, calls).iloc[1:]
-    charged, c_lo, c_hi = mean_ci(per.gpu_idle_sync_caused_ms.tolist())
-    host_profiled = float((per.wall_ms - per.host_blocked_ms - per.host_readback_ms).mean())
+    charges, hosts = [], []
+    for _ in range(captures):
+        ev = trace.events(trace.capture(w, profile_steps, warmup=1, sync=sync))
+        calls = syncs.sync_calls(ev)
+        per = breakdown.per_step(ev, calls).iloc[1:]
+        charges.append(per.gpu_idle_sync_caused_ms.tolist())
+        hosts.append(float((per.wall_ms - per.host_blocked_ms - per.host_readback_ms).mean()))
+    charged, c_lo, c_hi = V.charge_over_captures(charges)
+    host_profiled = float(np.mean(hosts))
+    outside = calls[~calls.readback & (calls.step >= 1)]  # the last capture's waits, named and counted
     # The syncs' host time the rule caps a chain by, from the trace, beside the same timed without a
     # profiler: the evidence that the cap is what the host would save.
     in_steps = (calls.step >= 1).to_numpy()
@@ -121,14 +127,16 @@ def measure_cost_case(case: ki.KnownIdleCase, *, sync_call_ms: float, rounds: in
     return V.cost_check(case.name, case.what, charged_ms=charged, charge_ci=(c_lo, c_hi), loss_ms=loss,
                         loss_ci=(lo, hi), profiler_host_ms=host_profiled - _host_ms_per_step(f, steps),
                         syncs_per_step=case.syncs_per_step, sync_call_ms=sync_call_ms,
-                        expected_ms=case.expected(steps)["caused_idle_ms"], measured=measured)
+                        expected_ms=case.expected(steps)["caused_idle_ms"], measured=measured,
+                        wait_kind=case.wait_kind if case.syncs_per_step else None, waits_expected=case.waits_per_step,
+                        waits_seen=sorted(set(outside.wait)), waits_per_step=len(outside) / max(1, len(per)))
 
 
 def sync_host_times_s(case: ki.KnownIdleCase, steps: int = 20, warmup: int = 3) -> list:
     """Each sync's host time (s, each `.item()` timed around the call) over `steps` steps, in order,
     no profiler."""
     times: list = []
-    step = as_step(ki.make_step(case.ops, sync_host_s=times))
+    step = as_step(ki.make_step(case.ops, sync_host_s=times, wait=case.wait))
     for _ in range(warmup):
         step()
     torch.cuda.synchronize()
@@ -146,8 +154,9 @@ def _sync_host_ms_unprofiled(case: ki.KnownIdleCase, steps: int) -> float:
 
 def cost_checks(names=None) -> list[Check]:
     probe.calibrate_sleep()
-    call_ms = _sync_call_ms()
-    return [measure_cost_case(c, sync_call_ms=call_ms) for c in ki.CASES if names is None or c.name in names]
+    cases = [c for c in ki.CASES if names is None or c.name in names]
+    call_ms = {w: _sync_call_ms(wait=w) for w in dict.fromkeys(c.wait for c in cases)}
+    return [measure_cost_case(c, sync_call_ms=call_ms[c.wait]) for c in cases]
 
 
 def card_checks() -> list[Check]:

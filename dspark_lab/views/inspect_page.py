@@ -37,14 +37,16 @@ def _f(v, digits: int = 3, unit: str = "") -> str:
 
 
 def sites_table(rec: dict) -> pd.DataFrame:
-    """One row per sync site (one line each): per step, host blocked and GPU idle it caused, whether
-    the allow-list names it (by design), code."""
-    return pd.DataFrame([{"site": s["site"], "syncs per step": s["per_step"],
+    """One row per sync site (one line each): per step, the kind of wait, host blocked and GPU idle it
+    caused (and why none, where none), whether the allow-list names it (by design), code. Records
+    from before the kinds of wait were named show them empty."""
+    return pd.DataFrame([{"site": s["site"], "syncs per step": s["per_step"], "wait": s.get("wait", ""),
                           "host blocked ms/step": s["host_blocked_ms"], "GPU idle caused ms/step": s["gpu_idle_ms"],
+                          "why no idle": s.get("why_nothing", ""),
                           "seen by": "sync debug mode (exact line)" if s["exact"] else "trace (function's def line)",
                           "allowed": bool(s.get("allowed")), "code": s["code"] or ""} for s in rec["sites"]],
-                        columns=["site", "syncs per step", "host blocked ms/step", "GPU idle caused ms/step", "seen by",
-                                 "allowed", "code"])
+                        columns=["site", "syncs per step", "wait", "host blocked ms/step", "GPU idle caused ms/step",
+                                 "why no idle", "seen by", "allowed", "code"])
 
 
 def report_text(rec: dict) -> str:
@@ -54,8 +56,8 @@ def report_text(rec: dict) -> str:
     lines = [f"{rec['target']} on {fp.get('gpu')} (driver {fp.get('driver')}, CUDA {fp.get('cuda')}, torch {fp.get('torch')})",
              f"step {_f(rec['step_ms'])} ms (95% CI {_f(rec['step_ms_lo'])}-{_f(rec['step_ms_hi'])}, no profiler; "
              f"{o['trials']} trials x {o['steps']} steps{few_trials_note(len(rec['trials']))})",
-             f"host syncs per step {_f(c.get('syncs_per_step'), 2)} (sync debug mode {_f(c.get('debug_syncs_per_step'), 2)}; "
-             f"blocking pageable copies {_f(c.get('blocking_copies_per_step'), 2)}; by-design readback "
+             f"host waits per step {_f(c.get('syncs_per_step'), 2)} (sync debug mode {_f(c.get('debug_syncs_per_step'), 2)}; "
+             f"of them, waits inside a copy call {_f(c.get('blocking_copies_per_step'), 2)}; by-design readback "
              f"{_f(c.get('readback_syncs_per_step'), 2)})",
              f"device-to-host copies per step {_f(c.get('d2h_per_step'), 2)} (into pageable memory "
              f"{_f(c.get('d2h_pageable_per_step'), 2)}); host-to-device pageable {_f(c.get('h2d_pageable_per_step'), 2)}",
@@ -65,8 +67,10 @@ def report_text(rec: dict) -> str:
     lines += by_design.lines(rec.get("guard"))
     for s in rec["sites"]:
         code = f"   {s['code']}" if s["code"] else ""
-        lines.append(f"  {s['site']}: {s['per_step']:.2f} per step, blocked {_f(s['host_blocked_ms'])} ms, "
-                     f"GPU idle caused {_f(s['gpu_idle_ms'])} ms{code}")
+        kind = f" ({s['wait']})" if s.get("wait") else ""
+        why = f" ({s['why_nothing']})" if s.get("why_nothing") else ""
+        lines.append(f"  {s['site']}{kind}: {s['per_step']:.2f} per step, blocked {_f(s['host_blocked_ms'])} ms, "
+                     f"GPU idle caused {_f(s['gpu_idle_ms'])} ms{why}{code}")
     if rec["device"] != "cuda":
         lines.append(NO_CUDA_TEXT)
     if c.get("sync_count_mismatch"):

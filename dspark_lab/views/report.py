@@ -14,6 +14,7 @@ from typing import Iterable, Optional
 
 import pandas as pd
 
+from dspark_lab.results.facts import wait_kinds
 from dspark_lab.results.viewmodels import frames
 from dspark_lab.results.record.output import write_text_safely
 from dspark_lab.results.viewmodels.point_view import PointView, point_view
@@ -81,6 +82,8 @@ def comparison_items(runs, point_ids: Optional[Iterable[str]] = None, baseline: 
                        f"{_num(b['gpu_idle_after_sync_ms'])} ms right after the sync (older run: first gap only)"))
             if b.get("sync_site"):
                 head += f" (sync at {b['sync_site']})"
+            if wait_kinds.charges_text(b.get("wait_charges")):
+                head += f"; by kind of wait: {wait_kinds.charges_text(b.get('wait_charges'))}"
             lines = []
             for s in strategy_order(g["strategy"]):
                 if s == baseline:

@@ -32,7 +32,7 @@ def sync_host_ms(case: ki.KnownIdleCase, steps: int = 20) -> list:
 
 
 def one(case: ki.KnownIdleCase, out: Path, repeat: int) -> dict:
-    w, f = as_step(ki.make_step(case.ops)), as_step(ki.make_step(case.sync_free()))
+    w, f = as_step(ki.make_step(case.ops, wait=case.wait)), as_step(ki.make_step(case.sync_free()))
     loss, lo, hi = steady_loss(w, f)
     free_ms = sync_host_ms(case)
     tr = trace.capture(w, 12, warmup=1, sync=torch.cuda.synchronize)

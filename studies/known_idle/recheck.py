@@ -55,7 +55,7 @@ def measure_case(case: KnownIdleCase, *, rounds: int = 8, steps: int = 20, warmu
     if not torch.cuda.is_available():
         raise RuntimeError("known-idle cases need a CUDA device: their idle comes from GPU work and syncs")
     probe.calibrate_sleep()
-    with_syncs, free = as_step(make_step(case.ops)), as_step(make_step(case.sync_free()))
+    with_syncs, free = as_step(make_step(case.ops, wait=case.wait)), as_step(make_step(case.sync_free()))
     sync = torch.cuda.synchronize
     res = loop.run_rounds({"with_syncs": with_syncs, "sync_free": free}, loop.FixedRounds(rounds),
                           steps=steps, warmup=warmup, sync=sync)

@@ -67,7 +67,7 @@ def known_cost_steps() -> dict:
     probe.calibrate_sleep()
     out = {}
     for case in known_idle.CASES:
-        tr = trace.capture(as_step(known_idle.make_step(case.ops)), 8, warmup=2, sync=torch.cuda.synchronize)
+        tr = trace.capture(as_step(known_idle.make_step(case.ops, wait=case.wait)), 8, warmup=2, sync=torch.cuda.synchronize)
         out[case.name] = numbers(tr) | {"what": case.what, "documented_syncs_per_step": case.syncs_per_step}
     return out
 

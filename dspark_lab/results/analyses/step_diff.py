@@ -25,7 +25,7 @@ from dspark_lab.results.record.sync_sites import parse_site
 STATUSES = ("added", "removed", "changed", "same")
 SUMMARY_ROWS = (  # (label, where, key): where is "counts" or "parts"
     ("host syncs per step", "counts", "syncs_per_step"),
-    ("blocking pageable copies per step", "counts", "blocking_copies_per_step"),
+    ("of them, waits inside a copy call per step", "counts", "blocking_copies_per_step"),
     ("device-to-host copies per step", "counts", "d2h_per_step"),
     ("host blocked, ms per step", "parts", "host_blocked_ms"),
     ("GPU idle the syncs caused, ms per step", "parts", "gpu_idle_sync_caused_ms"),
@@ -64,10 +64,12 @@ def site_changes(before: dict, after: dict) -> pd.DataFrame:
                      "allowed": bool((sa or sb).get("allowed")),  # by design: the allow-list names it
                      "before_per_step": sb and sb["per_step"], "after_per_step": sa and sa["per_step"],
                      "before_idle_ms": sb and _val(sb["gpu_idle_ms"]), "after_idle_ms": sa and _val(sa["gpu_idle_ms"]),
-                     "before_blocked_ms": sb and _val(sb["host_blocked_ms"]), "after_blocked_ms": sa and _val(sa["host_blocked_ms"])})
+                     "before_blocked_ms": sb and _val(sb["host_blocked_ms"]), "after_blocked_ms": sa and _val(sa["host_blocked_ms"]),
+                     "wait": (sa or sb).get("wait", ""),  # the kind of wait (records before the kinds: "")
+                     "why_no_idle": (sa or sb).get("why_nothing", "")})
     order = {s: i for i, s in enumerate(STATUSES)}
     df = pd.DataFrame(rows, columns=["status", "site", "code", "allowed", "before_per_step", "after_per_step", "before_idle_ms",
-                                     "after_idle_ms", "before_blocked_ms", "after_blocked_ms"])
+                                     "after_idle_ms", "before_blocked_ms", "after_blocked_ms", "wait", "why_no_idle"])
     return df.sort_values("status", key=lambda s: s.map(order), kind="stable").reset_index(drop=True)
 
 

@@ -18,7 +18,7 @@ INT_COLUMNS = ("ep_size", "batch_size", "gamma", "query_token_num", "bucket_batc
                "order_seed", "trial_position")
 BOOL_COLUMNS = ("graph", "predicate", "sync_count_mismatch", "disturbed")
 STR_COLUMNS = ("point_id", "strategy", "model", "workload", "device", "status", "error", "sync_site", "sync_note",
-               "disturbed_reason", "stop_reason")
+               "wait_charges", "wait_note", "disturbed_reason", "stop_reason")
 FLOAT_COLUMNS = tuple(c for c in schema.ROW_COLUMNS if c not in INT_COLUMNS + BOOL_COLUMNS + STR_COLUMNS)
 REQUIRED = ("point_id", "strategy", "status")  # a row without these cannot be placed
 REQUIRED_OK: tuple = ()  # null measurements load as NaN (summaries skip them)

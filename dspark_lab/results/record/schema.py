@@ -31,6 +31,7 @@ TRACE_COLUMNS = (
     "profiled_step_ms",
     "syncs_per_step",  # host-blocking calls outside the by-design readback
     "stream_syncs_per_step", "device_syncs_per_step", "event_syncs_per_step", "sync_memcpy_per_step",
+    "copy_waits_per_step",  # waits inside a copy call with no sync call of its own (a pageable D2H)
     "readback_syncs_per_step",  # the step's by-design result readback (excluded above)
     "h2d_pageable_per_step", "h2d_pinned_per_step", "allocs_per_step",
     "host_prep_ms", "host_blocked_ms", "host_readback_ms", "host_copy_ms", "host_launch_ms", "host_other_ms",
@@ -53,6 +54,9 @@ TRACE_COLUMNS = (
     # for the host from a draining sync until the host is ahead again, capped at the time blocked.
     # Recorded runs from before it have only gpu_idle_after_sync_ms (the first such gap).
     "gpu_idle_sync_caused_ms",
+    # The waits by kind (results.facts.wait_kinds), JSON: {kind: {per_step, blocked_ms, charged_ms}};
+    # and each wait outside the readback charged nothing, with why ("" when every one was charged).
+    "wait_charges", "wait_note",
     # Device-to-host copies issued in the step (GPU-side "Memcpy DtoH"), and those into pageable memory.
     "d2h_per_step", "d2h_pageable_per_step",
 )
