@@ -112,14 +112,17 @@ def strategy_rows() -> list[list[str]]:
 
 
 def known_idle_rows() -> list[list[str]]:
-    """The known-cost steps (gallery/known_idle.py): one `.item()` line, run once per documented sync."""
-    found = [f for f in findings_of(inspect.getsourcefile(known_idle)) if f.function == "step"]
-    lines = ", ".join(f"line {f.line} `{f.rule}`" for f in found) or "none"
+    """The known-cost steps (gallery/known_idle.py): each wait made by the function of its form
+    (`wait_call`), run once per documented sync."""
+    findings = findings_of(inspect.getsourcefile(known_idle))
     rows = []
     for path in sorted((FIXTURES / "known_idle_h200").glob("*.json.gz")):
         case = known_idle.get(path.name.split(".")[0])
+        found = [f for f in findings if f.function == case.wait]
+        lines = ", ".join(f"line {f.line} `{f.rule}`" for f in found) or "none"
         n, _ = _recorded_syncs(path)
-        rows.append([case.name, str(case.syncs_per_step), f"{n:g}", lines, "both" if found and n else "runtime" if n else "static"])
+        rows.append([case.name, case.wait, str(case.waits_per_step), f"{n:g}", lines,
+                     "both" if found and n else "runtime" if n else "static"])
     return rows
 
 
@@ -225,9 +228,11 @@ def render() -> str:
     out += ["", "## The kit's known-sync step functions", "",
             "The five strategies, against the syncs their recorded H200 traces hold (tests/fixtures/traces):", ""]
     out += table(["strategy", "lint", "runtime (recorded H200 trace)", "found by", "why only one"], strategy_rows())
-    out += ["", "The known-cost steps (gallery/known_idle.py), whose one `.item()` line runs once per documented sync, "
-            "against their recorded H200 traces (tests/fixtures/known_idle_h200):", ""]
-    out += table(["case", "documented syncs per step", "recorded syncs per step", "lint", "found by"], known_idle_rows())
+    out += ["", "The known-cost steps (gallery/known_idle.py), each wait made by the function of its form "
+            "(`wait_call`), run once per documented sync, against their recorded H200 traces "
+            "(tests/fixtures/known_idle_h200):", ""]
+    out += table(["case", "form", "documented waits per step", "recorded waits per step", "lint", "found by"],
+                 known_idle_rows())
     out += ["", "This page is written by `python -m scripts.lint_docs`; tests/test_lint_docs.py checks it is current.", ""]
     return "\n".join(out)
 

@@ -351,7 +351,7 @@ def _row(cfg: LabConfig, strategy: str, trial: int, step_ms: float, syncs: float
              predicate=cfg.ep_size > 1, status="ok", error="", trial=trial, steps=cfg.steps, step_ms=step_ms,
              step_ms_p50=step_ms, step_ms_p90=step_ms, profiled_step_ms=step_ms, syncs_per_step=syncs,
              stream_syncs_per_step=syncs, gpu_busy_ms=step_ms, sync_site="",
-             debug_syncs_per_step=syncs, sync_count_mismatch=False, sync_note="")
+             debug_syncs_per_step=syncs, sync_count_mismatch=False, sync_note="", wait_charges="{}", wait_note="")
     return r
 
 

@@ -240,7 +240,7 @@ def _check_recorded(form):
 def test_on_the_h200_traces_every_form_of_wait_is_named_and_charged_near_the_loss_verify_measured(form):
     """These traces are profiled runs of their own (not verify's, whose check passed on its trace):
     the charge here is judged against the same machine's measured loss within 10%, the spread of the
-    charge between profiled runs of one step there (3.06 and 3.22 ms for `.item()`)."""
+    charge between profiled captures of one step there (`.item()`: 3.06 ms in verify's, 3.22 ms in this one)."""
     check = _check_recorded(form)
     nums = check.numbers
     assert nums["waits_seen"] == [ki.WAIT_FORMS[form][1]] and nums["waits_per_step"] == ki.WAIT_FORMS[form][2]
@@ -260,3 +260,29 @@ def test_the_h200_verify_record_has_a_passing_cost_check_for_every_form_of_wait(
     for form, (_, kind, n) in ki.WAIT_FORMS.items():
         c = cost[f"wait_{form}"]
         assert c["passed"] and c["numbers"]["waits_seen"] == [kind] and c["numbers"]["waits_per_step"] == n
+
+
+def test_the_inspect_text_names_the_waits_by_kind_and_the_ones_charged_nothing():
+    from dspark_lab.views import inspect_page
+
+    charges = json.dumps({"copy_to_host": {"per_step": 3.0, "blocked_ms": 3.35, "charged_ms": 0.92},
+                          "value_read": {"per_step": 1.0, "blocked_ms": 0.01, "charged_ms": 0.0}})
+    text = wait_kinds.charges_text(charges)
+    assert text.startswith("a copy to the host that waits 3.00 per step, blocked 3.35 ms, charged 0.92 ms; a value")
+    assert wait_kinds.charges_text(None) == wait_kinds.charges_text("not json") == ""
+    rec = json.loads((REPO / "data" / "inspect" / "h200-scalar_item-20261201.json").read_text())
+    assert "by kind of wait" not in inspect_page.report_text(rec)  # recorded before the kinds: nothing made up
+    rec["waits"] = {"charges": charges, "note": "a value read back (cudaStreamSynchronize) at f.py(3): g: why"}
+    out = inspect_page.report_text(rec)
+    assert f"by kind of wait: {text}" in out and "charged nothing: a value read back" in out
+
+
+def test_an_inspect_record_whose_parts_hold_text_is_refused_naming_the_field(tmp_path):
+    from dspark_lab.results.record import inspect_record
+
+    rec = json.loads((REPO / "data" / "inspect" / "h200-scalar_item-20261201.json").read_text())
+    rec["parts"]["wait_charges"] = "{}"
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(rec))
+    with pytest.raises(inspect_record.RecordError, match="parts.wait_charges must be a number"):
+        inspect_record.load(path)

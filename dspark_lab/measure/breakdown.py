@@ -34,7 +34,7 @@ from dspark_lab.results.facts import wait_kinds
 GPU_MERGE_GAP_US = 2.0  # GPU ops closer than this are drawn as one busy span
 PARTS_PRECEDENCE = ("blocked", "readback", "copy", "launch", "prep")
 SYNC_COST_RULE = ("GPU idle caused by a host wait (a sync call, or a copy call that blocked by itself: a D2H into "
-                  "pageable memory, a pageable H2D staged behind the queue): each gap where the GPU waits for the "
+                  "pageable memory, a pageable H2D the driver synchronized before staging): each gap where the GPU waits for the "
                   "host, from the wait that drained its queue until the host is ahead again; waits of one step that "
                   "follow each other while the host never gets ahead form a chain, whose gaps are charged up to the "
                   "summed host time of the framework calls that made its waits (each gap to the wait that drained the "
@@ -313,7 +313,7 @@ WAIT_CHARGE_COLUMNS = ("step", "wait", "label", "name", "calls", "site", "blocke
 
 def wait_charges(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None, *, caused: Optional[pd.DataFrame] = None,
                  waits: Optional[pd.DataFrame] = None) -> pd.DataFrame:
-    """One row per host wait in the steps, then one per blocking call another thread made there: its
+    """One row per host wait in the steps, then one per sync call (SYNC_KINDS) another thread made there: its
     step, kind of wait (results.facts.wait_kinds) and label, sync call, API calls and site, the time
     the host waited in it (blocked_ms: first call's start to last call's end), its cap (the framework
     call's host time), the GPU idle charged to it, and where that is 0 why (WHY_NOTHING), never a

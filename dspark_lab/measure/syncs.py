@@ -2,13 +2,15 @@
 device allocations, and the source line each wait comes from.
 
 A host wait is a wait whatever made it (`host_waits`): a host-blocking CUDA API call (runtime and
-driver names: stream, device and event syncs, a synchronous `cudaMemcpy`), or a copy call that
-blocked by itself: a D2H into pageable memory returns only after the copy has run, whatever its
-`non_blocking` said, and a pageable H2D the driver staged behind the queue returns only when the
-queue has drained (CUDA's "API synchronization behavior": such a copy "might be synchronous").
-The blocking calls one framework call made (`.cpu()`: the copy that waited, then its
-`cudaStreamSynchronize`) are one wait, spanning them all, named by a kind of
-results.facts.wait_kinds.
+driver names: stream, device and event syncs, a `cudaMemcpy` to or from the host), or a copy call
+that blocked by itself: a D2H into pageable memory returns only after the copy has run, whatever
+its `non_blocking` said (CUDA 11's "API synchronization behavior" documents it, 12.x says only
+"might be synchronous"; every H200 trace here shows it), and a pageable H2D that the driver
+synchronized with the stream before staging returns only when the queue has drained (not seen on
+the H200: there a pageable H2D returned in µs with 4 ms queued). The blocking calls of one
+framework call (one per innermost ATen op: `.cpu()`'s copy that waited, then its
+`cudaStreamSynchronize`; `repeat_interleave` makes two) are one wait, spanning them all, named by
+a kind of results.facts.wait_kinds.
 """
 from __future__ import annotations
 
@@ -155,9 +157,9 @@ def host_waits(ev: pd.DataFrame) -> pd.DataFrame:
     -1). A wait is the blocking calls of one framework call (the innermost ATen op around them; a
     call outside any op is a wait of its own): its span from the first call's start to the last's
     end; `name` its sync call (the copy call where none), `kind` that call's SYNC_KINDS kind or
-    COPY_WAIT, `wait` the kind of wait (results.facts.wait_kinds), `calls` the API calls, `op` and
-    `op_ts`/`op_end` the framework call (the call itself where none), `readback` inside the
-    by-design readback, `step`, `site` (attribute)."""
+    COPY_WAIT, `wait` the kind of wait (results.facts.wait_kinds), `calls` the API calls, `op` the
+    framework call's name ("" where none), `op_ts`/`op_end` its span (the calls' own where none),
+    `readback` inside the by-design readback, `step`, `site` (attribute)."""
     host = host_events(ev)
     api = host[host.cat.isin(HOST_API_CATS)]
     work = _gpu_records(ev)

@@ -47,6 +47,8 @@ def inspect_step(fn: Callable[[], object], *, target: str = "(a Python callable)
     # Every host wait, the copy calls that blocked by themselves included (measure.syncs.host_waits).
     blocking = syncs.sync_calls(ev)
     parts = breakdown.summary(ev, calls=blocking)
+    # The waits by kind are text, not a part of the step: kept beside the parts.
+    waits = {"charges": parts.pop("wait_charges", "{}"), "note": parts.pop("wait_note", "")}
     if not cuda:  # no GPU stream and nothing that can block on one: not measurable, never zero
         parts.update({k: float("nan") for k in NO_CUDA_PARTS})
     n = report.counts["steps_in_trace"]
@@ -63,7 +65,7 @@ def inspect_step(fn: Callable[[], object], *, target: str = "(a Python callable)
         "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "device": report.device, "fingerprint": probe.fingerprint(),
         "options": {"steps": steps, "trials": trials, "warmup": warmup, "profiled_steps": n},
-        "counts": counts, "parts": parts,
+        "counts": counts, "parts": parts, "waits": waits,
         "trials": [t.step_ms for t in report.timing], "step_ms": med, "step_ms_lo": lo, "step_ms_hi": hi,
         "sites": sites, "cost_scope": COST_SCOPE, "timeline": breakdown.timeline(ev, calls=blocking),
         "guard": guard_rec, "pair": None,

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from dspark_lab.results.analyses import by_design, run_ahead_idle
+from dspark_lab.results.facts import wait_kinds
 from dspark_lab.results.record import inspect_record
 from dspark_lab.results.rules.noise import MIN_QUIET_ROUNDS
 from dspark_lab.results.viewmodels import inspect_view
@@ -56,13 +57,18 @@ def report_text(rec: dict) -> str:
     lines = [f"{rec['target']} on {fp.get('gpu')} (driver {fp.get('driver')}, CUDA {fp.get('cuda')}, torch {fp.get('torch')})",
              f"step {_f(rec['step_ms'])} ms (95% CI {_f(rec['step_ms_lo'])}-{_f(rec['step_ms_hi'])}, no profiler; "
              f"{o['trials']} trials x {o['steps']} steps{few_trials_note(len(rec['trials']))})",
-             f"host waits per step {_f(c.get('syncs_per_step'), 2)} (sync debug mode {_f(c.get('debug_syncs_per_step'), 2)}; "
+             f"host syncs per step {_f(c.get('syncs_per_step'), 2)} (every host wait; sync debug mode {_f(c.get('debug_syncs_per_step'), 2)}; "
              f"of them, waits inside a copy call {_f(c.get('blocking_copies_per_step'), 2)}; by-design readback "
              f"{_f(c.get('readback_syncs_per_step'), 2)})",
              f"device-to-host copies per step {_f(c.get('d2h_per_step'), 2)} (into pageable memory "
              f"{_f(c.get('d2h_pageable_per_step'), 2)}); host-to-device pageable {_f(c.get('h2d_pageable_per_step'), 2)}",
              f"host blocked {_f(p.get('host_blocked_ms'))} ms per step; GPU idle the syncs caused "
              f"{_f(p.get('gpu_idle_sync_caused_ms'))} ms per step (profiled steps)"]
+    waits = rec.get("waits") or {}  # records from before the kinds of wait were named have none
+    if wait_kinds.charges_text(waits.get("charges")):
+        lines.append(f"by kind of wait: {wait_kinds.charges_text(waits.get('charges'))}")
+    if waits.get("note"):
+        lines.append(f"charged nothing: {waits['note']}")
     lines += run_ahead_idle.text_lines(p)
     lines += by_design.lines(rec.get("guard"))
     for s in rec["sites"]:

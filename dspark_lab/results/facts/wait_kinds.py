@@ -6,8 +6,9 @@ charge prints the kind's label. Torch-free and pandas-free: the views and the fa
 
 A wait is a wait whatever made it: a sync call (`cudaStreamSynchronize` inside `.item()`), a copy
 call that blocks (a D2H into pageable memory returns only after the copy ran, whatever its
-`non_blocking` said), an event or stream wait, or an op that reads a size back before it can
-allocate its output.
+`non_blocking` said: CUDA 11's "API synchronization behavior" documents it, 12.x says only "might be
+synchronous", and every H200 trace here shows it), an event or stream wait, or an op that reads a
+size back before it can allocate its output.
 """
 from __future__ import annotations
 
@@ -19,22 +20,23 @@ from typing import Iterable, Optional
 class WaitKind:
     key: str
     label: str       # what views call it
-    made_by: str     # the Python that makes it (teaching text: each form is a verify cost case)
+    made_by: str     # the Python that makes it (teaching text; the forms of known_idle.WAIT_FORMS are verify cost cases)
 
 
 WAIT_KINDS = (
     WaitKind("value_read", "a value read back", "`.item()`, `bool()`/`int()`/`float()` of a tensor, `if tensor:`"),
     WaitKind("size_readback", "a size read back", "`nonzero`, a boolean-mask index, `masked_select`, "
              "`repeat_interleave` without `output_size`, `unique`"),
-    WaitKind("copy_to_host", "a copy to the host that waits", "`.cpu()`, `.tolist()`, `.numpy()`, `.to('cpu')`"),
+    WaitKind("copy_to_host", "a copy to the host that waits", "`.cpu()`, `.tolist()`, `.numpy(force=True)`, `.to('cpu')`"),
     WaitKind("copy_to_device", "a blocking copy to the device", "`torch.tensor(data, device=)`, `.to(device)` "
              "or `.cuda()` without `non_blocking=True`"),
     WaitKind("pageable_copy", "a pageable copy that waits inside the copy call",
-             "`pageable.copy_(x, non_blocking=True)` from the GPU; a pageable H2D the driver staged"),
+             "`pageable.copy_(x, non_blocking=True)` from the GPU; a pageable H2D the driver synchronized before staging"),
     WaitKind("event_wait", "an event wait", "`Event.synchronize()`"),
     WaitKind("stream_wait", "a stream wait", "`Stream.synchronize()`"),
     WaitKind("device_sync", "a device sync", "`torch.cuda.synchronize()`"),
-    WaitKind("sync_memcpy", "a synchronous memcpy", "`cudaMemcpy` (another library's copy)"),
+    WaitKind("sync_memcpy", "a synchronous memcpy", "`cudaMemcpy` to or from the host (another library's copy; a "
+             "device-to-device one does not block)"),
 )
 KEYS = tuple(k.key for k in WAIT_KINDS)
 LABELS = {k.key: k.label for k in WAIT_KINDS}

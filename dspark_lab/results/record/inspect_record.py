@@ -5,6 +5,8 @@ A record is one JSON object:
     {"kind": "dspark_inspect", "schema": 1, "target", "label", "recorded_at", "device",
      "fingerprint": {...}, "options": {"steps", "trials", "warmup"},
      "counts": {...per step...}, "parts": {...ms per profiled step...},
+     "waits": {"charges": JSON per kind of wait, "note": the waits charged nothing and why} (absent in
+     records from before the kinds of wait were named),
      "trials": [step_ms, ...] (profiler-free, one per trial), "step_ms", "step_ms_lo", "step_ms_hi",
      "sites": [{"site", "per_step", "exact", "host_blocked_ms", "gpu_idle_ms", "code", "allowed"}],
      "timeline": [[lane, part, start_ms, end_ms, label], ...], "guard": null | {...},
@@ -48,6 +50,11 @@ def validate(rec: object, source: str = "record") -> dict:
         raise RecordError(f"{source}: missing field(s) {', '.join(missing)}")
     if not isinstance(rec["trials"], list) or not rec["trials"]:
         raise RecordError(f"{source}: trials must be a non-empty list of step times (ms)")
+    if not isinstance(rec["parts"], dict):
+        raise RecordError(f"{source}: parts must be an object of numbers (ms per profiled step)")
+    for k, v in rec["parts"].items():  # numbers only: the waits by kind are text, in "waits"
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise RecordError(f"{source}: parts.{k} must be a number (ms per profiled step) or null; got {type(v).__name__}")
     for i, s in enumerate(rec["sites"]):
         bad = [k for k in SITE_KEYS if k not in s]
         if bad:
