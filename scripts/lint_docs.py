@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import re
 import sys
 from pathlib import Path
 
@@ -111,15 +112,64 @@ def strategy_rows() -> list[list[str]]:
     return rows
 
 
+def _form_entries() -> dict[str, tuple]:
+    """Each wait form's place in known_idle.wait_call: its entry in the `calls` table (line, first and last
+    column, the entry's code) and the lines of the helpers the entry calls (event_wait, pinned_event)."""
+    src = inspect.getsource(known_idle.wait_call)
+    first = known_idle.wait_call.__code__.co_firstlineno
+    lines = src.splitlines()
+    helpers = {n.name: n for n in ast.walk(ast.parse(src)) if isinstance(n, ast.FunctionDef) and n.name != "wait_call"}
+    out = {}
+    for form in known_idle.WAIT_FORMS:
+        i = next(k for k, ln in enumerate(lines) if f'"{form}":' in ln)
+        lo = lines[i].index(f'"{form}":')
+        hi = lines[i].find(', "', lo)
+        code = lines[i][lo + len(form) + 3: None if hi < 0 else hi].strip().rstrip(",")
+        called, seen = [], set()
+        todo = [code]
+        while todo:  # the helpers the entry names, and those they call
+            text = todo.pop()
+            for name, node in helpers.items():
+                if name not in seen and re.search(rf"\b{name}\b", text):
+                    seen.add(name)
+                    called += range(first + node.lineno - 1, first + node.end_lineno)
+                    todo.append(ast.unparse(node))
+        out[form] = (first + i, lo, len(lines[i]) if hi < 0 else hi, code, called)
+    return out
+
+
+def _form_findings(found: list, entry: tuple) -> list:
+    line, lo, hi, _, called = entry
+    return [f for f in found if (f.line == line and lo <= f.col < hi) or f.line in called]
+
+
+def _why_form_not_found(code: str) -> str:
+    if re.fullmatch(r"[\w.]+", code):
+        return f"`{code}` is passed as a function, not called where it is written: lint reads calls"
+    tree = ast.parse(inspect.getsource(known_idle.wait_call))
+    unpacked = {e.id for n in ast.walk(tree) if isinstance(n, ast.Assign) for t in n.targets
+                if isinstance(t, ast.Tuple) for e in t.elts if isinstance(e, ast.Name)}
+    used = sorted(unpacked & {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)})
+    if used:
+        return (f"`{used[0]}` is made in a tuple assignment (`a, b = x, y`), which lint does not follow: "
+                "where it lives is unknown")
+    return why_not_found(code.removeprefix("lambda:").strip() + "\n", 1)
+
+
 def known_idle_rows() -> list[list[str]]:
-    """The known-cost steps (gallery/known_idle.py): one `.item()` line, run once per documented sync."""
-    found = [f for f in findings_of(inspect.getsourcefile(known_idle)) if f.function == "step"]
-    lines = ", ".join(f"line {f.line} `{f.rule}`" for f in found) or "none"
+    """The known-cost steps (gallery/known_idle.py): each runs its wait form (wait_call) once per documented
+    sync; lint's findings on that form's code, against the syncs of its recorded H200 trace."""
+    found = findings_of(inspect.getsourcefile(known_idle))
+    entries = _form_entries()
     rows = []
     for path in sorted((FIXTURES / "known_idle_h200").glob("*.json.gz")):
         case = known_idle.get(path.name.split(".")[0])
         n, _ = _recorded_syncs(path)
-        rows.append([case.name, str(case.syncs_per_step), f"{n:g}", lines, "both" if found and n else "runtime" if n else "static"])
+        hits = _form_findings(found, entries[case.wait])
+        lint = ", ".join(f"line {f.line} `{f.rule}`" for f in hits) or "none"
+        by = "both" if hits and n else "runtime" if n else "static" if hits else "neither"
+        why = _why_form_not_found(entries[case.wait][3]) if by == "runtime" else ""
+        rows.append([case.name, f"`{entries[case.wait][3]}`", str(case.syncs_per_step), f"{n:g}", lint, by, why])
     return rows
 
 
@@ -212,7 +262,8 @@ The joined rows are kept in the record under `lint`.
 
 def render() -> str:
     rules = table(["rule", "finds", "fix (as the gallery teaches)", "at runtime", "graph break"],
-                  [[f"`{r.id}`", r.finds, r.fix, r.runtime, "yes" if r.graph_break else "no"] for r in RULES.values()])
+                  [[f"`{r.id}`", r.finds, r.fix + "".join(f". On a line that opens with `{k}`, {why}" for k, why in r.withheld),
+                    r.runtime, "yes" if r.graph_break else "no"] for r in RULES.values()])
     pit = pitfall_rows()
     found = sum(1 for r in pit if r[3] != "no")
     out = [INTRO, "## Rules", ""] + rules + ["", REASONS, HOOK,
@@ -225,9 +276,10 @@ def render() -> str:
     out += ["", "## The kit's known-sync step functions", "",
             "The five strategies, against the syncs their recorded H200 traces hold (tests/fixtures/traces):", ""]
     out += table(["strategy", "lint", "runtime (recorded H200 trace)", "found by", "why only one"], strategy_rows())
-    out += ["", "The known-cost steps (gallery/known_idle.py), whose one `.item()` line runs once per documented sync, "
-            "against their recorded H200 traces (tests/fixtures/known_idle_h200):", ""]
-    out += table(["case", "documented syncs per step", "recorded syncs per step", "lint", "found by"], known_idle_rows())
+    out += ["", "The known-cost steps (gallery/known_idle.py), each running its wait form (`wait_call`) once per "
+            "documented sync, against their recorded H200 traces (tests/fixtures/known_idle_h200):", ""]
+    out += table(["case", "wait form", "documented syncs per step", "recorded syncs per step", "lint", "found by", "why only one"],
+                 known_idle_rows())
     out += ["", "This page is written by `python -m scripts.lint_docs`; tests/test_lint_docs.py checks it is current.", ""]
     return "\n".join(out)
 
