@@ -56,8 +56,8 @@ _RULES = (
          "(wait on an event recorded after that copy before the refill: with one buffer per step in flight "
          "the wait finds it done; or a fresh pinned tensor per step); to the host: read the pinned buffer only "
          "after waiting on an event recorded after the copy",
-         "into pageable memory (D2H) a copy that blocks without any sync call; from it (H2D) no sync at all, "
-         "a staged copy", False),
+         "into pageable memory (D2H) a copy that blocks without any sync call; from it (H2D) no sync call: "
+         "the driver may stage the copy, waiting in the call on some machines and sizes", False),
     Rule("blocking_to_device", "`.to(device)` / `.cuda()` of a host tensor without non_blocking=True",
          "make the value on the device (torch.full, torch.arange, device=), or copy from a pinned source with "
          "non_blocking=True and do not refill that source until the copy has run (an event recorded after the "
