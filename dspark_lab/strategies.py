@@ -33,9 +33,12 @@ def device_direct(num_tokens: int, device, parallel: ParallelSettings, *, buffer
 def non_blocking(num_tokens: int, device, parallel: ParallelSettings, *, buffer=None):
     """Pageable host tensor, `.to(device, non_blocking=True)`: SGLang #34782's fix, no stream sync.
 
-    Freeing the pageable temporary at once is safe: CUDA stages a pageable source before the call
-    returns. Whether the call then waits for queued work depends on the machine and on the copy's
-    size (the platform card); at 4 bytes on the recorded H200 card it returns at once.
+    The pageable temporary is freed at once. That was safe under run-ahead on the recorded H200 (the
+    hazards record: the driver had copied or staged the source before the call returned), a measurement rather
+    than a CUDA guarantee: CUDA promises a return only once staged for a synchronous copy, and says
+    that for an asynchronous one from pageable memory the driver may synchronize and stage. Whether
+    the call then waits for queued work depends on the machine and on the copy's size (the platform
+    card); at 4 bytes on the recorded H200 card it returns at once.
     """
     return torch.tensor(num_tokens, dtype=torch.int32).to(device, non_blocking=True)
 

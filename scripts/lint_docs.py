@@ -13,7 +13,6 @@ import inspect
 import sys
 from pathlib import Path
 
-from dspark_lab.gallery import cases as C
 from dspark_lab.gallery import known_idle, registry
 from dspark_lab.lint import RULES, lint_paths
 from dspark_lab.lint.explain import why_not_found
@@ -80,8 +79,8 @@ def fix_rows() -> list[list[str]]:
             rows.append([case.name, f"`{case.fix.__name__}`{note}", "none", ""])
         for f in hits:
             allowed = [a for a in case.allow if a.split(":")[0].strip() == f.function]
-            why = (f"by design: the case allows `{allowed[0]}` (the result wait after the next work is queued)"
-                   if allowed else "not by design: the fix still syncs here")
+            what = " (the result wait after the next work is queued)" if f.function == "read_back" else ""
+            why = f"by design: the case allows `{allowed[0]}`{what}" if allowed else "not by design: the fix still syncs here"
             rows.append([case.name, f"`{case.fix.__name__}`{note}", f"line {f.line} `{f.rule}` in `{f.function}`", why])
     return rows
 
@@ -215,7 +214,8 @@ The joined rows are kept in the record under `lint`.
 
 def render() -> str:
     rules = table(["rule", "finds", "fix (as the gallery teaches)", "at runtime", "graph break"],
-                  [[f"`{r.id}`", r.finds, r.fix, r.runtime, "yes" if r.graph_break else "no"] for r in RULES.values()])
+                  [[f"`{r.id}`", r.finds, r.fix + "".join(f". On a line that opens with `{k}`, {why}" for k, why in r.withheld),
+                    r.runtime, "yes" if r.graph_break else "no"] for r in RULES.values()])
     pit = pitfall_rows()
     found = sum(1 for r in pit if r[3] != "no")
     out = [INTRO, "## Rules", ""] + rules + ["", REASONS, HOOK,

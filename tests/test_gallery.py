@@ -242,12 +242,26 @@ def test_the_step_change_is_split_into_the_syncs_cost_and_the_fixs_other_changes
     assert sp["other_changes_ms"] == pytest.approx(-0.5)  # what the sync's idle does not explain
     assert sp["launch_change_ms"] == pytest.approx(-0.2) and sp["host_work_change_ms"] == pytest.approx(-1.0)
     line = report.split_lines(sp)[0]
-    assert "the sync's caused idle -1.500 ms" in line and "other changes -0.500 ms" in line
+    assert "the case's waits' caused idle -1.500 ms" in line and "other changes -0.500 ms" in line
     rec = {"device": "cuda", "cases": [{"name": "x", "shape": "s", "pr": "SGLang #34782", "why": "w", "documented_sites": [],
                                         "variants": {"case": a, "fix": b}}]}
     row = report.table(rec).iloc[0]
-    assert row["idle the sync caused ms case"] == 1.5 and row["of it the sync ms"] == pytest.approx(-1.5)
+    assert row["idle the sync caused ms case"] == 1.5 and row["of it the case's waits ms"] == pytest.approx(-1.5)
     assert "GPU starved ms case" not in report.table(rec).columns
+
+
+def test_a_fixs_own_waits_are_not_credited_as_its_other_changes():
+    # the fix keeps a wait charged 0.4 ms, and a by-design read-back (charged nothing) that idles the GPU 0.5 ms more
+    a = _variant(step_ms=6.0, gpu_idle_sync_caused_ms=1.5, gpu_idle_ms=1.6)
+    b = _variant(step_ms=5.6, gpu_idle_sync_caused_ms=0.4, gpu_idle_ms=1.0, readback_syncs_per_step=1.0)
+    sp = report.split(a, b)
+    assert sp["case_waits_ms"] == pytest.approx(-1.5) and sp["fix_waits_ms"] == pytest.approx(0.4)
+    assert sp["no_wait_idle_ms"] == pytest.approx(0.5)  # 0.6 ms charged to no wait in the fix, 0.1 in the case
+    assert sp["other_changes_ms"] == pytest.approx(-0.4 + 1.5 - 0.4 - 0.5)
+    assert sum(sp[k] for k in ("case_waits_ms", "fix_waits_ms", "no_wait_idle_ms", "other_changes_ms")) == \
+        pytest.approx(sp["step_change_ms"])
+    line = report.split_lines(sp)[0]
+    assert "the fix's own waits' caused idle +0.400 ms (still in its step)" in line and "charged to no wait +0.500 ms" in line
 
 
 def test_a_gallery_recorded_before_the_caused_idle_says_the_split_needs_a_new_recording():

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from dspark_lab.lint import RULES, LintInputError, lint_source
+from dspark_lab.lint import RULES, LintInputError, lint_paths, lint_source
 from dspark_lab.lint.exempt import parse
 
 
@@ -126,3 +127,42 @@ def test_a_sync_ok_inside_a_string_is_not_a_comment():
 def test_a_file_that_does_not_parse_is_an_input_error_naming_file_and_line():
     with pytest.raises(LintInputError, match=r"bad\.py:2: cannot lint a file that does not parse"):
         lint_source("import torch\ndef f(:\n", "bad.py")
+
+
+# --- the fixes: safe under host run-ahead, and withheld where they would change what the code does ---
+def fix_of(body: str, rule: str) -> str:
+    src = "import torch\n\ndef step(s, x, n, dev):\n" + textwrap.indent(textwrap.dedent(body), "    ")
+    [f] = [f for f in lint_source(src) if f.rule == rule]
+    assert f.describe().endswith(f"fix: {f.fix}") and f.to_dict()["fix"] == f.fix
+    return f.fix
+
+
+@pytest.mark.parametrize("body", ["assert (s.positions >= 0).all()\n", "assert s.accept.any(), 'none accepted'\n",
+                                  "y = x.cuda()\nwhile y.any():\n    y = y - 1\n",
+                                  "y = x.cuda()\nwhile (y > 0).any() and n:\n    y = y - 1\n"])
+def test_tensor_conditions_fix_is_not_offered_on_an_assert_or_a_while(body):
+    fix = fix_of(body, "tensor_condition")
+    assert fix.startswith("none offered") and "torch.where" not in fix
+
+
+@pytest.mark.parametrize("body", ["if (s.positions >= s.limit).any():\n    pass\n",
+                                  "y = x.to(dev)\nz = 1 if y.any() else 2\n"])
+def test_tensor_conditions_fix_is_offered_on_an_if_and_says_when_it_applies(body):
+    fix = fix_of(body, "tensor_condition")
+    assert "torch.where" in fix and "raises, returns or skips work" in fix
+
+
+def test_explicit_syncs_fix_keeps_the_waits_that_guard_buffer_reuse_in_the_kits_safe_forms():
+    hazards = Path(__file__).resolve().parents[1] / "dspark_lab" / "measure" / "hazards.py"
+    guarding = [f for f in lint_paths([hazards]) if f.rule == "explicit_sync"
+                and f.function in ("pinned_double_buffer", "graph_staging_owned")]
+    assert len(guarding) == 2
+    for f in guarding:
+        assert "keep it with `# sync-ok: guards buffer reuse`" in f.fix, f.fix
+
+
+def test_the_copy_fixes_state_when_a_pinned_source_may_be_refilled():
+    h2d = fix_of("t = torch.tensor(n).to(dev, non_blocking=True)\n", "unpinned_non_blocking")
+    assert "refill a pinned buffer only after the copy that reads it has run" in h2d and "event" in h2d
+    blocking = fix_of("h = torch.tensor(values)\nd = h.cuda()\n", "blocking_to_device")
+    assert "keep that source alive" not in blocking and "do not refill that source until the copy has run" in blocking

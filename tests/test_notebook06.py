@@ -55,6 +55,8 @@ def test_on_a_synthetic_recording_the_notebook_says_what_it_shows_and_reads_it(t
     assert "the sync is inside a library call" in text  # repeat_interleave names no sync
     assert "verdict: AFTER is" in text and "faster" in text and "next: guard the fixed step in CI" in text
     assert "before (slow_step): FAILS on gallery/decode_step.py:56" in text and "after (fixed_step): passes" in text
+    [held] = [ln for ln in text.splitlines() if ln.startswith("recorded fixed step (")]
+    assert held.endswith("syncs in: _count_accepted, _owner_of_rows")  # which fix the recording holds
     md = [o["data"]["text/markdown"] for c in nb.cells for o in c.get("outputs", []) if "text/markdown" in o.get("data", {})]
     assert md and "paired per round" in md[0]
     figs = [o for c in nb.cells for o in c.get("outputs", []) if "application/vnd.plotly.v1+json" in o.get("data", {})]
@@ -74,3 +76,12 @@ def test_the_committed_recording_comes_from_a_gpu():
     rec = investigation.load(found)
     assert rec["before"]["device"] == rec["after"]["device"] == "cuda"
     assert rec["before"]["pair"]["id"] == rec["after"]["pair"]["id"]
+
+
+def test_the_fix_it_teaches_removes_the_wait_and_every_allowed_sync_carries_a_reason():
+    nb = nbformat.read(NB, as_version=4)
+    text = "\n".join(c.source for c in nb.cells)
+    assert "is being added" not in text  # dspark-lab lint exists
+    assert "torch.searchsorted" in text and "the wait moved, it was not removed" in text
+    allows = [a.split("'")[1] for a in text.split("--allow ")[1:]]
+    assert allows and all(": " in a for a in allows) and not any(a.startswith("_owner_of_rows") for a in allows)

@@ -1,5 +1,6 @@
 """More of the gallery, from the field: four pitfalls that public PRs fixed, and two counter-examples
-where removing syncs bought little or nothing (a sync count is not a cost).
+where removing syncs bought little or nothing in their PRs (a sync count is not a cost; what they cost
+here is the recording's to say).
 
 Each step has the shape of `cases.py`'s: it takes the gallery's state (whose scale sets the GPU work
 queued before the pitfall), queues that work, does the pitfall or its fix, some host preparation,
@@ -17,7 +18,7 @@ from dspark_lab.gallery.cases import State, draft, host_prep, read_back, target_
 BLOCK = 64  # tokens per KV block (the sparse-attention block selection)
 MAX_BLOCKS = 72  # blocks per request the selection scores (4096 / BLOCK plus headroom)
 VOCAB = 32000
-MOE_EXPERTS = 2  # the counter-example's point: at two experts the per-expert syncs cost nothing measurable
+MOE_EXPERTS = 2  # the counter-example's point: at two experts its PR measured no gain on bare-metal Linux
 # How many times each documented sync line runs per step, where a line sits in a loop (default 1).
 LINE_RUNS = {"moe_per_expert_masks": MOE_EXPERTS}
 

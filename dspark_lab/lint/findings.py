@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from dspark_lab.lint.rules import get
+from dspark_lab.lint.rules import fix_for, get
 
 
 class LintInputError(ValueError):
@@ -26,12 +26,13 @@ class Finding:
 
     @property
     def fix(self) -> str:
-        return get(self.rule).fix
+        """The rule's fix for this line, or why none is offered here (rules.fix_for)."""
+        return fix_for(self.rule, self.code)
 
     def describe(self) -> str:
         r = get(self.rule)
-        return f"{self.path}:{self.line}:{self.col + 1}: {self.rule}: {r.finds} in {self.function}; fix: {r.fix}"
+        return f"{self.path}:{self.line}:{self.col + 1}: {self.rule}: {r.finds} in {self.function}; fix: {self.fix}"
 
     def to_dict(self) -> dict:
         r = get(self.rule)
-        return {**asdict(self), "fix": r.fix, "finds": r.finds, "runtime": r.runtime, "graph_break": r.graph_break}
+        return {**asdict(self), "fix": self.fix, "finds": r.finds, "runtime": r.runtime, "graph_break": r.graph_break}

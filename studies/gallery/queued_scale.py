@@ -1,6 +1,7 @@
 """Record the gallery at the scale where a sync waits (cases.GPU_SCALE: several ms of GPU work queued
 ahead of each case's sync) and print, per case, the caused idle (notebook 01's rule), the blocked time
-and the step-time change split into what the sync cost and what the fix's other changes bought.
+and the step-time change split as report.SPLIT_RULE says (the case's waits, the fix's own waits, GPU
+idle charged to no wait, the fix's other changes).
 
     python -m studies.gallery.queued_scale [--steps 20] [--trials 3] [--scale queued]
 
@@ -41,7 +42,8 @@ def split_table(rec: dict):
         rows.append({"case": c["name"], "GPU busy": a.get("gpu_busy_ms"), "blocked": a["host_blocked_ms"],
                      "caused idle": a.get("gpu_idle_sync_caused_ms"), "caused idle fix": b.get("gpu_idle_sync_caused_ms"),
                      "step": a["step_ms"], "step fix": b["step_ms"], "change": sp["step_change_ms"],
-                     "the sync": sp["sync_cost_ms"], "other changes": sp["other_changes_ms"],
+                     "the case's waits": sp["case_waits_ms"], "the fix's own waits": sp["fix_waits_ms"],
+                     "idle charged to no wait": sp["no_wait_idle_ms"], "other changes": sp["other_changes_ms"],
                      "launches": sp["launch_change_ms"], "host work": sp["host_work_change_ms"]})
     return pd.DataFrame(rows)
 

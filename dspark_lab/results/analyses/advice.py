@@ -486,7 +486,8 @@ def probe_in_words(probe: Optional[dict]) -> list[str]:
                f"returned at once: {', '.join(free) or 'none'}.")
     if pageable_blocks(probe):
         out.append(f"So on this GPU and driver a non-blocking copy from pageable memory waits for the queue "
-                   f"(non_blocking: {nb:.0f} µs): CUDA staged it synchronously. The strategies built on it "
+                   f"(non_blocking: {nb:.0f} µs), which CUDA allows for an asynchronous copy from pageable memory (the "
+                   "driver may synchronize with the stream and stage it). The strategies built on it "
                    "(non_blocking, on_demand) sync here just as device_direct does: choose among those that "
                    f"returned at once ({', '.join(free) or 'none'}).")
     else:

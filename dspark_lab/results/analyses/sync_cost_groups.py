@@ -25,23 +25,48 @@ def _change(c: dict) -> tuple[float, float, float, str]:
     return pct, lo, hi, "from the two CIs"
 
 
+def _caused(r: dict) -> float:
+    """The GPU idle a variant's waits caused per step (measure.breakdown.SYNC_COST_RULE's charge)."""
+    return r.get("gpu_idle_sync_caused_ms") or 0.0
+
+
+def _kept(b: dict) -> tuple[float, float]:
+    """The fix's own waits per step: (all of them, of them the by-design read-backs)."""
+    readback = b.get("readback_syncs_per_step") or 0.0
+    return (b.get("host_syncs_per_step") or 0.0) + readback, readback
+
+
+def _fix_keeps(b: dict) -> str:
+    """What the fix's own waits still cost in its step ('' where it keeps none)."""
+    kept, readback = _kept(b)
+    if not kept:
+        return ""
+    text = f"the fix keeps {kept:g} wait(s) per step of its own, charged {_caused(b):.3f} ms of GPU idle in its step"
+    if readback:
+        text += (f" ({readback:g} of them a by-design read-back, which the rule charges nothing: the GPU idle "
+                 f"charged to no wait is {b['gpu_idle_ms'] - _caused(b):.3f} ms in the fix's step)"
+                 if b.get("gpu_idle_ms") is not None else
+                 f" ({readback:g} of them a by-design read-back, which the rule charges nothing)")
+    return text
+
+
 def _why_free(c: dict) -> str:
     a, b = c["variants"]["case"], c["variants"]["fix"]
-    kept = (b["host_syncs_per_step"] or 0) + (b["readback_syncs_per_step"] or 0)
-    starved, step = a["gpu_idle_after_sync_ms"] or 0.0, a["step_ms"]
-    if kept:
-        return (f"the fix keeps a wait of its own ({kept:g} per step) that waits for the same queued work: "
-                f"the wait moved, it was not removed")
-    if starved < GPU_BUSY_SHARE * step:
-        return (f"the GPU stayed busy: the syncs starved it {starved:.3f} ms of a {step:.3f} ms step, "
+    caused, step = _caused(a), a["step_ms"]
+    if _kept(b)[0]:
+        return _fix_keeps(b) + ": where it waits for the same queued work, the wait moved, it was not removed"
+    if caused < GPU_BUSY_SHARE * step:
+        return (f"the GPU stayed busy: the syncs caused {caused:.3f} ms of GPU idle in a {step:.3f} ms step, "
                 f"so the host's wait was hidden behind GPU work")
-    return f"the GPU starved {starved:.3f} ms per step after the syncs, but the fix's step is no faster within the noise"
+    return f"the syncs caused {caused:.3f} ms of GPU idle per step, but the fix's step is no faster within the noise"
 
 
 def _why_costs(c: dict, pct: float) -> str:
-    a = c["variants"]["case"]
-    return (f"the host blocked {a['host_blocked_ms']:.3f} ms per step and the GPU then starved "
-            f"{a['gpu_idle_after_sync_ms']:.3f} ms; the fix saves {-pct:.1f}% of the step")
+    a, b = c["variants"]["case"], c["variants"]["fix"]
+    text = (f"the host blocked {a['host_blocked_ms']:.3f} ms per step and the syncs caused {_caused(a):.3f} ms of "
+            f"GPU idle; the fix saves {-pct:.1f}% of the step")
+    kept = _fix_keeps(b)
+    return f"{text}; {kept}" if kept else text
 
 
 def groups(rec: dict) -> pd.DataFrame:

@@ -122,7 +122,8 @@ KNOWN_CELLS = (
     ("h2d", "pageable_to_nb", 4, False, card_results.AT_ONCE,
      "4 bytes with nothing queued: nothing to wait for and nothing to copy for long"),
     ("h2d", "pageable_to_nb", 64 << 20, True, card_results.WAITS,
-     "64 MB pageable: the driver stages it through its own pinned buffer behind the queue"),
+     "64 MB pageable: the driver may synchronize and stage an asynchronous pageable copy (CUDA's API sync "
+     "behavior); on the H200s the kit recorded it waited for the queue at this size"),
     ("h2d", "pinned_to_nb", 64 << 20, True, card_results.AT_ONCE,
      "pinned and non-blocking: the copy is queued, the host goes on"),
     ("h2d", "tensor_device", 4, True, card_results.WAITS,
