@@ -206,7 +206,9 @@ beside the runtime sites with their measured cost (host blocked, GPU idle caused
 found by **static**, **runtime** or **both**, and where only one saw it, why the other could not: a line
 the measured steps did not run or that makes no sync call (a pageable host-to-device copy), or a
 runtime site whose shape the source does not show (the index's dtype, a sync inside a library call).
-The joined rows are kept in the record under `lint`.
+A record made before its file was edited names lines that may hold other code today: a site whose
+quoted code is now on another line is joined there, and says "recorded on other code: line 115 moved
+to 155". The joined rows are kept in the record under `lint`.
 """
 
 

@@ -60,17 +60,22 @@ def cmd_lint(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 def lint_beside(rec: dict, root) -> list[str]:
     """`inspect --lint`: lint the target's folder, join the findings with the record's runtime sites
-    (results/analyses/lint_join.py), keep the joined rows in the record under "lint", and return the
+    (results/analyses/lint_join.py; a site whose recorded line moved is joined where its code is
+    today), keep the joined rows in the record under "lint", and return the
     lines to print."""
     linted = {lint_join.short(p): p for p in files([Path(root)])}
 
-    def explain(short_path: str, line: int):
+    def today_lines(short_path: str):
         p = linted.get(short_path)
-        return why_not_found(p.read_text(encoding="utf-8"), line) if p else None
+        return p.read_text(encoding="utf-8").splitlines() if p else None
+
+    def explain(short_path: str, line: int):
+        lines = today_lines(short_path)
+        return why_not_found("\n".join(lines), line) if lines is not None else None
     try:
         found = lint_paths([root])
     except LintInputError as e:
         rec["lint"] = {"error": str(e)}
         return [f"lint: {e}"]
-    rec["lint"] = lint_join.join([f.to_dict() for f in found], rec["sites"], explain=explain)
+    rec["lint"] = lint_join.join([f.to_dict() for f in found], rec["sites"], explain=explain, today_lines=today_lines)
     return lint_join.text_lines(rec["lint"])
