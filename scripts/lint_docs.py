@@ -178,8 +178,11 @@ Every guard record (`HostSync.reason`), the guard's report, and `inspect` (its r
 HOOK = """## The pre-commit hook
 
 `.pre-commit-hooks.yaml` at the repository root declares the hook `dspark-lab-lint` (`language: python`,
-`types: [python]`, entry `dspark-lab lint`): pre-commit passes the staged Python files' names to it and
-fails the commit on exit 1 or 2. In a project's `.pre-commit-config.yaml`:
+`types: [python]`, entry `dspark-lab-lint`, the console script of `dspark_lab.lint.command`, which is
+`dspark-lab lint` importing nothing but `dspark_lab.lint`): pre-commit passes the staged Python files'
+names to it and fails the commit on exit 1 or 2. pre-commit installs the repository bare
+(`pip install .`), and the bare package depends on nothing: the hook's environment holds no torch,
+numpy or pandas (the kit is the `kit` extra). In a project's `.pre-commit-config.yaml`:
 
 ```yaml
 repos:
@@ -190,7 +193,8 @@ repos:
 ```
 
 The suite runs the hook's entry the way pre-commit calls it, with the staged files as arguments in a
-throwaway git repository (tests/test_lint_cli.py).
+throwaway git repository, and once more with torch, numpy and pandas made unimportable
+(tests/test_lint_cli.py).
 
 ## A second witness: torch._dynamo.explain
 
