@@ -54,7 +54,7 @@ step() { echo "[env ${1}] $2 (at $((SECONDS - t0)) s)" >&2; }
     step 3/4 "torch already present: $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
   fi
   step 4/4 "installing dspark-lab, JupyterLab and the test tools"
-  "$venv/bin/python" -m pip install -q -e "$root[notebooks,dev]"
+  "$venv/bin/python" -m pip install -q -e "$root[kit,notebooks,dev]"
   strip_filter
   touch "$marker"
   echo "environment ready in $((SECONDS - t0)) s: $venv"

@@ -180,8 +180,11 @@ Every guard record (`HostSync.reason`), the guard's report, and `inspect` (its r
 HOOK = """## The pre-commit hook
 
 `.pre-commit-hooks.yaml` at the repository root declares the hook `dspark-lab-lint` (`language: python`,
-`types: [python]`, entry `dspark-lab lint`): pre-commit passes the staged Python files' names to it and
-fails the commit on exit 1 or 2. In a project's `.pre-commit-config.yaml`:
+`types: [python]`, entry `dspark-lab-lint`, the console script of `dspark_lab.lint.command`, which is
+`dspark-lab lint` importing nothing but `dspark_lab.lint`): pre-commit passes the staged Python files'
+names to it and fails the commit on exit 1 or 2. pre-commit installs the repository bare
+(`pip install .`), and the bare package depends on nothing: the hook's environment holds no torch,
+numpy or pandas (the kit is the `kit` extra). In a project's `.pre-commit-config.yaml`:
 
 ```yaml
 repos:
@@ -192,7 +195,8 @@ repos:
 ```
 
 The suite runs the hook's entry the way pre-commit calls it, with the staged files as arguments in a
-throwaway git repository (tests/test_lint_cli.py).
+throwaway git repository, and once more with torch, numpy and pandas made unimportable
+(tests/test_lint_cli.py).
 
 ## A second witness: torch._dynamo.explain
 
@@ -208,7 +212,9 @@ beside the runtime sites with their measured cost (host blocked, GPU idle caused
 found by **static**, **runtime** or **both**, and where only one saw it, why the other could not: a line
 the measured steps did not run or that makes no sync call (a pageable host-to-device copy), or a
 runtime site whose shape the source does not show (the index's dtype, a sync inside a library call).
-The joined rows are kept in the record under `lint`.
+A record made before its file was edited names lines that may hold other code today: a site whose
+quoted code is now on another line is joined there, and says "recorded on other code: line 115 moved
+to 155". The joined rows are kept in the record under `lint`.
 """
 
 

@@ -8,7 +8,7 @@
 #
 # Why a venv of its own: sglang pins torch==2.14.1 (a CUDA build, ~10 GB with its nvidia-* wheels)
 # and ~80 other packages; the lab's own env keeps its CPU torch. The venv is made with the
-# project installed editable WITHOUT extras (`pip install -e .`), plus pytest.
+# project installed editable with the kit but no other extra (`pip install -e .[kit]`), plus pytest.
 #
 # Idempotent: a marker file in the venv records a finished install; it is redone only when the
 # marker is missing or older than pyproject.toml. The venv gets its own .gitignore ("*"), so git
@@ -54,7 +54,7 @@ else
   if [ "${DSPARK_SGLANG_NO_CONSTRAINT:-0}" = 1 ]; then
     export PIP_CONSTRAINT=/dev/null
   fi
-  "$venv/bin/python" -m pip install --progress-bar off "sglang==$sglang_version" -e "$root" pytest
+  "$venv/bin/python" -m pip install --progress-bar off "sglang==$sglang_version" -e "$root[kit]" pytest
   "$venv/bin/python" -c 'import sglang.version as v; print("sglang", v.__version__)' >&2
   touch "$marker"
   echo "sglang_env.sh: install took $(($(date +%s) - start)) s" >&2

@@ -64,13 +64,38 @@ def hook() -> dict:
     return h
 
 
+def project_table() -> dict:
+    return __import__("tomllib" if sys.version_info >= (3, 11) else "tomli").loads(
+        (ROOT / "pyproject.toml").read_text())["project"]
+
+
 def test_the_hook_is_declared_as_the_ecosystem_expects():
     h = hook()
-    assert (h["id"], h["language"], h["types"], h["entry"]) == ("dspark-lab-lint", "python", ["python"], "dspark-lab lint")
-    # The entry's program is this project's console script.
-    scripts = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli").loads(
-        (ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts[shlex.split(h["entry"])[0]] == "dspark_lab.cli.main:main"
+    assert (h["id"], h["language"], h["types"], h["entry"]) == ("dspark-lab-lint", "python", ["python"], "dspark-lab-lint")
+    # The entry's program is this project's torch-free console script.
+    assert project_table()["scripts"][shlex.split(h["entry"])[0]] == "dspark_lab.lint.command:main"
+
+
+def test_the_hook_s_environment_installs_no_torch():
+    """pre-commit installs the repository bare (`pip install .`): its dependencies are the hook's
+    environment, and torch (a CUDA build, several GB) must not be among them."""
+    project = project_table()
+    heavy = ("torch", "numpy", "pandas", "plotly", "pyarrow")
+    assert [d for d in project["dependencies"] if d.split(">")[0].split("=")[0].strip().lower() in heavy] == []
+    assert all(any(d.startswith(h) for d in project["optional-dependencies"]["kit"]) for h in heavy)
+
+
+def test_the_hook_s_entry_lints_with_torch_numpy_and_pandas_unimportable(tmp_path):
+    write(tmp_path, "step.py", SYNCS)
+    module, func = project_table()["scripts"][hook()["entry"]].split(":")
+    code = ("import sys; sys.modules.update(torch=None, numpy=None, pandas=None); "
+            f"from {module} import {func}; sys.exit({func}(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "step.py"], cwd=tmp_path, env={"PYTHONPATH": str(ROOT)},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "step.py:4:12: item:" in r.stdout, r.stdout + r.stderr
+    loaded = subprocess.run([sys.executable, "-c", f"import json, sys, {module}; print(json.dumps(sorted(sys.modules)))"],
+                            env={"PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=120).stdout
+    assert not [m for m in json.loads(loaded) if m.split(".")[0] in ("torch", "numpy", "pandas")]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -81,8 +106,8 @@ def run_hook(repo: Path) -> subprocess.CompletedProcess:
     """What pre-commit does for a `language: python`, `types: [python]` hook: the staged files of that
     type, passed as arguments to the entry, run in the repository's root."""
     staged = [f for f in git(repo, "diff", "--cached", "--name-only").split() if f.endswith(".py")]
-    _console_script, *args = shlex.split(hook()["entry"])  # dspark-lab: the module below (checked above)
-    module, func = "dspark_lab.cli.main:main".split(":")
+    console_script, *args = shlex.split(hook()["entry"])
+    module, func = project_table()["scripts"][console_script].split(":")
     code = f"import sys; from {module} import {func}; sys.exit({func}(sys.argv[1:]))"
     env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     return subprocess.run([sys.executable, "-c", code, *args, *staged], cwd=repo, env=env, capture_output=True,

@@ -64,6 +64,8 @@ class How:
 
 
 TMP_REPORT = ("-o", "{tmp}/report.html")
+# Without CUDA (cli/needs_cuda.py); --out keeps a regression that measures anyway off data/runs/.
+NO_CUDA = Run(("needs a CUDA GPU and this machine has none", "no run file written"), extra=("--out", "{tmp}/runs"), status=6)
 HOW = {
     "bash lab.sh": How(Run(("dspark-lab is running", "http://127.0.0.1:"))),  # started, then Ctrl-C: below
     "bash test.sh": How(Run(("collected",), extra=("--collect-only", "-q", "tests/test_layers.py"),
@@ -80,16 +82,16 @@ HOW = {
     "dspark-lab doctor --card": How(None, cuda=Run(("h2d", "d2h", "saved "), extra=("--card-out", "{tmp}/card.json"))),
     "dspark-lab doctor --compare data/machines/h200-card-20261201.json data/machines/h200-card-20261201-1406.json":
         How(Run(("compared cell by cell", "258 cells on both cards"))),
-    "dspark-lab sweep --preset quick": How(None, cuda=Run(("done: ",), extra=("--out", "{tmp}/runs", "--no-progress"))),
+    "dspark-lab sweep --preset quick": How(NO_CUDA, cuda=Run(("done: ",), extra=("--out", "{tmp}/runs", "--no-progress"))),
     "dspark-lab sweep --ep 8 --batch 8 --gamma 4 --target-ci 3 --time-cap 8":
-        How(None, cuda=Run(("done: 1 measured",), extra=("--out", "{tmp}/runs", "--no-progress"))),
+        How(NO_CUDA, cuda=Run(("done: 1 measured",), extra=("--out", "{tmp}/runs", "--no-progress"))),
     "dspark-lab main": How(Run(("No CUDA device on this machine", "headline: "), extra=TMP_REPORT),
                            cuda=Run(("running the default sweep", "95% CI"),
                                     extra=("--data", "{tmp}/data", *TMP_REPORT, "--no-progress"))),
     "dspark-lab report data/runs -o out/report.html": How(Run(("report: {tmp}/report.html (",),
                                                               extra=TMP_REPORT)),
     "dspark-lab ep --world 2 --dispatch allreduce,a2a_fixed,a2a_dynamic --rank0-delay-ms 1":
-        How(None, cuda=Run(("wrote ", "(max over ranks, median trial)"), extra=("--out", "{tmp}/runs"), gpus=2)),
+        How(NO_CUDA, cuda=Run(("wrote ", "(max over ranks, median trial)"), extra=("--out", "{tmp}/runs"), gpus=2)),
     "dspark-lab inspect dspark_lab.gallery.targets:scalar_item":
         How(Run(("dspark_lab.gallery.targets:scalar_item", "host syncs per step", "record: "),
                 extra=("--steps", "3", "--trials", "3", "--warmup", "1", "--out", "{tmp}/inspect"))),

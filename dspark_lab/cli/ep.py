@@ -54,7 +54,7 @@ def add_ep_parser(sub) -> None:
                     "dispatch mode x case on every rank and write one run file whose header records the world "
                     "size, backend, NCCL version and dispatch modes. Cases: every strategy on all ranks, only "
                     "rank 0 running --rank0-only, a host delay on rank 0, host jitter on every rank. EP sizes "
-                    "beyond the GPUs present: `sweep` (ep_mode predicate_only) or results.ep_predict.",
+                    "beyond the GPUs present: `sweep` (ep_mode predicate_only) or results.analyses.ep_predict.",
     )
     p.add_argument("--launcher", choices=LAUNCHERS, default="workers",
                    help="workers: start one process per rank on this host; torchrun: this process is one rank "

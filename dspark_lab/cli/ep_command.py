@@ -7,6 +7,7 @@ import sys
 
 from dspark_lab.cli.ep import CONFIG_FIELDS, DEFAULT_WORLD, max_cpu_world
 from dspark_lab.cli.exits import EXIT_CANNOT_WRITE, EXIT_FAILED, EXIT_OK, sigterm_as_interrupt
+from dspark_lab.cli.needs_cuda import cuda_available, refuse
 from dspark_lab.cli.terminal import err, say
 from dspark_lab.config import LabConfig
 from dspark_lab.parallel import torchrun
@@ -61,6 +62,8 @@ def _on_point(d: str, r) -> None:
 
 def cmd_ep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     # SIGTERM (timeout, Slurm) ends the command as Ctrl-C does: no header-only run file, no rank left.
+    if args.backend == "auto" and not cuda_available():  # auto would start gloo ranks and measure for minutes
+        return refuse("ep", "`--backend gloo` runs the ranks on the CPU instead (slow; a CPU-only run)")
     with sigterm_as_interrupt():
         if args.launcher == "torchrun":
             return _cmd_ep_torchrun(args, parser)

@@ -11,6 +11,7 @@ EXIT_USAGE = 2  # bad arguments or settings, or a run file that cannot be resume
 EXIT_BUSY = 3  # the run file is being written by another process (one writer per file)
 EXIT_REFUSED = 4  # the output would overwrite a run file, go into a runs folder or replace a non-regular file
 EXIT_CANNOT_WRITE = 5  # the output cannot be written (a directory, a parent that is a file, no permission, full disk)
+EXIT_NOT_CHECKED = 6  # nothing could be measured or checked here: no CUDA device (verify, sweep, ep)
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM: ended by `timeout`, Slurm or kill, cleaned up as after Ctrl-C
 EXIT_CODES_HELP = (
@@ -18,7 +19,9 @@ EXIT_CODES_HELP = (
     "or settings (DSPARK_DATA, DSPARK_CACHE), or a run file that cannot be resumed; 3 the run file is being "
     "written by another process; 4 the output would overwrite a run file, go into a runs folder or replace "
     "something that is not a regular file (refused); 5 the output cannot be written (a directory, a parent "
-    "that is a file, no permission, a name too long, a full disk); 130 interrupted; 143 terminated (SIGTERM)."
+    "that is a file, no permission, a name too long, a full disk); 6 nothing could be measured here (no CUDA "
+    "device: `sweep` without --device cpu, `ep` without --backend gloo; one line, nothing written); 130 "
+    "interrupted; 143 terminated (SIGTERM)."
 )
 
 

@@ -1,76 +1,51 @@
-"""`dspark-lab lint PATH...`: host syncs found in the source before the step runs (no torch, no GPU).
-
-Exit statuses: 0 no finding (lines marked `# sync-ok: <reason>` are by design and do not count);
-1 findings (one line each: file:line:col, the rule, the fix the gallery teaches); 2 bad input: a
-path that does not exist, or a file that does not parse (nothing can be checked there, so the
-check fails rather than passing it silently). Runs as the pre-commit hook `dspark-lab-lint`.
-"""
+"""`dspark-lab lint` in the kit's command line (the command itself, its exit statuses and the
+pre-commit hook's torch-free entry: dspark_lab/lint/command.py), and `inspect --lint`'s join of the
+findings with a record's runtime sites."""
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 
 from dspark_lab.cli.options import HelpFormatter
-from dspark_lab.lint import RULES, LintInputError, lint_paths
+from dspark_lab.lint import LintInputError, lint_paths
+from dspark_lab.lint.command import DESCRIPTION, add_arguments, lint_command
 from dspark_lab.lint.explain import why_not_found
 from dspark_lab.lint.run import files
 from dspark_lab.results.analyses import lint_join
-
-EXIT_CLEAN, EXIT_FINDINGS, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def add_lint_parser(sub) -> None:
     p = sub.add_parser(
         "lint", formatter_class=HelpFormatter,
         help="find host syncs in Python source before they run (.item(), if tensor:, pageable copies...)",
-        description="Read Python files (and every *.py under folders) and report each line that makes a host "
-                    "sync when it runs, with the one-line fix; a module that never imports torch is not "
-                    "checked. `# sync-ok: <reason>` on a line marks it by design (a bare `# sync-ok` is itself "
-                    "a finding). Rules: " + "; ".join(f"{r.id} ({r.finds})" for r in RULES.values())
-                    + ".\n\n" + __doc__.split("\n\n", 1)[1],
+        description=DESCRIPTION,
     )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="Python files or folders")
-    p.add_argument("--json", action="store_true", help="print the findings (exempt ones too) as a JSON list")
-    p.add_argument("--show-exempt", action="store_true", help="also list the lines marked `# sync-ok: <reason>`")
+    add_arguments(p)
     p.set_defaults(func=cmd_lint)
 
 
 def cmd_lint(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    try:
-        found = lint_paths(args.paths)
-    except LintInputError as e:
-        print(f"dspark-lab: {e}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    live = [f for f in found if not f.exempt]
-    if args.json:
-        print(json.dumps([f.to_dict() for f in found], indent=1))
-        return EXIT_FINDINGS if live else EXIT_CLEAN
-    for f in live:
-        print(f.describe())
-    exempt = [f for f in found if f.exempt]
-    if args.show_exempt:
-        for f in exempt:
-            print(f"{f.path}:{f.line}: by design ({f.rule}): {f.exempt_reason}")
-    print(f"{len(live)} host sync line(s) found; {len(exempt)} marked by design (# sync-ok: <reason>)",
-          file=sys.stderr if live else sys.stdout)
-    return EXIT_FINDINGS if live else EXIT_CLEAN
+    return lint_command(args.paths, as_json=args.json, show_exempt=args.show_exempt)
 
 
 def lint_beside(rec: dict, root) -> list[str]:
     """`inspect --lint`: lint the target's folder, join the findings with the record's runtime sites
-    (results/analyses/lint_join.py), keep the joined rows in the record under "lint", and return the
+    (results/analyses/lint_join.py; a site whose recorded line moved is joined where its code is
+    today), keep the joined rows in the record under "lint", and return the
     lines to print."""
     linted = {lint_join.short(p): p for p in files([Path(root)])}
 
-    def explain(short_path: str, line: int):
+    def today_lines(short_path: str):
         p = linted.get(short_path)
-        return why_not_found(p.read_text(encoding="utf-8"), line) if p else None
+        return p.read_text(encoding="utf-8").splitlines() if p else None
+
+    def explain(short_path: str, line: int):
+        lines = today_lines(short_path)
+        return why_not_found("\n".join(lines), line) if lines is not None else None
     try:
         found = lint_paths([root])
     except LintInputError as e:
         rec["lint"] = {"error": str(e)}
         return [f"lint: {e}"]
-    rec["lint"] = lint_join.join([f.to_dict() for f in found], rec["sites"], explain=explain)
+    rec["lint"] = lint_join.join([f.to_dict() for f in found], rec["sites"], explain=explain, today_lines=today_lines)
     return lint_join.text_lines(rec["lint"])

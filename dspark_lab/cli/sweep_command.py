@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 
 from dspark_lab.cli.exits import EXIT_BUSY, EXIT_CANNOT_WRITE, EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, hold_interrupts
+from dspark_lab.cli.needs_cuda import cuda_available, refuse
 from dspark_lab.cli.options import DEFAULT_TIME_CAP_S, spec_from_args
 from dspark_lab.cli.report_command import load_runs, write_report
 from dspark_lab.cli.summary import summary_table
@@ -86,11 +87,22 @@ def adaptive_measure(args: argparse.Namespace, parser: argparse.ArgumentParser, 
     return partial(measure, target_ci_pct=target, time_cap_s=cap), {"adaptive": {"target_ci_pct": target, "time_cap_s": cap}}
 
 
+CPU_SWEEP = "`--device cpu` measures on the CPU instead (slow; a CPU-only run)"
+
+
+def _needs_cuda(spec: SweepSpec) -> bool:
+    """A sweep whose device is not the CPU, asked for where there is no CUDA (auto would fall back
+    to the CPU and measure for minutes what no GPU lesson can use)."""
+    return spec.base.device != "cpu" and not cuda_available()
+
+
 def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=None) -> int:
     spec, explicit = spec_from_args(args, parser)
     if args.retry_failed and not args.resume:
         parser.error("argument --retry-failed: only with --resume")
     measure, adaptive = adaptive_measure(args, parser, measure)
+    if not args.resume and _needs_cuda(spec):  # a resumed run's device is its recorded one: checked below
+        return refuse("sweep", CPU_SWEEP)
     fp = fingerprint()
     if args.resume:
         out = args.out if args.out is not None else paths.runs_dir()
@@ -119,6 +131,9 @@ def cmd_sweep(args: argparse.Namespace, parser: argparse.ArgumentParser, measure
             writer.close()
             _err(f"cannot resume: {writer.path}: {e}")
             return EXIT_USAGE
+        if _needs_cuda(spec):
+            writer.close()
+            return refuse("sweep", CPU_SWEEP)
         return _run(spec, writer, progress=args.progress, retry_failed=args.retry_failed,
                     save_traces=args.save_traces, measure=measure)
     extra = {"probe": run_probe()} if args.probe else {}

@@ -41,7 +41,7 @@ def standard_cases(world: int, strategies: Optional[Sequence[str]] = None, *, ra
 def check_world(world: int, backend: str) -> None:
     if backend == "nccl" and world > device_count():
         raise ValueError(f"ep world size must be at most the {device_count()} GPUs present; got {world} "
-                         "(larger EP sizes: ep_mode predicate_only through `dspark-lab sweep`, or results.ep_predict)")
+                         "(larger EP sizes: ep_mode predicate_only through `dspark-lab sweep`, or results.analyses.ep_predict)")
 
 
 def reference_args(cfg: LabConfig, world: int, dispatches: Sequence[str], batch_sizes) -> dict:

@@ -18,17 +18,19 @@ if TYPE_CHECKING:
 
     from dspark_lab.results.query.data import RunData
 
+NOISE = noise.__name__.removeprefix("dspark_lab.")  # where the rules it cites live, named as they move
+
 HEADLINE_RULE = (
     "rule: per machine (GPU, driver, CUDA, torch), the most recent run holding the reference point "
     f"({REFERENCE.describe()}); that run's trials only, not pooled across runs; trials marked disturbed "
-    "left out (results.noise.RULE). Median step time over trials with a 95% bootstrap CI; device_direct "
+    f"left out ({NOISE}.RULE). Median step time over trials with a 95% bootstrap CI; device_direct "
     "against the fastest other strategy, paired by trial round; the headline ratio device_direct / "
     "non_blocking per trial round, over rounds where neither trial is disturbed, with its 95% CI "
     f"(no CI from fewer than {noise.MIN_QUIET_ROUNDS} quiet rounds: the count is printed instead). "
     f"A run whose headline pair has fewer than {noise.MIN_QUIET_ROUNDS} quiet rounds there (no CI) is passed over "
     "in favour of the most recent run of the machine that has them, and the line names each run passed over; "
     "where no run has them the most recent stands, without a CI. "
-    "A run disturbed as a whole at the point (results.noise.RUN_RULE) is skipped in favour of the most "
+    f"A run disturbed as a whole at the point ({NOISE}.RUN_RULE) is skipped in favour of the most "
     "recent undisturbed run of the machine holding it, and the line says which run was skipped and why; "
     "a machine with no undisturbed run gets no headline, and a run that has neither another run of its "
     "machine nor a baseline in its header to be judged by is marked as not judged."

@@ -29,6 +29,22 @@ def point_label(row) -> str:
     return " · ".join(parts)
 
 
+def rank_case_name(case: str) -> str:
+    """A rank case named the same at every world size: 'all on_demand' (every rank alike), 'rank 0
+    device_direct, the others non_blocking', else each rank's strategy in order; a host delay
+    'delay=1,0' adds '; +1 ms on rank 0'."""
+    strategies, _, delay = str(case).partition(" delay=")
+    per = strategies.split(",")
+    if len(set(per)) == 1:
+        name = f"all {per[0]}"
+    elif len(per) > 2 and len(set(per[1:])) == 1:
+        name = f"rank 0 {per[0]}, the others {per[1]}"
+    else:
+        name = ", ".join(f"rank {i} {s}" for i, s in enumerate(per))
+    late = [f"+{d} ms on rank {i}" for i, d in enumerate(delay.split(",")) if delay and float(d) != 0]
+    return "; ".join([name, *late])
+
+
 def gpu_name(gpu) -> str:
     """The GPU column as shown: a CPU-only run records gpu "none"."""
     g = "" if gpu is None or (isinstance(gpu, float) and math.isnan(gpu)) else str(gpu)

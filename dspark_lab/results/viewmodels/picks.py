@@ -4,6 +4,8 @@ view can show its lesson, and a sentence that says what was picked (`Pick.note`)
   ep1_point        notebook 01 "At EP 1 nothing reads the scalar": an EP-1 point of a grid run
   real_ep          notebook 01 "One rank's sync costs every rank": one EP recording's real-rank
                    rows, every dispatch mode it holds, a2a_fixed preferred (no sync of its own)
+  predicted_ep     notebook 01, below it: the newest EP-predicted run as a table, a case a row
+                   (named the same at every EP size) and an EP size a column
   stand_in_sweep   notebook 02 without a GPU: the machine's latest grid run stands in
   compared_at_point notebook 02 "every machine side by side": at most MAX_COMPARED runs of one point
   card_beside      notebook 02: the recorded card to set beside this machine's
@@ -17,7 +19,7 @@ import pandas as pd
 
 from dspark_lab.results.facts.run_kinds import GRID_KINDS
 from dspark_lab.results.record.schema import MACHINE_KEYS
-from dspark_lab.results.rules.labels import point_label
+from dspark_lab.results.rules.labels import point_label, rank_case_name
 from dspark_lab.results.query.runs import MAX_COMPARED, REFERENCE, Runs, one_process
 
 # Fixed-capacity all-to-all moves no count to the host, so its rank cases show the scalar's sync alone;
@@ -77,6 +79,23 @@ def real_ep(runs: Runs) -> Pick:
                             f"real ranks: the EP recording that starts with {first} ({len(ids)} file(s); "
                             f"dispatch modes {', '.join(modes)}); drawn first: {want}", dispatch=want)
     raise AssertionError("unreachable: every real row has a dispatch mode")  # pragma: no cover
+
+
+def predicted_ep(runs: Runs) -> Pick:
+    """The newest EP-predicted run's median step time per case and EP size. A rank case spells out
+    every rank's strategy, so the same case reads differently at EP 4 and EP 8: rows are keyed by
+    rank_case_name, which does not depend on the world size (and one run, not runs pooled)."""
+    ids = runs.runs_of_kind("ep_predicted")
+    ok = runs.ok
+    rows = ok[(ok["run_id"].astype(str) == ids[0]) & (ok["ep_mode"] == "predicted")] if ids else ok.iloc[0:0]
+    if rows.empty:
+        return Pick(rows, note="no predicted EP sizes recorded (studies/ep/real_ranks.py records them next to the "
+                               "real runs)")
+    table = rows.assign(case=rows["rank_case"].map(rank_case_name)).pivot_table(
+        index="case", columns="ep_size", values="step_ms", aggfunc="median", sort=False)
+    table = table.rename(columns=lambda e: f"EP {e} (predicted), ms").rename_axis(index=None, columns=None)
+    return Pick(table.round(2), ids[:1], "ep_predicted",
+                f"predicted EP sizes: {runs.label_of(ids[0])} (median step time per case, ms; a model's numbers)")
 
 
 def stand_in_sweep(runs: Runs) -> Pick:

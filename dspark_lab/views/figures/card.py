@@ -96,7 +96,7 @@ def card(card: dict, queue: str = "queued") -> go.Figure:
     fig.update_yaxes(autorange="reversed")  # sources top to bottom in SOURCES order
     what = f"{depth:g} ms of GPU work queued ahead" if queue == "queued" else "GPU queue empty"
     return titled(fig, f"What each copy does on this machine ({what})",
-                  card_results.label(card), "colour: the verdict by results.card.VERDICT_RULE; text: median host "
+                  card_results.label(card), "colour: the verdict by results.analyses.card.VERDICT_RULE; text: median host "
                   f"time of the call; {EDGE_MARK}: the verdict is at the rule's edge (hover says why); blank: not measured")
 
 
