@@ -31,7 +31,7 @@ def lint_imports(cwd: Path, pythonpath: Path) -> subprocess.CompletedProcess:
 
 def test_every_contract_in_pyproject_is_kept():
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    assert {c["type"] for c in contracts} == {"layers", "forbidden"}
+    assert {c["type"] for c in contracts} == {"layers", "forbidden", "acyclic_siblings"}
     r = lint_imports(ROOT, ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     for c in contracts:
@@ -117,6 +117,19 @@ def test_a_measure_import_in_a_views_module_breaks_the_views_contracts(tmp_path)
     contracts = {c["id"]: c["name"] for c in tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]}
     assert f"{contracts['views-import-only-results']} BROKEN" in r.stdout, r.stdout
     assert "dspark_lab.views.report -> dspark_lab.measure" in r.stdout, r.stdout
+
+
+def test_a_circle_through_a_late_import_breaks_the_no_circles_contract(tmp_path):
+    """cli/verify.py imports cli/exits.py; a function-level import back from exits closes a circle
+    between two siblings of dspark_lab.cli, which no layers contract sees (both are cli)."""
+    root = _package_copy(tmp_path)
+    exits = root / "dspark_lab" / "cli" / "exits.py"
+    exits.write_text(exits.read_text() + "\n\ndef _late():\n    from dspark_lab.cli import verify  # injected\n")
+    r = lint_imports(root, root)
+    assert r.returncode == 1, r.stdout + r.stderr
+    contracts = {c["id"]: c["name"] for c in tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]}
+    assert f"{contracts['no-circles']} BROKEN" in r.stdout, r.stdout
+    assert "No cycles are allowed in dspark_lab.cli." in r.stdout, r.stdout
 
 
 def test_importing_the_package_loads_no_torch():
