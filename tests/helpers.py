@@ -1,9 +1,14 @@
 """Shared by the test files: the synthetic recorded set (made-up numbers, clearly not GPU data: two
 runs on two fake machines, every strategy, a timeline per point) as DataFrames or as run files in the
-store's format; the committed runs' folder; and notebooks executed headless. Fixtures are in conftest.py."""
+store's format; the committed runs' folder; notebooks executed headless and read as git would commit
+them; and a child process's start as a terminal gives it. Fixtures are in conftest.py."""
 from __future__ import annotations
 
 import os
+import shlex
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -126,6 +131,50 @@ def execute_notebook(nb, env: dict):
                                      resources={"metadata": {"path": str(NOTEBOOKS_DIR)}})
     client.execute(env=env)
     return nb
+
+
+STRIP = ["-m", "nbstripout", "--keep-id", "--extra-keys", "metadata.language_info"]  # scripts/ensure_env.sh's filter
+
+
+def what_git_commits(path: Path) -> str:
+    """The notebook as `git add` would store it: the file through the clean filter that .gitattributes
+    names for it, as git runs it (a shell command, the file on stdin, in the checkout's root), or the
+    file itself where this is no git checkout or no configured filter applies. A notebook used in
+    JupyterLab (outputs autosaved) is judged by what it would commit, not by the working-tree file."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(path.parent), *args], capture_output=True, text=True)
+
+    attr = git("check-attr", "filter", "--", path.name)
+    name = attr.stdout.rsplit(": ", 1)[-1].strip() if attr.returncode == 0 else ""
+    clean = git("config", "--get", f"filter.{name}.clean") if name not in ("", "unspecified", "unset", "set") else None
+    if clean is None or clean.returncode != 0:
+        return path.read_text()
+    root = git("rev-parse", "--show-toplevel").stdout.strip()
+    with open(path, "rb") as f:
+        done = subprocess.run(clean.stdout.strip(), shell=True, stdin=f, cwd=root, capture_output=True, text=True)
+    assert done.returncode == 0, f"{path.name}: the clean filter failed: {done.stderr[-2000:]}"
+    return done.stdout
+
+
+def unstripped_cells(text: str) -> list[int]:
+    """Indices of the code cells that hold outputs or an execution count."""
+    import nbformat  # the dev extra: test files that call this importorskip it first
+
+    nb = nbformat.reads(text, as_version=4)
+    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+
+
+def checkout_with_the_notebook_filter(folder: Path) -> Path:
+    """A git checkout in `folder` with this repository's .gitattributes and the notebook filter
+    configured as scripts/ensure_env.sh configures it, and an empty notebooks/ to save into."""
+    def git(*args):
+        subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "filter.nbstripout.clean", " ".join(shlex.quote(a) for a in [sys.executable, *STRIP]))
+    (folder / "notebooks").mkdir()
+    (folder / ".gitattributes").write_text((ROOT / ".gitattributes").read_text())
+    return folder
 
 
 def outputs(cells, kind: str) -> list:
@@ -290,3 +339,12 @@ class Trace:
 
     def ev(self):
         return trace.events({"traceEvents": self.events})
+
+
+# -- child processes --------------------------------------------------------------------------------
+
+def default_sigint() -> None:
+    """A preexec function: the child starts with SIGINT at its default, as a terminal's foreground
+    command does, whatever this process inherited (a job started in the background by a shell
+    without job control ignores SIGINT, and its children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
