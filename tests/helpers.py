@@ -4,11 +4,13 @@ store's format; the committed runs' folder; notebooks executed headless and read
 them; and a child process's start as a terminal gives it. Fixtures are in conftest.py."""
 from __future__ import annotations
 
+import functools
 import os
 import shlex
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -122,15 +124,45 @@ def kernel_env(data_dir: Path, out_dir: Path, **extra: str) -> dict:
             "PYTHONPATH": path, **extra}
 
 
-def execute_notebook(nb, env: dict):
-    """Run the notebook's cells in a fresh kernel started with `env` (in notebooks/, as Jupyter would);
-    the outputs land in `nb`, which is returned. Raises CellExecutionError naming a failing cell."""
+NOTEBOOK_KERNELS = 2  # notebooks executed at once by execute_notebooks: one a core of a 2-core machine
+
+
+def _client(nb):
+    """A client that runs the notebook's cells in a fresh kernel, in notebooks/ as Jupyter would."""
     import nbclient  # the dev extra: test files that call this importorskip it first
 
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOKS_DIR)}})
-    client.execute(env=env)
+    return nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                   resources={"metadata": {"path": str(NOTEBOOKS_DIR)}})
+
+
+def execute_notebook(nb, env: dict):
+    """Run the notebook's cells in a fresh kernel started with `env`; the outputs land in `nb`, which
+    is returned. Raises CellExecutionError naming a failing cell."""
+    _client(nb).execute(env=env)
     return nb
+
+
+def execute_notebooks(paths, env: dict, kernels: int = NOTEBOOK_KERNELS) -> dict:
+    """Each notebook read and executed as execute_notebook does, `kernels` of them at once (each in its
+    own kernel, so their runs overlap): name -> (notebook, seconds its own run took). The first
+    CellExecutionError is raised."""
+    import asyncio
+
+    import nbformat  # the dev extra: test files that call this importorskip it first
+
+    async def run_all():
+        gate = asyncio.Semaphore(kernels)
+
+        async def one(path):
+            async with gate:
+                nb = nbformat.read(path, as_version=4)
+                t0 = time.perf_counter()
+                await _client(nb).async_execute(env=env)
+                return path.name, (nb, time.perf_counter() - t0)
+
+        return dict(await asyncio.gather(*(one(p) for p in paths)))
+
+    return asyncio.run(run_all())
 
 
 STRIP = ["-m", "nbstripout", "--keep-id", "--extra-keys", "metadata.language_info"]  # scripts/ensure_env.sh's filter
@@ -150,10 +182,16 @@ def what_git_commits(path: Path) -> str:
     if clean is None or clean.returncode != 0:
         return path.read_text()
     root = git("rev-parse", "--show-toplevel").stdout.strip()
-    with open(path, "rb") as f:
-        done = subprocess.run(clean.stdout.strip(), shell=True, stdin=f, cwd=root, capture_output=True, text=True)
-    assert done.returncode == 0, f"{path.name}: the clean filter failed: {done.stderr[-2000:]}"
-    return done.stdout
+    return _cleaned(clean.stdout.strip(), root, path.read_bytes(), path.name)
+
+
+@functools.lru_cache(maxsize=64)
+def _cleaned(command: str, root: str, content: bytes, name: str) -> str:
+    """The clean filter's output for these bytes: the same bytes, filter and checkout give the same
+    text, so each notebook goes through the filter (a Python process) once per session."""
+    done = subprocess.run(command, shell=True, input=content, cwd=root, capture_output=True)
+    assert done.returncode == 0, f"{name}: the clean filter failed: {done.stderr[-2000:].decode(errors='replace')}"
+    return done.stdout.decode()
 
 
 def unstripped_cells(text: str) -> list[int]:
