@@ -2,12 +2,11 @@ import atexit
 import os
 import shutil
 import tempfile
-import time
 
 import pytest
 import torch
 
-from helpers import COMMITTED_DATA, NOTEBOOKS, execute_notebook, kernel_env, synthetic_runs
+from helpers import COMMITTED_DATA, NOTEBOOKS, execute_notebooks, kernel_env, synthetic_runs
 
 # The run-file cache (dspark_lab/results/loading/cache.py) of this test session: its own folder, removed at
 # exit, never the user's ~/.cache (subprocesses inherit it).
@@ -48,13 +47,7 @@ def recorded_env(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def executed_notebooks(recorded_env) -> dict:
-    """Each notebook executed once per test session, top to bottom: name -> (notebook, seconds).
-    Only tests/test_notebooks.py uses it: under pytest-xdist `--dist loadfile` one worker builds it."""
-    import nbformat  # the dev extra: the test files using this importorskip it first
-
-    out = {}
-    for path in NOTEBOOKS:
-        t0 = time.perf_counter()
-        nb = execute_notebook(nbformat.read(path, as_version=4), recorded_env)
-        out[path.name] = (nb, time.perf_counter() - t0)
-    return out
+    """Each notebook executed once per test session, top to bottom, helpers.NOTEBOOK_KERNELS at once:
+    name -> (notebook, seconds). Only tests/test_notebooks.py uses it: under pytest-xdist
+    `--dist loadfile` one worker builds it."""
+    return execute_notebooks(NOTEBOOKS, recorded_env)

@@ -1,9 +1,16 @@
 """Shared by the test files: the synthetic recorded set (made-up numbers, clearly not GPU data: two
 runs on two fake machines, every strategy, a timeline per point) as DataFrames or as run files in the
-store's format; the committed runs' folder; and notebooks executed headless. Fixtures are in conftest.py."""
+store's format; the committed runs' folder; notebooks executed headless and read as git would commit
+them; and a child process's start as a terminal gives it. Fixtures are in conftest.py."""
 from __future__ import annotations
 
+import functools
 import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -117,15 +124,95 @@ def kernel_env(data_dir: Path, out_dir: Path, **extra: str) -> dict:
             "PYTHONPATH": path, **extra}
 
 
-def execute_notebook(nb, env: dict):
-    """Run the notebook's cells in a fresh kernel started with `env` (in notebooks/, as Jupyter would);
-    the outputs land in `nb`, which is returned. Raises CellExecutionError naming a failing cell."""
+NOTEBOOK_KERNELS = 2  # notebooks executed at once by execute_notebooks: one a core of a 2-core machine
+
+
+def _client(nb):
+    """A client that runs the notebook's cells in a fresh kernel, in notebooks/ as Jupyter would."""
     import nbclient  # the dev extra: test files that call this importorskip it first
 
-    client = nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
-                                     resources={"metadata": {"path": str(NOTEBOOKS_DIR)}})
-    client.execute(env=env)
+    return nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+                                   resources={"metadata": {"path": str(NOTEBOOKS_DIR)}})
+
+
+def execute_notebook(nb, env: dict):
+    """Run the notebook's cells in a fresh kernel started with `env`; the outputs land in `nb`, which
+    is returned. Raises CellExecutionError naming a failing cell."""
+    _client(nb).execute(env=env)
     return nb
+
+
+def execute_notebooks(paths, env: dict, kernels: int = NOTEBOOK_KERNELS) -> dict:
+    """Each notebook read and executed as execute_notebook does, `kernels` of them at once (each in its
+    own kernel, so their runs overlap): name -> (notebook, seconds its own run took). The first
+    CellExecutionError is raised."""
+    import asyncio
+
+    import nbformat  # the dev extra: test files that call this importorskip it first
+
+    async def run_all():
+        gate = asyncio.Semaphore(kernels)
+
+        async def one(path):
+            async with gate:
+                nb = nbformat.read(path, as_version=4)
+                t0 = time.perf_counter()
+                await _client(nb).async_execute(env=env)
+                return path.name, (nb, time.perf_counter() - t0)
+
+        return dict(await asyncio.gather(*(one(p) for p in paths)))
+
+    return asyncio.run(run_all())
+
+
+STRIP = ["-m", "nbstripout", "--keep-id", "--extra-keys", "metadata.language_info"]  # scripts/ensure_env.sh's filter
+
+
+def what_git_commits(path: Path) -> str:
+    """The notebook as `git add` would store it: the file through the clean filter that .gitattributes
+    names for it, as git runs it (a shell command, the file on stdin, in the checkout's root), or the
+    file itself where this is no git checkout or no configured filter applies. A notebook used in
+    JupyterLab (outputs autosaved) is judged by what it would commit, not by the working-tree file."""
+    def git(*args):
+        return subprocess.run(["git", "-C", str(path.parent), *args], capture_output=True, text=True)
+
+    attr = git("check-attr", "filter", "--", path.name)
+    name = attr.stdout.rsplit(": ", 1)[-1].strip() if attr.returncode == 0 else ""
+    clean = git("config", "--get", f"filter.{name}.clean") if name not in ("", "unspecified", "unset", "set") else None
+    if clean is None or clean.returncode != 0:
+        return path.read_text()
+    root = git("rev-parse", "--show-toplevel").stdout.strip()
+    return _cleaned(clean.stdout.strip(), root, path.read_bytes(), path.name)
+
+
+@functools.lru_cache(maxsize=64)
+def _cleaned(command: str, root: str, content: bytes, name: str) -> str:
+    """The clean filter's output for these bytes: the same bytes, filter and checkout give the same
+    text, so each notebook goes through the filter (a Python process) once per session."""
+    done = subprocess.run(command, shell=True, input=content, cwd=root, capture_output=True)
+    assert done.returncode == 0, f"{name}: the clean filter failed: {done.stderr[-2000:].decode(errors='replace')}"
+    return done.stdout.decode()
+
+
+def unstripped_cells(text: str) -> list[int]:
+    """Indices of the code cells that hold outputs or an execution count."""
+    import nbformat  # the dev extra: test files that call this importorskip it first
+
+    nb = nbformat.reads(text, as_version=4)
+    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+
+
+def checkout_with_the_notebook_filter(folder: Path) -> Path:
+    """A git checkout in `folder` with this repository's .gitattributes and the notebook filter
+    configured as scripts/ensure_env.sh configures it, and an empty notebooks/ to save into."""
+    def git(*args):
+        subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "filter.nbstripout.clean", " ".join(shlex.quote(a) for a in [sys.executable, *STRIP]))
+    (folder / "notebooks").mkdir()
+    (folder / ".gitattributes").write_text((ROOT / ".gitattributes").read_text())
+    return folder
 
 
 def outputs(cells, kind: str) -> list:
@@ -290,3 +377,12 @@ class Trace:
 
     def ev(self):
         return trace.events({"traceEvents": self.events})
+
+
+# -- child processes --------------------------------------------------------------------------------
+
+def default_sigint() -> None:
+    """A preexec function: the child starts with SIGINT at its default, as a terminal's foreground
+    command does, whatever this process inherited (a job started in the background by a shell
+    without job control ignores SIGINT, and its children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -31,7 +31,7 @@ from dspark_lab.results.loading import cache as run_cache
 from dspark_lab.results.loading.load import DataWarning, load
 from dspark_lab.results.record import inspect_record, store
 from dspark_lab.results.record.regular_files import read_regular
-from helpers import inspect_record as synthetic_record
+from helpers import default_sigint, inspect_record as synthetic_record
 from test_cli import fake_runner, run_main  # noqa: F401 - fake_runner: a fixture
 from test_hardening_load import ROWS_PER_FILE, _entry, _quiet_load, _settled, two  # noqa: F401 - two: a fixture
 from test_loading_reliability import base, lines, patch_header, patch_row, put, rows_of, timelines_of
@@ -350,7 +350,7 @@ def test_5_ctrl_c_while_the_command_imports_is_one_line_and_130(tmp_path):
     script = _command_script(tmp_path, "import dspark_lab.cli\nos.kill(os.getpid(), signal.SIGINT)\n"
                                        "from dspark_lab.cli.main import main\nsys.exit(main())\n")
     p = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=default_sigint)
     assert (p.returncode, p.stderr, p.stdout) == (130, startup.LINE, b"")
 
 
@@ -360,8 +360,23 @@ def test_5_once_main_runs_ctrl_c_is_a_keyboard_interrupt_again(tmp_path):
                                        "try:\n    main(['no-such-command'])\nexcept SystemExit:\n    pass\n"
                                        "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n")
     p = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(REPO)})
+                       env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=default_sigint)
     assert p.returncode == 0, p.stderr
+
+
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def test_5_the_ctrl_c_cases_hold_in_a_suite_started_with_sigint_ignored():
+    """`bash test.sh &` from a script (a shell without job control) starts pytest with SIGINT
+    ignored, and every child inherits that: the two Ctrl-C cases above, run by such a pytest, pass."""
+    cases = [f"{Path(__file__).name}::{t.__name__}" for t in (test_5_ctrl_c_while_the_command_imports_is_one_line_and_130,
+                                                             test_5_once_main_runs_ctrl_c_is_a_keyboard_interrupt_again)]
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *cases],
+                       cwd=Path(__file__).parent, capture_output=True, text=True, timeout=600, preexec_fn=_ignore_sigint,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0 and "2 passed" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
 
 
 def test_5_importing_the_command_line_elsewhere_leaves_sigint_alone():

@@ -31,7 +31,7 @@ def lint_imports(cwd: Path, pythonpath: Path) -> subprocess.CompletedProcess:
 
 def test_every_contract_in_pyproject_is_kept():
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    assert {c["type"] for c in contracts} == {"layers", "forbidden"}
+    assert {c["type"] for c in contracts} == {"layers", "forbidden", "acyclic_siblings"}
     r = lint_imports(ROOT, ROOT)
     assert r.returncode == 0, r.stdout + r.stderr
     for c in contracts:
@@ -105,18 +105,34 @@ def _package_copy(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def _broken_by(tmp_path: Path, module: str, injected: str, contract_id: str) -> str:
+    """lint-imports' report on a copy of the packages with `injected` appended to `module` (a path
+    under the copy): it fails, naming the contract `contract_id` as broken."""
+    root = _package_copy(tmp_path)
+    path = root / module
+    path.write_text(path.read_text() + injected)
+    r = lint_imports(root, root)
+    assert r.returncode == 1, r.stdout + r.stderr
+    contracts = {c["id"]: c["name"] for c in tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]}
+    assert f"{contracts[contract_id]} BROKEN" in r.stdout, r.stdout
+    return r.stdout
+
+
 def test_a_measure_import_in_a_views_module_breaks_the_views_contracts(tmp_path):
     """`from dspark_lab.measure import measure_step` in views/ is an edge to the measurement wing,
     which the views-only-results contract refuses whatever measure's __init__ does on attribute
     access (the no-torch contract sees torch only through edges that are written down)."""
-    root = _package_copy(tmp_path)
-    view = root / "dspark_lab" / "views" / "report.py"
-    view.write_text(view.read_text() + "\nfrom dspark_lab.measure import measure_step  # injected\n")
-    r = lint_imports(root, root)
-    assert r.returncode == 1, r.stdout + r.stderr
-    contracts = {c["id"]: c["name"] for c in tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]}
-    assert f"{contracts['views-import-only-results']} BROKEN" in r.stdout, r.stdout
-    assert "dspark_lab.views.report -> dspark_lab.measure" in r.stdout, r.stdout
+    out = _broken_by(tmp_path, "dspark_lab/views/report.py", "\nfrom dspark_lab.measure import measure_step  # injected\n",
+                     "views-import-only-results")
+    assert "dspark_lab.views.report -> dspark_lab.measure" in out, out
+
+
+def test_a_circle_through_a_late_import_breaks_the_no_circles_contract(tmp_path):
+    """cli/verify.py imports cli/exits.py; a function-level import back from exits closes a circle
+    between two siblings of dspark_lab.cli, which no layers contract sees (both are cli)."""
+    out = _broken_by(tmp_path, "dspark_lab/cli/exits.py", "\n\ndef _late():\n    from dspark_lab.cli import verify  # injected\n",
+                     "no-circles")
+    assert "No cycles are allowed in dspark_lab.cli." in out, out
 
 
 def test_importing_the_package_loads_no_torch():

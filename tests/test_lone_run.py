@@ -54,7 +54,8 @@ def test_a_run_disturbed_from_start_to_end_is_flagged_when_loaded_alone():
     assert "over the machine's baseline in the run header" in rd.at["busy", "run_disturbed_reason"]
     head = runs.headline()
     assert not head.entries and len(head.withheld) == 1
-    assert "no headline, every run of this machine" in head.lines()[0] and "+6.18" in head.lines()[0]
+    (block,) = head.blocks()
+    assert "no headline, every run of this machine" in block[0] and "+6.18" in block[1]
 
 
 def test_a_quiet_run_loaded_alone_is_judged_by_its_baseline_and_headlined():
@@ -62,15 +63,15 @@ def test_a_quiet_run_loaded_alone_is_judged_by_its_baseline_and_headlined():
     rd = runs.run_disturbance().set_index("run_id")
     assert not rd.at["calm", "run_disturbed"] and rd.at["calm", "reference_run_id"] == "q"
     head = runs.headline()
-    assert [e["run_id"] for e in head.entries] == ["calm"] and "judged alone" not in head.lines()[0]
+    assert [e["run_id"] for e in head.entries] == ["calm"] and "judged alone" not in "\n".join(head.lines())
 
 
 def test_a_run_without_a_baseline_says_it_cannot_be_judged_alone():
     for runs in (lone("first", 6.67), lone("first", 6.67, {})):
         rd = runs.run_disturbance().set_index("run_id")
         assert not rd.at["first", "run_disturbed"] and rd.at["first", "run_disturbed_reason"] == noise.CANNOT_JUDGE_ALONE
-        line = runs.headline().lines()[0]
-        assert line.startswith("headline: ") and line.endswith("this run " + noise.CANNOT_JUDGE_ALONE)
+        (block,) = runs.headline().blocks()
+        assert block[0].startswith("headline: ") and block[-1].strip() == "this run " + noise.CANNOT_JUDGE_ALONE
 
 
 def test_malformed_baseline_entries_are_ignored():

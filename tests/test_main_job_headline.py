@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from dspark_lab.results import Runs
+from dspark_lab.results.query.headline import DETAIL, FIRST_LINE_MAX
 from dspark_lab.results.record import schema
 from dspark_lab.results.rules import noise
 from dspark_lab.results.rules.selection import REFERENCE
@@ -54,9 +55,56 @@ def test_the_headline_passes_over_a_newer_run_without_a_ci_and_names_it(newest_s
     sweep_rounds = noise.headline(runs.reference(run_id="20261202-001000-aaaaaa"))["quiet_rounds"]
     assert passed == {"run_id": "20261202-001000-aaaaaa", "label": sweep_label, "quiet_rounds": sweep_rounds}
     assert sweep_rounds < noise.MIN_QUIET_ROUNDS
-    line = head.lines()[0]
-    assert f"passed over {sweep_label} (newer, {sweep_rounds} quiet rounds: no CI)" in line and "95% CI" in line
+    (block,) = head.blocks()
+    assert "95% CI" in block[0] and block[0].endswith(runs.label_of(newest_reference))
+    assert f"{DETAIL}passed over {sweep_label} (newer, {sweep_rounds} quiet rounds: no CI)" in block[1:]
     assert "passed over" in head.rule and str(noise.MIN_QUIET_ROUNDS) in head.rule
+
+
+def first_lines(text: str) -> list[str]:
+    """The headline's first lines in printed text: one a machine."""
+    return [line for line in text.splitlines() if line.startswith("headline: ")]
+
+
+def test_the_first_line_is_the_pair_s_ratio_its_ci_and_rounds_and_the_run_the_rest_below():
+    runs = Runs.load(RUNS)
+    head = runs.headline()
+    (block,) = head.blocks()
+    (entry,) = head.entries
+    r = entry["ratio"]
+    assert FIRST_LINE_MAX == 160 and len(block[0]) <= FIRST_LINE_MAX
+    assert block[0] == (f"headline: {r['a']} / {r['b']} step time = {r['ratio']:.3f} (95% CI {r['ci_low']:.3f}–"
+                        f"{r['ci_high']:.3f}, ±{r['half_width_pct']:.1f}%) over {r['quiet_rounds']} quiet rounds"
+                        f" · {entry['label']}")
+    below = block[1:]
+    assert below and all(line.startswith(DETAIL) and not line.startswith(DETAIL + " ") for line in below)
+    assert below[0] == f"{DETAIL}at {entry['point']}: median step " + ", ".join(
+        f"{s['strategy']} {s['median_ms']:.2f} ms" for s in entry["strategies"])
+    assert f"{DETAIL}{entry['comparison']['verdict']}" in below  # the secondary comparison: on a line of its own
+    assert entry["comparison"]["verdict"] not in block[0]
+    assert head.lines() == block and head.text() == "\n".join(block + [head.rule])
+
+
+def test_a_run_label_too_long_for_the_first_line_is_cut_there_and_nothing_else_moves(newest_sweep_after_references):
+    head = Runs.load(newest_sweep_after_references).headline()
+    (entry,) = head.entries
+    entry["label"] = "H200 · " + "a run named at great length " * 8
+    (block,) = head.blocks()
+    assert len(block[0]) == FIRST_LINE_MAX and block[0].endswith("…") and "95% CI" in block[0]
+    assert block[0].startswith(f"headline: {entry['ratio']['a']} / {entry['ratio']['b']} step time = ")
+
+
+def test_a_machine_with_no_ratio_and_one_withheld_open_on_a_short_first_line_too(newest_sweep_after_references):
+    from dspark_lab.results.query.headline import Headline
+
+    head = Runs.load(newest_sweep_after_references).headline()
+    (entry,) = head.entries
+    lone = {**entry, "ratio": None, "comparison": None}
+    withheld = {"label": entry["label"], "skipped_runs": [{"label": entry["label"], "reason": "x" * 300}]}
+    blocks = Headline(head.rule, [lone], [withheld]).blocks()
+    assert [len(b[0]) <= FIRST_LINE_MAX for b in blocks] == [True, True]
+    assert blocks[0][0].startswith("headline: no headline ratio (needs device_direct and another strategy)")
+    assert blocks[1][1] == f"{DETAIL}skipped {entry['label']}: {'x' * 300}"
 
 
 def test_where_no_run_meets_the_standard_the_newest_stands_without_a_ci(tmp_path):
@@ -129,6 +177,9 @@ def test_the_main_job_measures_the_reference_point_to_the_headline_s_standard(tm
     (entry,) = runs.headline().entries
     assert entry["run_id"] == ref and entry["ratio"]["ci_low"] is not None
     assert "95% CI" in entry["ratio"]["text"] and noise.TOO_FEW_QUIET not in out
+    (first,) = first_lines(out)  # what the main job prints: the ratio, its CI and rounds, the run, short
+    assert len(first) <= FIRST_LINE_MAX and "95% CI" in first and first.endswith(runs.label_of(ref))
+    assert first_lines(out) == [head[0] for head in runs.headline().blocks()]
     header = next(h for h in runs.headers if h["run_id"] == ref)
     assert header["adaptive"] == {"target_ci_pct": sweep_spec.REFERENCE_TARGET_CI_PCT,
                                   "time_cap_s": sweep_spec.REFERENCE_TIME_CAP_S}

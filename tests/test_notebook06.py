@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from dspark_lab.results.record import investigation
-from helpers import COMMITTED_DATA, NOTEBOOKS_DIR, errors, execute_notebook, inspect_record, kernel_env, printed
+from helpers import (COMMITTED_DATA, NOTEBOOKS_DIR, checkout_with_the_notebook_filter, errors, execute_notebook,
+                     inspect_record, kernel_env, printed, unstripped_cells, what_git_commits)
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
@@ -39,10 +40,30 @@ def _run(tmp_path, **env) -> str:
     return printed(nb.cells), nb
 
 
+def assert_committed_stripped_with_its_kernel(path: Path) -> None:
+    """What git would commit of the notebook (not the working-tree file, which JupyterLab's autosave
+    fills with outputs) holds no outputs and names ipykernel's kernel."""
+    committed = what_git_commits(path)
+    assert nbformat.reads(committed, as_version=4).metadata["kernelspec"]["display_name"] == "Python 3 (ipykernel)"
+    assert unstripped_cells(committed) == [], f"{path.name}: git would commit its outputs"
+
+
 def test_notebook06_is_committed_stripped_with_its_kernel():
+    assert_committed_stripped_with_its_kernel(NB)
+
+
+def test_notebook06_used_in_jupyterlab_is_judged_by_what_git_would_commit(tmp_path):
+    """Notebook 06 autosaved after a run (an output, a count, the kernel's language_info) in a checkout
+    with the notebook filter: the working-tree file holds the output, the check passes all the same."""
     nb = nbformat.read(NB, as_version=4)
-    assert nb.metadata["kernelspec"]["display_name"] == "Python 3 (ipykernel)"
-    assert all(not c.outputs and c.execution_count is None for c in nb.cells if c.cell_type == "code")
+    cell = next(c for c in nb.cells if c.cell_type == "code")
+    cell.execution_count = 1
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="RECORDED: measured on SYNTH-GPU\n")]
+    nb.metadata["language_info"] = {"name": "python", "version": "3.11.7"}
+    saved = checkout_with_the_notebook_filter(tmp_path) / "notebooks" / NB.name
+    nbformat.write(nb, saved)
+    assert unstripped_cells(saved.read_text()), "the saved copy holds an output, as autosave leaves it"
+    assert_committed_stripped_with_its_kernel(saved)
 
 
 def test_on_a_synthetic_recording_the_notebook_says_what_it_shows_and_reads_it(tmp_path):

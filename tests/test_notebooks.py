@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -15,48 +14,41 @@ from pathlib import Path
 import pytest
 
 from dspark_lab.results import Runs
-from helpers import COMMITTED_DATA as DATA, NOTEBOOKS, assert_ep_section_drawn, ep_section, errors, printed, section
+from helpers import (COMMITTED_DATA as DATA, NOTEBOOKS, NOTEBOOK_KERNELS, STRIP, assert_ep_section_drawn, checkout_with_the_notebook_filter,
+                     ep_section, errors, execute_notebooks, printed, section, unstripped_cells, what_git_commits)
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
-# The notebooks are executed once per session (conftest.executed_notebooks); only this file uses them,
-# so under pytest-xdist `--dist loadfile` they are executed on one worker, once.
+# The notebooks are executed once per session (conftest.executed_notebooks), two at once; only this
+# file uses them, so under pytest-xdist `--dist loadfile` they are executed on one worker, once.
 
 
-def headline_lines(text: str) -> list[str]:
-    """The headline's lines ("headline: ..." and "rule: ...") in printed text or HTML."""
+def headline_lines(text: str, details: list[str]) -> list[str]:
+    """The headline's lines in printed text or HTML, stripped: each "headline: ..." and "rule: ..." line
+    and each line that is one of `details` (the lines below a machine's first, as the headline has them)."""
     text = html.unescape(re.sub(r"<[^>]+>", "\n", text))
-    return [line.strip() for line in text.splitlines() if line.strip().startswith(("headline: ", "rule: "))]
+    wanted = {d.strip() for d in details}
+    return [line.strip() for line in text.splitlines()
+            if line.strip().startswith(("headline: ", "rule: ")) or line.strip() in wanted]
 
 
-STRIP = ["-m", "nbstripout", "--keep-id", "--extra-keys", "metadata.language_info"]  # scripts/ensure_env.sh's filter
+def test_the_notebooks_are_executed_two_at_once_each_in_its_own_kernel(tmp_path):
+    """The session's notebooks run NOTEBOOK_KERNELS at once: two notebooks that each hold their kernel
+    for a while overlap in time, and each comes back with its own outputs and its own time."""
+    import os
 
-
-def what_git_commits(path: Path) -> str:
-    """The notebook as `git add` would store it: the file through the clean filter that .gitattributes
-    names for it, as git runs it (a shell command, the file on stdin, in the checkout's root), or the
-    file itself where this is no git checkout or no configured filter applies. A notebook used in
-    JupyterLab (outputs autosaved) is judged by what it would commit, not by the working-tree file."""
-    def git(*args):
-        return subprocess.run(["git", "-C", str(path.parent), *args], capture_output=True, text=True)
-
-    attr = git("check-attr", "filter", "--", path.name)
-    name = attr.stdout.rsplit(": ", 1)[-1].strip() if attr.returncode == 0 else ""
-    clean = git("config", "--get", f"filter.{name}.clean") if name not in ("", "unspecified", "unset", "set") else None
-    if clean is None or clean.returncode != 0:
-        return path.read_text()
-    root = git("rev-parse", "--show-toplevel").stdout.strip()
-    with open(path, "rb") as f:
-        done = subprocess.run(clean.stdout.strip(), shell=True, stdin=f, cwd=root, capture_output=True, text=True)
-    assert done.returncode == 0, f"{path.name}: the clean filter failed: {done.stderr[-2000:]}"
-    return done.stdout
-
-
-def unstripped_cells(text: str) -> list[int]:
-    """Indices of the code cells that hold outputs or an execution count."""
-    nb = nbformat.reads(text, as_version=4)
-    return [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and (c.outputs or c.execution_count is not None)]
+    paths = []
+    for name in ("a", "b"):
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+            "import os, time\nt0 = time.time()\ntime.sleep(1.5)\nprint(os.getpid(), t0, time.time())")])
+        paths.append(tmp_path / f"{name}.ipynb")
+        nbformat.write(nb, paths[-1])
+    got = execute_notebooks(paths, dict(os.environ))
+    assert NOTEBOOK_KERNELS == 2 and sorted(got) == ["a.ipynb", "b.ipynb"]
+    (pid_a, a0, a1), (pid_b, b0, b1) = (map(float, printed(got[n][0].cells).split()) for n in sorted(got))
+    assert pid_a != pid_b and a0 < b1 and b0 < a1, "the two kernels ran one after the other"
+    assert all(seconds >= 1.5 for _, seconds in got.values())
 
 
 def test_notebooks_are_stripped():
@@ -69,19 +61,13 @@ def test_a_used_notebook_is_judged_by_what_git_would_commit(executed_notebooks, 
     """A notebook saved with its outputs in a git checkout whose filter is configured as
     scripts/ensure_env.sh configures it: the working-tree file holds outputs, what git would commit
     holds none, and the check reads the latter (so `bash test.sh` stays green after Run All)."""
-    def git(*args):
-        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
-
-    git("init", "-q")
-    git("config", "filter.nbstripout.clean", " ".join(shlex.quote(a) for a in [sys.executable, *STRIP]))
-    (tmp_path / "notebooks").mkdir()
-    (tmp_path / ".gitattributes").write_text((NOTEBOOKS[0].parents[1] / ".gitattributes").read_text())
+    checkout_with_the_notebook_filter(tmp_path)
     saved = tmp_path / "notebooks" / NOTEBOOKS[0].name
     nbformat.write(executed_notebooks[NOTEBOOKS[0].name][0], saved)
     assert unstripped_cells(saved.read_text()), "the saved copy holds outputs, as autosave leaves it"
     assert unstripped_cells(what_git_commits(saved)) == []
     assert what_git_commits(saved) == what_git_commits(NOTEBOOKS[0])
-    git("add", "notebooks")  # and git itself stores exactly that
+    subprocess.run(["git", "-C", str(tmp_path), "add", "notebooks"], check=True)  # and git itself stores exactly that
     blob = subprocess.run(["git", "-C", str(tmp_path), "show", f":notebooks/{saved.name}"], capture_output=True,
                           text=True, check=True).stdout
     assert blob == what_git_commits(saved)
@@ -136,7 +122,7 @@ def test_notebook_runs_headless(path, executed_notebooks, recorded_env):
 
         doc = (Path(recorded_env["DSPARK_OUT"]) / "dspark_report.html").read_text(encoding="utf-8")
         assert doc.count(get_plotlyjs()[:300]) == 1  # plotly.js inline, exactly once: opens offline
-        assert doc.count("Plotly.newPlot") >= 4 and headline_lines(doc)
+        assert doc.count("Plotly.newPlot") >= 4 and headline_lines(doc, [])
 
 
 def test_the_headline_is_the_same_in_the_cli_the_report_and_notebooks_01_and_03(executed_notebooks, recorded_env,
@@ -150,24 +136,25 @@ def test_the_headline_is_the_same_in_the_cli_the_report_and_notebooks_01_and_03(
         pytest.skip("on a CUDA machine `main` runs a sweep first")
     head = Runs.load(DATA).headline()
     want = head.lines() + [head.rule]
-    assert head.entries and all(line.startswith("headline: ") for line in want[:-1])
+    assert head.entries and all(b[0].startswith("headline: ") and len(b) > 1 for b in head.blocks())
+    details = [line for b in head.blocks() for line in b[1:]]
     assert head.rule.startswith("rule: ") and "most recent run" in head.rule and "not pooled" in head.rule
 
     for k in ("DSPARK_LAB_MODE", "DSPARK_DATA", "DSPARK_OUT"):  # as the notebooks ran
         monkeypatch.setenv(k, recorded_env[k])
     out = tmp_path / "report.html"
     assert cli.main(["main", "--data", str(DATA), "-o", str(out)]) == 0
-    in_cli = headline_lines(capsys.readouterr().out)
-    in_report = headline_lines(out.read_text(encoding="utf-8"))
-    in_01 = headline_lines(printed(executed_notebooks["01_onboarding.ipynb"][0].cells))
-    in_03 = headline_lines(printed(executed_notebooks["03_design_review.ipynb"][0].cells))
-    assert in_cli == in_report == in_01 == in_03 == want
+    in_cli = headline_lines(capsys.readouterr().out, details)
+    in_report = headline_lines(out.read_text(encoding="utf-8"), details)
+    in_01 = headline_lines(printed(executed_notebooks["01_onboarding.ipynb"][0].cells), details)
+    in_03 = headline_lines(printed(executed_notebooks["03_design_review.ipynb"][0].cells), details)
+    assert in_cli == in_report == in_01 == in_03 == [line.strip() for line in want]
     # and the number printed is the median of that run's own quiet trials of the reference point
     e = head.entries[0]
     runs = Runs.load(DATA)
     rows = runs.ok[(runs.ok.run_id == e["run_id"]) & (runs.ok.point_id == e["point_id"]) & ~runs.ok.disturbed]
     dd = rows[rows.strategy == "device_direct"].step_ms.median()
-    assert f"device_direct {dd:.2f} ms" in want[0]
+    assert f"device_direct {dd:.2f} ms" in want[1]  # the line below the first: the point's medians
 
 
 def test_the_whole_notebook_draws_the_section_for_the_newest_committed_real_ep_run(executed_notebooks):

@@ -73,7 +73,7 @@ def test_headline_takes_the_most_recent_run_per_machine_not_pooled():
     new = runs.rows[(runs.rows.run_id == "new") & (runs.rows.ep_size == 8) & (runs.rows.strategy == "device_direct")]
     dd = head.entries[0]["strategies"][0]
     assert dd["strategy"] == "device_direct" and dd["median_ms"] == pytest.approx(new.step_ms.median())
-    assert f"device_direct {new.step_ms.median():.2f} ms" in head.lines()[0]
+    assert f"device_direct {new.step_ms.median():.2f} ms" in "\n".join(head.blocks()[0])  # the machine's lines
     # the comparison: device_direct against the fastest other strategy of that run, paired by trial
     c = head.entries[0]["comparison"]
     fix = runs.rows[(runs.rows.run_id == "new") & (runs.rows.ep_size == 8) & (runs.rows.strategy == "persistent_fill")]
@@ -95,7 +95,7 @@ def test_disturbed_trials_are_left_out_and_counted():
     kept = kept[(kept.strategy == "device_direct") & (kept.trial > 0)]
     assert dd.median_ms == pytest.approx(median_ci(kept.step_ms.tolist())[0])
     head = runs.headline()
-    assert head.entries[0]["disturbed_left_out"] == 1 and "(1 disturbed trials left out)" in head.lines()[0]
+    assert head.entries[0]["disturbed_left_out"] == 1 and "(1 disturbed trials left out)" in "\n".join(head.blocks()[0])
     assert head.entries[0]["comparison"]["n_a"] == 3  # the round with a disturbed trial is left out of the pairs
 
 

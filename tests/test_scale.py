@@ -74,7 +74,7 @@ def expected_default(made: list[dict], k: int = MAX_COMPARED) -> list[str]:
 
 def split_report(doc: str) -> tuple[str, str]:
     """(what the report draws and says about the compared runs, the all-runs table). The headline
-    (over every run, one line a machine) and the machines table come before both."""
+    (over every run, a block a machine) and the machines table come before both."""
     a, b = doc.split("id='all-runs'", 1)
     return a.split("<h2>Runs compared</h2>", 1)[1], b
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dspark_lab.cli.exits import EXIT_CANNOT_WRITE, EXIT_FAILED, EXIT_NOT_CHECKED, EXIT_OK, EXIT_USAGE
 from dspark_lab.cli.options import HelpFormatter
 from dspark_lab.results.record.verify_record import GROUPS
 
-EXIT_HELP = ("exit status: 0 every check passed; 1 a check failed; 2 bad arguments; 5 the record cannot be "
-             "written; 6 nothing could be checked here (no CUDA: one line per group says why; nothing is saved).")
+EXIT_HELP = (f"exit status: {EXIT_OK} every check passed; {EXIT_FAILED} a check failed; {EXIT_USAGE} bad arguments; "
+             f"{EXIT_CANNOT_WRITE} the record cannot be written; {EXIT_NOT_CHECKED} nothing could be checked here "
+             "(no CUDA: one line per group says why; nothing is saved).")
 
 
 def add_verify_parser(sub) -> None:

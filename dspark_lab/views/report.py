@@ -19,6 +19,7 @@ from dspark_lab.results.viewmodels import frames
 from dspark_lab.results.record.output import write_text_safely
 from dspark_lab.results.viewmodels.point_view import PointView, point_view
 from dspark_lab.results.query.runs import MAX_COMPARED, Runs, failed_rows, point_label
+from dspark_lab.results.query.headline import DETAIL
 from dspark_lab.results.facts.strategy_table import BASELINE, BUILTIN_INFO, strategy_order
 from dspark_lab.views import figures
 from dspark_lab.views.card_report import card_sections
@@ -127,6 +128,7 @@ body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max
 h1{font-size:1.6em} h2{margin-top:2em;border-bottom:1px solid #ccc} table{border-collapse:collapse;font-size:.9em}
 td,th{border:1px solid #ddd;padding:.3em .6em;text-align:left} th{background:#f4f4f4}
 li{margin:.4em 0} code{background:#f4f4f4;padding:0 .2em} .muted{color:#666;font-size:.9em}
+.headline p.detail{margin:.15em 0 .15em 1.5em}
 """
 
 
@@ -228,11 +230,13 @@ def _preface(all_runs: Runs, ids: list, compare, max_compared: int) -> list[str]
 
 
 def _headline(all_runs: Runs) -> list[str]:
-    """The headline over every run, as the CLI and the notebooks print it (one line a machine), and
-    the problems met while loading."""
+    """The headline over every run, as the CLI and the notebooks print it (per machine its first line,
+    the rest indented below it), and the problems met while loading."""
     esc = html.escape
     head = all_runs.headline()
-    parts = ["<h2>Headline</h2><div class='headline'>", "".join(f"<p>{esc(line)}</p>" for line in head.lines()),
+    lines = [f"<p class='detail'>{esc(line.strip())}</p>" if line.startswith(DETAIL) else f"<p><b>{esc(line)}</b></p>"
+             for line in head.lines()]
+    parts = ["<h2>Headline</h2><div class='headline'>", "".join(lines),
              f"<p class='muted rule'>{esc(head.rule)}</p></div>"]
     if all_runs.warnings:
         parts.append("<h2>Skipped while loading</h2><ul class='skipped'>")

@@ -35,6 +35,8 @@ HEADLINE_RULE = (
     "a machine with no undisturbed run gets no headline, and a run that has neither another run of its "
     "machine nor a baseline in its header to be judged by is marked as not judged."
 )
+FIRST_LINE_MAX = 160  # a machine's first headline line fits a terminal and a PR comment
+DETAIL = "  "  # the indent of the lines below it
 
 
 @dataclass
@@ -47,30 +49,19 @@ class Headline:
     withheld: list = field(default_factory=list)
 
     def lines(self) -> list[str]:
-        out = []
-        for e in self.entries:
-            parts = [f"{s['strategy']} {s['median_ms']:.2f} ms" for s in e["strategies"]]
-            line = f"headline: {e['label']} · {e['point']}: median step " + ", ".join(parts)
-            if e.get("comparison"):
-                line += f"; {e['comparison']['verdict']}"
-            if e.get("ratio"):
-                line += f"; {e['ratio']['text']}"
-            if e.get("penalty_parts"):
-                line += f"; {sync_penalty.in_words(e['penalty_parts'])}"
-            if e.get("disturbed_left_out"):
-                line += f" ({e['disturbed_left_out']} disturbed trials left out)"
-            for sk in e.get("skipped_runs", []):
-                line += f"; skipped {sk['label']} (disturbed run: {sk['reason']})"
-            for po in e.get("passed_over", []):
-                line += f"; passed over {po['label']} (newer, {po['quiet_rounds']} quiet rounds: no CI)"
-            if e.get("not_judged"):
-                line += f"; this run {e['not_judged']}"
-            out.append(line)
+        """Every machine's block (`blocks`), one after another."""
+        return [line for block in self.blocks() for line in block]
+
+    def blocks(self) -> list[list[str]]:
+        """Per machine: its first line, "headline: " with the pair's ratio, its CI and quiet rounds and
+        the run (at most FIRST_LINE_MAX characters), then the rest, each line indented by DETAIL."""
+        out = [_entry_block(e) for e in self.entries]
         for w in self.withheld:
-            out.append(f"headline: {w['label']}: no headline, every run of this machine holding the reference point "
-                       "is disturbed as a whole (" + "; ".join(f"{sk['label']}: {sk['reason']}" for sk in w["skipped_runs"]) + ")")
+            first = (f"headline: {w['label']}: no headline, every run of this machine holding the reference point "
+                     "is disturbed as a whole")
+            out.append([first] + [f"{DETAIL}skipped {sk['label']}: {sk['reason']}" for sk in w["skipped_runs"]])
         if not self.entries and not self.withheld:
-            out.append("headline: no recorded run holds a successful point of the reference workload")
+            out.append(["headline: no recorded run holds a successful point of the reference workload"])
         return out
 
     def text(self) -> str:
@@ -78,6 +69,38 @@ class Headline:
 
     def __str__(self) -> str:
         return self.text()
+
+
+def _first_line(e: dict) -> str:
+    """The pair's ratio with its CI and quiet rounds, then the run; a label too long for the line is cut."""
+    ratio = e.get("ratio")
+    said = noise.ratio_words(ratio) if ratio else f"no headline ratio (needs {BASELINE} and another strategy)"
+    line = f"headline: {said} · {e['label']}"
+    if len(line) > FIRST_LINE_MAX:
+        line = line[:FIRST_LINE_MAX - 1] + "…"
+    return line
+
+
+def _entry_block(e: dict) -> list[str]:
+    """One machine's headline: the first line, then the point's medians, the best fix against the
+    baseline, what was left out, the sync's cost and which runs were passed over, one a line."""
+    parts = [f"{s['strategy']} {s['median_ms']:.2f} ms" for s in e["strategies"]]
+    rest = [f"at {e['point']}: median step " + ", ".join(parts)]
+    if e.get("comparison"):
+        rest.append(e["comparison"]["verdict"])
+    left_out = noise.left_out_words(e["ratio"]) if e.get("ratio") else ""
+    if e.get("disturbed_left_out"):
+        left_out += f" ({e['disturbed_left_out']} disturbed trials left out)"
+    if left_out:
+        rest.append(left_out.strip())
+    if e.get("penalty_parts"):
+        rest.append(sync_penalty.in_words(e["penalty_parts"]))
+    rest += [f"skipped {sk['label']} (disturbed run: {sk['reason']})" for sk in e.get("skipped_runs", [])]
+    rest += [f"passed over {po['label']} (newer, {po['quiet_rounds']} quiet rounds: no CI)"
+             for po in e.get("passed_over", [])]
+    if e.get("not_judged"):
+        rest.append(f"this run {e['not_judged']}")
+    return [_first_line(e)] + [DETAIL + line for line in rest]
 
 
 def _entry(runs: "RunData", rid: str, rows: "pd.DataFrame", skipped: list, baseline: str) -> dict:

@@ -245,15 +245,26 @@ def headline(rows: pd.DataFrame, pair: Optional[tuple[str, str]] = None, level: 
 
 
 def describe(h: dict, level: float = LEVEL) -> str:
-    excl = f"{h['disturbed_total']} of {h['trials_total']} trials disturbed, {h['excluded_rounds']} round(s) left out"
+    """The headline ratio in words with what was left out: `ratio_words`, then `left_out_words`."""
     if h.get("ratio") is None:
-        return f"{h['a']} / {h['b']}: no quiet round to compare ({excl})"
+        return f"{ratio_words(h, level)} ({left_out_words(h)})"
+    return f"{ratio_words(h, level)}; {left_out_words(h)}"
+
+
+def ratio_words(h: dict, level: float = LEVEL) -> str:
+    """The ratio, its CI (or why there is none) and its quiet rounds: the headline's first line."""
+    if h.get("ratio") is None:
+        return f"{h['a']} / {h['b']}: no quiet round to compare"
     if h.get("ci_low") is None:
         return (f"{h['a']} / {h['b']} step time = {h['ratio']:.3f} over {h['quiet_rounds']} quiet rounds, "
-                f"{TOO_FEW_QUIET} (needs {MIN_QUIET_ROUNDS}); {excl}")
+                f"{TOO_FEW_QUIET} (needs {MIN_QUIET_ROUNDS})")
     hw = f", ±{h['half_width_pct']:.1f}%" if h.get("half_width_pct") is not None else ""
     return (f"{h['a']} / {h['b']} step time = {h['ratio']:.3f} ({level:.0%} CI {h['ci_low']:.3f}–{h['ci_high']:.3f}"
-            f"{hw}) over {h['quiet_rounds']} quiet rounds; {excl}")
+            f"{hw}) over {h['quiet_rounds']} quiet rounds")
+
+
+def left_out_words(h: dict) -> str:
+    return f"{h['disturbed_total']} of {h['trials_total']} trials disturbed, {h['excluded_rounds']} round(s) left out"
 
 
 def profiler_inflation(rows: pd.DataFrame) -> pd.DataFrame:
