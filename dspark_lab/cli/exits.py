@@ -11,6 +11,7 @@ EXIT_USAGE = 2  # bad arguments or settings, or a run file that cannot be resume
 EXIT_BUSY = 3  # the run file is being written by another process (one writer per file)
 EXIT_REFUSED = 4  # the output would overwrite a run file, go into a runs folder or replace a non-regular file
 EXIT_CANNOT_WRITE = 5  # the output cannot be written (a directory, a parent that is a file, no permission, full disk)
+EXIT_NOT_CHECKED = 6  # verify: nothing could be checked here; lint: a file was skipped (over a limit, not a regular file)
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143  # 128 + SIGTERM: ended by `timeout`, Slurm or kill, cleaned up as after Ctrl-C
 EXIT_CODES_HELP = (

@@ -9,7 +9,6 @@ from pathlib import Path
 from dspark_lab.cli.options import HelpFormatter
 from dspark_lab.results.record.verify_record import GROUPS
 
-EXIT_NOT_CHECKED = 6
 EXIT_HELP = ("exit status: 0 every check passed; 1 a check failed; 2 bad arguments; 5 the record cannot be "
              "written; 6 nothing could be checked here (no CUDA: one line per group says why; nothing is saved).")
 

@@ -7,7 +7,7 @@ import sys
 
 from dspark_lab.cli.exits import EXIT_CANNOT_WRITE, EXIT_FAILED, EXIT_OK
 from dspark_lab.cli.terminal import err
-from dspark_lab.cli.verify import EXIT_NOT_CHECKED
+from dspark_lab.cli.exits import EXIT_NOT_CHECKED
 from dspark_lab.results.record import verify_record as VR
 from dspark_lab.results.record.output import OutputError
 from dspark_lab.results.record.paths import default_data_dir
