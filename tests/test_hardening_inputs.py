@@ -21,7 +21,8 @@ import pandas as pd
 import pytest
 
 from dspark_lab import guard
-from dspark_lab.cli import ep_command, main as cli, startup
+from dspark_lab import startup
+from dspark_lab.cli import ep_command, main as cli
 from dspark_lab.gallery import katas
 from dspark_lab.model import calibration
 from dspark_lab.parallel import ranks, run as ep_run
@@ -338,30 +339,59 @@ def test_5_an_ep_header_with_a_dispatch_that_is_not_text_skips_its_file_naming_i
 
 
 def _command_script(tmp_path: Path, body: str) -> Path:
-    """A script named as the console script is, so dspark_lab.cli sees itself started as the command."""
+    """A script named as the console script is, so dspark_lab sees itself started as the command."""
     script = tmp_path / startup.COMMAND
     script.write_text("import os, signal, sys\n" + body)
     return script
 
 
-def test_5_ctrl_c_while_the_command_imports_is_one_line_and_130(tmp_path):
+def _run_command(script: Path, *args: str) -> subprocess.CompletedProcess:
+    """The script run as a user's shell runs a command: SIGINT at its default disposition, whatever
+    this test process inherited (a suite started as a background job inherits it ignored)."""
+    return subprocess.run([sys.executable, str(script), *args], capture_output=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=default_sigint)
+
+
+@pytest.mark.parametrize("first", ["import dspark_lab.cli", "import dspark_lab"])
+def test_5_ctrl_c_while_the_command_imports_is_one_line_and_130(tmp_path, first):
     # SIGINT lands after the package's first module and before the heavy imports (torch), as a user's
     # Ctrl-C in the first seconds does; os.kill delivers it before the next line runs.
-    script = _command_script(tmp_path, "import dspark_lab.cli\nos.kill(os.getpid(), signal.SIGINT)\n"
+    script = _command_script(tmp_path, f"{first}\nos.kill(os.getpid(), signal.SIGINT)\n"
                                        "from dspark_lab.cli.main import main\nsys.exit(main())\n")
-    p = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=default_sigint)
-    assert (p.returncode, p.stderr, p.stdout) == (130, startup.LINE, b"")
+    for args in (["--help"], ["lint", "--help"], ["report", "--help"]):
+        p = _run_command(script, *args)
+        assert (p.returncode, p.stderr, p.stdout) == (130, startup.LINE, b""), args
+
+
+def test_5_ctrl_c_while_lint_help_is_on_its_way_out_lets_its_status_stand(tmp_path):
+    # SIGINT lands after main is done (argparse's SystemExit of --help on its way to the exit).
+    script = _command_script(tmp_path, "from dspark_lab.cli.main import main\n"
+                                       "try:\n    main()\nfinally:\n    os.kill(os.getpid(), signal.SIGINT)\n")
+    p = _run_command(script, "lint", "--help")
+    assert (p.returncode, p.stderr) == (0, b"")
+    assert b"usage: dspark-lab lint" in p.stdout
 
 
 def test_5_once_main_runs_ctrl_c_is_a_keyboard_interrupt_again(tmp_path):
-    script = _command_script(tmp_path, "from dspark_lab.cli.main import main\n"
+    script = _command_script(tmp_path, "import dspark_lab.cli.main as m\n"
+                                       "seen = []\n"
+                                       "m.cmd_report = lambda args, parser: seen.append(signal.getsignal(signal.SIGINT))\n"
                                        "assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler\n"
-                                       "try:\n    main(['no-such-command'])\nexcept SystemExit:\n    pass\n"
-                                       "assert signal.getsignal(signal.SIGINT) is signal.default_int_handler\n")
-    p = subprocess.run([sys.executable, str(script)], capture_output=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": str(REPO)}, preexec_fn=default_sigint)
+                                       "assert m.main(['report']) == 0\n"
+                                       "assert seen == [signal.default_int_handler], seen\n")
+    p = _run_command(script)
     assert p.returncode == 0, p.stderr
+
+
+@pytest.mark.parametrize("orig_argv, command", [
+    (["python", "-m", "dspark_lab.cli", "lint", "--help"], True),
+    (["python", "-m", "dspark_lab.views.first_view"], False),  # bash lab.sh's: its Ctrl-C is its own
+    (["python", "-m", "pytest", "-m", "dspark_lab.cli"], False),
+])
+def test_5_only_python_m_dspark_lab_cli_is_the_command_while_runpy_imports(monkeypatch, orig_argv, command):
+    monkeypatch.setattr(sys, "argv", ["-m", *orig_argv[3:]])
+    monkeypatch.setattr(sys, "orig_argv", orig_argv)
+    assert startup.is_command() is command
 
 
 def _ignore_sigint() -> None:
@@ -376,7 +406,7 @@ def test_5_the_ctrl_c_cases_hold_in_a_suite_started_with_sigint_ignored():
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", *cases],
                        cwd=Path(__file__).parent, capture_output=True, text=True, timeout=600, preexec_fn=_ignore_sigint,
                        env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert p.returncode == 0 and "2 passed" in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
+    assert p.returncode == 0 and " passed" in p.stdout and "failed" not in p.stdout, p.stdout[-3000:] + p.stderr[-2000:]
 
 
 def test_5_importing_the_command_line_elsewhere_leaves_sigint_alone():

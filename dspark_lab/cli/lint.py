@@ -11,6 +11,7 @@ from dspark_lab.lint import LintInputError, lint_paths
 from dspark_lab.lint.command import DESCRIPTION, add_arguments, lint_command
 from dspark_lab.lint.explain import why_not_found
 from dspark_lab.lint.run import files
+from dspark_lab.lint.source import SkippedFile, read_source
 from dspark_lab.results.analyses import lint_join
 
 
@@ -37,15 +38,19 @@ def lint_beside(rec: dict, root) -> list[str]:
 
     def today_lines(short_path: str):
         p = linted.get(short_path)
-        return p.read_text(encoding="utf-8").splitlines() if p else None
+        try:
+            return read_source(str(p)).splitlines() if p else None
+        except (SkippedFile, LintInputError):  # over a limit or unreadable: no line to check against
+            return None
 
     def explain(short_path: str, line: int):
         lines = today_lines(short_path)
         return why_not_found("\n".join(lines), line) if lines is not None else None
+    skipped: list[str] = []
     try:
-        found = lint_paths([root])
+        found = lint_paths([root], skipped)
     except LintInputError as e:
         rec["lint"] = {"error": str(e)}
         return [f"lint: {e}"]
     rec["lint"] = lint_join.join([f.to_dict() for f in found], rec["sites"], explain=explain, today_lines=today_lines)
-    return lint_join.text_lines(rec["lint"])
+    return [f"lint: skipped: {line}" for line in skipped] + lint_join.text_lines(rec["lint"])

@@ -20,10 +20,10 @@ from dspark_lab.cli.inspect import add_inspect_parser
 from dspark_lab.cli.lint import add_lint_parser
 from dspark_lab.cli.options import DEFAULT_TIME_CAP_S, HelpFormatter, add_sweep_config_options, float_in
 from dspark_lab.cli.report_command import cmd_report
-from dspark_lab.cli.startup import started
 from dspark_lab.cli.terminal import err as _err
 from dspark_lab.cli.verify import add_verify_parser
 from dspark_lab.results.record import paths, store
+from dspark_lab.startup import finished, started
 from dspark_lab.run.sweep_spec import PRESETS
 
 DEFAULT_REPORT = Path("out") / "report.html"
@@ -167,7 +167,7 @@ def cmd_ep(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 # ---------------------------------------------------------------------------------------------
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        started()  # Ctrl-C is a KeyboardInterrupt again (cli/startup.py), handled below
+        started()  # Ctrl-C is a KeyboardInterrupt again (dspark_lab/startup.py), handled below
         parser = build_parser()
         args = parser.parse_args(argv)
         # The subcommand's own parser, so that its errors print its usage.
@@ -194,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly, and let exit not flush into it
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_OK
+    finally:
+        finished()  # the status is said: a Ctrl-C while exiting (a --help's SystemExit too) lets it stand
 
 
 if __name__ == "__main__":

@@ -37,6 +37,14 @@ def run_probe() -> dict:
                 "pageable_nonblocking_blocks": None}
 
 
+def _close_after_error(writer: store.RunWriter) -> None:
+    """Close the run file after an error already said; a failing last fsync adds nothing to it."""
+    try:
+        writer.close()
+    except OSError:
+        pass
+
+
 def _interrupted(path: Path) -> int:
     _err(f"interrupted; every finished point is saved in {path}; resume with: dspark-lab sweep --resume --out {path}")
     return EXIT_INTERRUPTED
@@ -60,14 +68,19 @@ def _run(spec: SweepSpec, writer: store.RunWriter, *, progress: bool, retry_fail
                             log=None if progress else (lambda msg: print(msg, file=sys.stderr, flush=True)))
     except KeyboardInterrupt:
         hold_interrupts()
-        writer.close()
+        _close_after_error(writer)
         return _interrupted(writer.path)
     except OSError as e:  # a full disk or file size limit mid-point: the torn block was cut off
-        writer.close()
+        _close_after_error(writer)
         _err(f"cannot write {e.filename or writer.path} ({e.strerror or e}); every finished point is saved; "
              f"free space, then resume with: dspark-lab sweep --resume --out {writer.path}")
         return EXIT_CANNOT_WRITE
-    writer.close()
+    try:
+        writer.close()
+    except OSError as e:  # its last fsync: what the OS took may never reach the disk
+        _err(f"cannot write {writer.path} ({e.strerror or e}): its last fsync failed, so the points measured may "
+             f"not all be on disk; free space, then resume with: dspark-lab sweep --resume --out {writer.path}")
+        return EXIT_CANNOT_WRITE
     print(f"done: {summary}; run file {writer.path}", file=sys.stderr)
     for label, msg in summary.failures:
         say(f"  failed: {label}: {msg.splitlines()[0] if msg else ''}", file=sys.stderr)

@@ -1,6 +1,7 @@
 """`# sync-ok: <reason>`: a line's sync is there by design, and the comment says why. A bare
 `# sync-ok` (no reason) exempts nothing and is itself a finding: an allowed sync without a why is
-the allow-list entry nobody can review. The runtime guard reads the same comment (`reason_at`)."""
+the allow-list entry nobody can review; so is a reason of only blanks, zero-width or other characters
+that print nothing. The runtime guard reads the same comment (`reason_at`)."""
 from __future__ import annotations
 
 import io
@@ -16,7 +17,8 @@ def parse(comment: str) -> Optional[str]:
     m = SYNC_OK.search(comment)
     if not m:
         return None
-    return m["reason"].strip() if m["colon"] else ""
+    reason = m["reason"].strip() if m["colon"] else ""
+    return reason if any(c.isprintable() and not c.isspace() for c in reason) else ""
 
 
 def comments(source: str) -> dict[int, str]:

@@ -6,6 +6,8 @@ import ast
 from typing import Optional
 
 from dspark_lab.lint import flow as F
+from dspark_lab.lint.findings import LintInputError
+from dspark_lab.lint.source import parse
 
 
 def _statement_at(tree: ast.Module, line: int) -> Optional[ast.stmt]:
@@ -20,9 +22,9 @@ def _statement_at(tree: ast.Module, line: int) -> Optional[ast.stmt]:
 def why_not_found(source: str, line: int) -> str:
     """One sentence: why no rule matched `line` of `source`."""
     try:
-        tree = ast.parse(source)
-    except SyntaxError:
-        return "the file does not parse, so it could not be read"
+        tree = parse(source, "<source>")
+    except LintInputError:  # a syntax error, or nested past lint's depth limit
+        return "the file does not parse within lint's limits, so it could not be read"
     stmt = _statement_at(tree, line)
     if stmt is None:
         return "the line holds no statement (a def line: the sync is somewhere in the function's body, named by a witness that sees only functions)"

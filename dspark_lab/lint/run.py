@@ -3,21 +3,28 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Iterable, Optional, Union
 
-from dspark_lab.lint import exempt, finder
+from dspark_lab.lint import exempt, finder, source as bounded
 from dspark_lab.lint.findings import Finding, LintInputError
+from dspark_lab.lint.source import SkippedFile
 
 SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", "build", "dist", ".ipynb_checkpoints"}
 
 
 def lint_source(source: str, path: str = "<source>") -> list[Finding]:
     """Every finding of `source`; a line whose `# sync-ok: <reason>` (on it or on its statement's first
-    line) gives a reason carries it as exempt. LintInputError when it does not parse."""
+    line) gives a reason carries it as exempt. LintInputError when it does not parse, SkippedFile when
+    it is nested past the depth limit (lint/source.py)."""
+    tree = bounded.parse(source, path)
+    source = source.removeprefix(bounded.BOM)
     try:
-        tree = ast.parse(source, filename=path)
-    except SyntaxError as e:
-        raise LintInputError(f"{path}:{e.lineno}: cannot lint a file that does not parse ({e.msg})") from None
+        return _findings(tree, source, path)
+    except (RecursionError, MemoryError):  # the limit holds the walk well inside the stack; a backstop
+        raise bounded.too_deep(path) from None
+
+
+def _findings(tree: ast.Module, source: str, path: str) -> list[Finding]:
     lines = source.splitlines()
     marks = exempt.marks(source)
     starts = _statement_starts(tree)
@@ -62,20 +69,23 @@ def files(paths: Iterable[Union[str, Path]]) -> list[Path]:
         if p.is_dir():
             out += sorted(f for f in p.rglob("*.py")
                           if not any(part in SKIP_DIRS or part.startswith(".") for part in f.relative_to(p).parts[:-1]))
-        elif p.is_file():
+        elif p.exists() or p.is_symlink():  # a FIFO or a device too: reading says why it is skipped
             out.append(p)
         else:
             raise LintInputError(f"{p}: no such file or folder (PATH must be a Python file or a folder of them)")
     return out
 
 
-def lint_paths(paths: Iterable[Union[str, Path]]) -> list[Finding]:
-    """Findings of every file under `paths`, in path and line order."""
+def lint_paths(paths: Iterable[Union[str, Path]], skipped: Optional[list[str]] = None) -> list[Finding]:
+    """Findings of every file under `paths`, in path and line order. A file over a limit or not a
+    regular file (SkippedFile) is noted in `skipped` (one line each) and the others are linted; without
+    a list to note it in, it raises, so no caller passes a file it did not read as clean."""
     out = []
     for f in files(paths):
         try:
-            text = f.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise LintInputError(f"{f}: cannot be read as UTF-8 Python source ({type(e).__name__})") from None
-        out += lint_source(text, str(f))
+            out += lint_source(bounded.read_source(str(f)), str(f))
+        except SkippedFile as e:
+            if skipped is None:
+                raise
+            skipped.append(str(e))
     return out

@@ -80,13 +80,16 @@ def store(key: str, values: dict) -> bool:
             return False
         if lexists_not_regular(cache_file()):
             return False  # a FIFO, a device or a link there is not the kit's: never replaced
+        tmp = None
         try:
             folder.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=folder, prefix=".calibration-", suffix=".json")
             with os.fdopen(fd, "w") as f:
                 json.dump(data, f, indent=1, sort_keys=True)
             os.replace(tmp, cache_file())
-        except OSError:
+        except OSError:  # a full disk: the old file stands, and no half-written temporary is left
+            if tmp is not None:
+                Path(tmp).unlink(missing_ok=True)
             return False
     return True
 

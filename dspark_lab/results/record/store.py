@@ -180,8 +180,11 @@ class RunWriter:
         # Exclusive create: two writers never share a file.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.write(fd, (_dumps(header) + "\n").encode())
+            _write_all(fd, (_dumps(header) + "\n").encode())
             os.fsync(fd)
+        except OSError:  # a full disk: no run file with half a header (or none) is left behind
+            os.unlink(path)
+            raise
         finally:
             os.close(fd)
         _fsync_dir(path.parent)
@@ -274,8 +277,12 @@ class RunWriter:
             p = folder / f"{file_name_part(f'{point_id}-{strategy}', 'trace name')}.json.gz"
             # O_NOFOLLOW: a link planted in the folder is never written through.
             fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            with os.fdopen(fd, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as f:
-                json.dump(trace, f, default=_json_default)
+            try:
+                with os.fdopen(fd, "wb") as raw, gzip.open(raw, "wt", encoding="utf-8") as f:
+                    json.dump(trace, f, default=_json_default)
+            except OSError:  # a full disk: no half trace is left to be opened as a whole one
+                p.unlink(missing_ok=True)
+                raise
             written.append(p)
         return written
 
@@ -300,11 +307,8 @@ class RunWriter:
             if start and os.pread(fd, 1, start - 1) != b"\n":
                 # Another process appended a partial line: end it, so this block starts a record of its own.
                 data = b"\n" + data
-            view = memoryview(data)
             try:
-                while view:
-                    n = os.write(fd, view)
-                    view = view[n:]
+                _write_all(fd, data)
                 os.fsync(fd)
             except OSError:
                 # A full disk (ENOSPC) or I/O error mid-point: cut the torn block off so the file
@@ -328,9 +332,12 @@ class RunWriter:
         return True
 
     def close(self) -> None:
+        """Close the file; OSError when its last fsync fails (the file is closed all the same)."""
         if not self._f.closed:
-            os.fsync(self._f.fileno())
-            self._f.close()
+            try:
+                os.fsync(self._f.fileno())
+            finally:
+                self._f.close()
 
     def __enter__(self) -> "RunWriter":
         return self
@@ -379,6 +386,13 @@ def _sigint_deferred():
             previous(signal.SIGINT, caught[0])
         elif caught and previous == signal.SIG_DFL:
             raise KeyboardInterrupt
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """All of `data`, however many writes it takes (a nearly full disk takes part of one, then fails)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _fsync_dir(folder: Path) -> None:
