@@ -69,9 +69,13 @@ PART_KEYS = ("host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_s
              "wait_charges", "wait_note")
 SPLIT_RULE = ("the step-time change (fix - case, profiler-free medians) split in four (profiled steps): the GPU idle "
               "the case's waits caused, which the fix removes (notebook 01's rule); the GPU idle the fix's own waits "
-              "still cause in its step; the change in GPU idle charged to no wait (a by-design read-back is charged "
-              "nothing, so what it costs shows here, not among the other changes); and the rest, what the fix's "
-              "other changes bought (launches, host work: their profiled changes shown beside)")
+              "still cause in its step; the change in GPU idle charged to no wait (host-bound and other idle: the gaps "
+              "after a by-design read-back, which the rule charges nothing, and GPU waits for a slow host launch); "
+              "and the rest, the change not seen as GPU idle (the profiled GPU busy change plus the difference "
+              "between the profiled and the profiler-free change; launch and host-work changes, shown beside, act "
+              "only through GPU idle). Where a step runs ahead, its profiled window is the host's and holds less "
+              "than the GPU's step. The change is the unpaired medians'; the groups use the paired change, which "
+              "can differ in sign")
 
 
 def split(a: dict, b: dict) -> dict:
@@ -203,7 +207,7 @@ def table(rec: dict) -> pd.DataFrame:
                     "change ms": sp["step_change_ms"], "of it the case's waits ms": sp["case_waits_ms"],
                     "of it the fix's own waits ms": sp["fix_waits_ms"],
                     "of it idle charged to no wait ms": sp["no_wait_idle_ms"],
-                    "of it other changes ms": sp["other_changes_ms"],
+                    "of it the rest ms": sp["other_changes_ms"],  # not seen as GPU idle (SPLIT_RULE)
                     "speed-up": (a["step_ms"] / b["step_ms"]) if a["step_ms"] and b["step_ms"] else None,
                     "matches": None if a["matches"] is None else bool(a["matches"] and b["matches"]),
                     "waits case": wait_kinds.charges_text(a.get("wait_charges")),

@@ -35,9 +35,10 @@ _RULES = (
          "picks a value, compute both and select on the device: torch.where(cond, x, y) (a branch that raises, "
          "returns or skips work needs the value on the host: keep its wait with `# sync-ok: <reason>`)",
          "a D2H copy and a stream sync, on the branch taken", True,
-         withheld=(("assert", "none offered: an `assert` must read the value on the host to check it, and a mask "
-                    "would drop the check; move the check off the hot path or keep its wait with "
-                    "`# sync-ok: <reason>`"),
+         withheld=(("assert", "none offered: a Python `assert` reads the value on the host, and a mask would "
+                    "drop the check; for an invariant, torch._assert_async(cond) checks it on the device without "
+                    "a wait (a failure ends the CUDA context); else move it off the hot path or keep its wait "
+                    "with `# sync-ok: <reason>`"),
                    ("while", "none offered: a `while` test decides on the host how many times the body runs, "
                     "which a mask does not; only where a bound on the passes is known on the host can a loop "
                     "of that many masked passes replace it; else keep its wait with `# sync-ok: <reason>`"))),
@@ -53,9 +54,11 @@ _RULES = (
     Rule("unpinned_non_blocking", "`.to(device, non_blocking=True)` / `.copy_(..., non_blocking=True)` to or from "
          "pageable host memory (torch.from_numpy, torch.tensor, a CPU op chain)", "copy through pinned memory "
          "(pin_memory=True). To the device: refill a pinned buffer only after the copy that reads it has run "
-         "(wait on an event recorded after that copy before the refill: with one buffer per step in flight "
-         "the wait finds it done; or a fresh pinned tensor per step); to the host: read the pinned buffer only "
-         "after waiting on an event recorded after the copy",
+         "(wait on an event recorded after that copy before the refill; keep one buffer more than the steps "
+         "the host may run ahead, two for one step as pinned_double_buffer does: the wait then usually finds "
+         "the copy done, and otherwise blocks, which is safe; or a fresh pinned tensor per step); to the host: "
+         "read the pinned buffer only after waiting on an event recorded after the copy, and clone what you "
+         "keep before queueing the next copy into it",
          "into pageable memory (D2H) a copy that blocks without any sync call; from it (H2D) no sync call: "
          "the driver may stage the copy, waiting in the call on some machines and sizes", False),
     Rule("blocking_to_device", "`.to(device)` / `.cuda()` of a host tensor without non_blocking=True",
@@ -68,7 +71,9 @@ _RULES = (
          "`fill_value=`)", "pass a Python number, or fold the tensor into the op (x + t * y)",
          "a D2H copy and a stream sync inside the op", True),
     Rule("explicit_sync", "`torch.cuda.synchronize()`, `Event.synchronize()`, `Stream.synchronize()`",
-         "record an event, queue the next work, and wait on the event only where the host needs the value. "
+         "record an event on each stream whose work the host then needs (torch.cuda.synchronize() waits for all "
+         "streams; one event covers one), queue the next work, and wait on those events only where the host "
+         "needs the value. "
          "A wait that guards buffer reuse (the host refills a pinned buffer or a graph's staging input only "
          "after the copy that reads it has run) stays: removing it lets the host overwrite the buffer before "
          "the GPU reads it; keep it with `# sync-ok: guards buffer reuse`",
@@ -82,7 +87,8 @@ RULES: dict[str, Rule] = {r.id: r for r in _RULES}
 
 def fix_for(rule_id: str, code: str) -> str:
     """The fix to offer on a line of source `code`: the rule's fix, or why none is offered where the
-    line opens with a keyword the rule withholds its fix for (read from the line itself)."""
+    line opens with a keyword the rule withholds its fix for (read from the finding's line itself: a
+    test continued onto later lines, or an `assert` after `if ...:` on one line, still gets the rule's fix)."""
     rule = get(rule_id)
     words = code.lstrip().replace("(", " ").replace(":", " ").split()
     first = words[0] if words else ""
