@@ -47,7 +47,7 @@ def recorded_env(tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def executed_notebooks(recorded_env) -> dict:
-    """Each notebook executed once per test session, top to bottom, helpers.NOTEBOOK_KERNELS at once:
+    """Each notebook executed once per test session, top to bottom, one after another:
     name -> (notebook, seconds). Only tests/test_notebooks.py uses it: under pytest-xdist
     `--dist loadfile` one worker builds it."""
     return execute_notebooks(NOTEBOOKS, recorded_env)

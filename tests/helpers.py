@@ -124,7 +124,6 @@ def kernel_env(data_dir: Path, out_dir: Path, **extra: str) -> dict:
             "PYTHONPATH": path, **extra}
 
 
-NOTEBOOK_KERNELS = 2  # notebooks executed at once by execute_notebooks: one a core of a 2-core machine
 
 
 def _client(nb):
@@ -142,27 +141,21 @@ def execute_notebook(nb, env: dict):
     return nb
 
 
-def _read_and_execute(path: Path, env: dict) -> tuple:
+def execute_notebooks(paths, env: dict) -> dict:
+    """Each notebook read and executed as execute_notebook does, one after another: name -> (notebook,
+    seconds its run took). One at a time: kernels started together race for their ports (each client
+    picks free ports, then the kernel binds them), and two clients run at once in the full suite hung
+    with both kernels idle, in one event loop and in two processes alike. The first CellExecutionError
+    is raised."""
     import nbformat  # the dev extra: test files that call this importorskip it first
 
-    nb = nbformat.read(path, as_version=4)
-    t0 = time.perf_counter()
-    execute_notebook(nb, env)
-    return nb, time.perf_counter() - t0
-
-
-def execute_notebooks(paths, env: dict, kernels: int = NOTEBOOK_KERNELS) -> dict:
-    """Each notebook read and executed as execute_notebook does, `kernels` of them at once, each in a
-    process of its own (spawned, so no thread or event loop of this one is shared; nbclient's async
-    client driving two kernels from one event loop hung in the full suite, its kernel idle):
-    name -> (notebook, seconds its own run took). The first CellExecutionError is raised."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    paths = list(paths)
-    with ProcessPoolExecutor(max_workers=max(1, kernels), mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {p.name: pool.submit(_read_and_execute, p, env) for p in paths}
-        return {name: f.result() for name, f in futures.items()}
+    out = {}
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        t0 = time.perf_counter()
+        execute_notebook(nb, env)
+        out[path.name] = (nb, time.perf_counter() - t0)
+    return out
 
 
 STRIP = ["-m", "nbstripout", "--keep-id", "--extra-keys", "metadata.language_info"]  # scripts/ensure_env.sh's filter

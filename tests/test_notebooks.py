@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from dspark_lab.results import Runs
-from helpers import (COMMITTED_DATA as DATA, NOTEBOOKS, NOTEBOOK_KERNELS, STRIP, assert_ep_section_drawn, checkout_with_the_notebook_filter,
-                     ep_section, errors, execute_notebooks, printed, section, unstripped_cells, what_git_commits)
+from helpers import (COMMITTED_DATA as DATA, NOTEBOOKS, STRIP, assert_ep_section_drawn, checkout_with_the_notebook_filter,
+                     ep_section, errors, printed, section, unstripped_cells, what_git_commits)
 
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
@@ -31,24 +31,6 @@ def headline_lines(text: str, details: list[str]) -> list[str]:
     wanted = {d.strip() for d in details}
     return [line.strip() for line in text.splitlines()
             if line.strip().startswith(("headline: ", "rule: ")) or line.strip() in wanted]
-
-
-def test_the_notebooks_are_executed_two_at_once_each_in_its_own_kernel(tmp_path):
-    """The session's notebooks run NOTEBOOK_KERNELS at once: two notebooks that each hold their kernel
-    for a while overlap in time, and each comes back with its own outputs and its own time."""
-    import os
-
-    paths = []
-    for name in ("a", "b"):
-        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
-            "import os, time\nt0 = time.time()\ntime.sleep(1.5)\nprint(os.getpid(), t0, time.time())")])
-        paths.append(tmp_path / f"{name}.ipynb")
-        nbformat.write(nb, paths[-1])
-    got = execute_notebooks(paths, dict(os.environ))
-    assert NOTEBOOK_KERNELS == 2 and sorted(got) == ["a.ipynb", "b.ipynb"]
-    (pid_a, a0, a1), (pid_b, b0, b1) = (map(float, printed(got[n][0].cells).split()) for n in sorted(got))
-    assert pid_a != pid_b and a0 < b1 and b0 < a1, "the two kernels ran one after the other"
-    assert all(seconds >= 1.5 for _, seconds in got.values())
 
 
 def test_notebooks_are_stripped():

@@ -28,7 +28,10 @@ def stand_in_venv(folder: Path, marker: str, status: int, log: Path) -> Path:
 
 def run_test_sh(tmp: Path, core: int, sglang: int, **env) -> tuple[subprocess.CompletedProcess, list[str]]:
     log = tmp / "pytest.log"
-    environ = {**os.environ, **env,
+    # test.sh's own settings come from the test alone, not from how this suite was started
+    # (`DSPARK_SKIP_SGLANG=1 bash test.sh` runs these tests too).
+    inherited = {k: v for k, v in os.environ.items() if k not in ("DSPARK_SKIP_SGLANG", "DSPARK_TEST_WORKERS")}
+    environ = {**inherited, **env,
                "DSPARK_VENV": str(stand_in_venv(tmp / "core", ".dspark-env-ok", core, log)),
                "DSPARK_SGLANG_VENV": str(stand_in_venv(tmp / "sglang", ".dspark-sglang-0.5.23-ok", sglang, log))}
     r = subprocess.run(["bash", str(ROOT / "test.sh")], cwd=ROOT, env=environ, capture_output=True, text=True,
