@@ -132,13 +132,13 @@ def test_the_page_shows_the_sites_with_their_code_the_guard_and_the_kits_figures
 
 
 def test_an_inspected_step_with_its_waits_by_kind_draws_as_a_point():
-    """A record whose parts hold the waits by kind (JSON text) and why one is charged nothing, as
+    """A record with the waits by kind (JSON text) and why one is charged nothing beside its parts, as
     inspect records them: the point view keeps those as text and the figures draw it."""
     from dspark_lab.results.viewmodels import inspect_view
 
     rec = inspect_record("before", [ITEM, COPY])
     charges = {"copy_to_device": {"per_step": 1.0, "blocked_ms": 4.1, "charged_ms": 2.1}}
-    rec["parts"].update(wait_charges=json.dumps(charges), wait_note="")
+    rec["waits"] = {"charges": json.dumps(charges), "note": ""}
     got = inspect_view.rows(rec)
     assert json.loads(got["wait_charges"].iloc[0]) == charges and got["wait_note"].iloc[0] == ""
     assert got["host_blocked_ms"].dtype == float

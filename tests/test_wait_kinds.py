@@ -286,3 +286,17 @@ def test_an_inspect_record_whose_parts_hold_text_is_refused_naming_the_field(tmp
     path.write_text(json.dumps(rec))
     with pytest.raises(inspect_record.RecordError, match="parts.wait_charges must be a number"):
         inspect_record.load(path)
+
+
+def test_the_waits_of_a_trace_frame_are_found_once_and_each_caller_gets_its_own_copy(monkeypatch):
+    ev = known_cost_trace("cpu").ev()
+    first = syncs.host_waits(ev)
+    calls = []
+    monkeypatch.setattr(syncs, "_host_waits", lambda e: calls.append(e) or first)
+    again = syncs.host_waits(ev)
+    assert calls == [] and again.equals(first) and again is not first  # the same frame: not walked again
+    again["extra"] = 1
+    assert "extra" not in syncs.host_waits(ev)
+    other = known_cost_trace("cpu").ev()  # a new frame is walked afresh
+    syncs.host_waits(other)
+    assert len(calls) == 1 and calls[0] is other

@@ -329,13 +329,13 @@ def wait_charges(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None, *, caus
     caps = call_spans_us(ev, calls)
     rows = []
     for i, r in enumerate(calls.itertuples()):
-        wait = getattr(r, "wait", None) or wait_kinds.BY_API.get(getattr(r, "kind", ""), "stream_wait")
+        wait = getattr(r, "wait", None) or wait_kinds.of_api(getattr(r, "kind", None))
         c = float(charged.get(i, 0.0)) / 1e3
         why = "" if c > 0 else WHY_NOTHING["readback" if r.readback else found.get(i, ALREADY_IDLE)]
         rows.append([int(getattr(r, "step", 0)), wait, wait_kinds.label(wait), r.name, getattr(r, "calls", r.name),
                      r.site, (r.end - r.ts) / 1e3, caps[i] / 1e3, c, why])
     for r in other_thread_waits(ev).itertuples():
-        wait = wait_kinds.BY_API.get(r.kind, "stream_wait")
+        wait = wait_kinds.of_api(r.kind)
         rows.append([int(r.step), wait, wait_kinds.label(wait), r.name, r.name, f"thread {r.tid}", (r.end - r.ts) / 1e3,
                      (r.end - r.ts) / 1e3, 0.0, WHY_NOTHING["other_thread"]])
     return pd.DataFrame(rows, columns=list(WAIT_CHARGE_COLUMNS))
@@ -417,7 +417,7 @@ def timeline(ev: pd.DataFrame, first_step: int = 1, n_steps: int = 3, calls: Opt
 def _wait_label(calls: pd.DataFrame, i: int) -> str:
     """The kind of wait of row `i` of `calls`, as views name it."""
     row = calls.iloc[int(i)]
-    return wait_kinds.label(row["wait"] if "wait" in calls else wait_kinds.BY_API.get(row.get("kind", ""), "stream_wait"))
+    return wait_kinds.label(row["wait"] if "wait" in calls else wait_kinds.of_api(row.get("kind")))
 
 
 def _cause_segments(by_cause: dict, lo: float, hi: float) -> list[list]:

@@ -20,6 +20,7 @@ import os
 import sys
 import traceback
 import warnings
+import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -152,7 +153,28 @@ def _innermost_op(ops: pd.DataFrame, ts: float, end: float) -> Optional[pd.Serie
     return around.sort_values("ts", kind="stable").iloc[-1] if len(around) else None
 
 
+# host_waits per trace frame, while the frame lives: the counts, the cost rule, the idle causes and the
+# wait table of one trace all read it, and finding the waits walks every API call of the thread.
+_WAITS: dict = {}  # id(ev) -> (weak reference to ev, its waits)
+
+
 def host_waits(ev: pd.DataFrame) -> pd.DataFrame:
+    """measure.syncs._host_waits of `ev`, found once per frame (a copy each call: callers may add
+    columns). A trace frame is read, never changed in place (trace.events builds a new one)."""
+    hit = _WAITS.get(id(ev))
+    if hit is None or hit[0]() is not ev:
+        key = id(ev)
+        hit = (weakref.ref(ev, lambda _, k=key: _WAITS.pop(k, None)), _host_waits(ev))
+        _WAITS[key] = hit
+    return hit[1].copy()
+
+
+def _step_of(t: float, wins: list) -> int:
+    """The index of the step window holding host time `t`, or -1 outside them all."""
+    return next((i for i, (s, e) in enumerate(wins) if s <= t < e), -1)
+
+
+def _host_waits(ev: pd.DataFrame) -> pd.DataFrame:
     """Every host wait on the step thread, one row each, in time order (outside the steps too: step
     -1). A wait is the blocking calls of one framework call (the innermost ATen op around them; a
     call outside any op is a wait of its own): its span from the first call's start to the last's
@@ -171,22 +193,21 @@ def host_waits(ev: pd.DataFrame) -> pd.DataFrame:
         op = _innermost_op(ops, c.ts, c.end)
         key = ("op", op.ts, op.end) if op is not None else ("call", i)
         groups.setdefault(key, (op, []))[1].append(i)
-    rows = [_wait_row(host, api, ops, work, blocking.loc[idx], op, copy_waited) for op, idx in groups.values()]
+    rows = [_wait_row(api, ops, work, blocking.loc[idx], op, copy_waited) for op, idx in groups.values()]
     out = pd.DataFrame(rows, columns=[c for c in WAIT_COLUMNS if c not in ("readback", "step", "site")])
     out = out.sort_values("ts", kind="stable").reset_index(drop=True)
     readback = host[(host.name == READBACK_RANGE) & (host.cat == HOST_RANGE_CAT)]
     wins = step_windows(ev)
     out["readback"] = pd.Series([bool(((readback.ts <= r.ts) & (readback.end >= r.end)).any()) for r in out.itertuples()],
                                 index=out.index, dtype=bool)
-    out["step"] = pd.Series([next((i for i, (s, e) in enumerate(wins) if s <= r.ts < e), -1) for r in out.itertuples()],
-                            index=out.index, dtype=int)
+    out["step"] = pd.Series([_step_of(t, wins) for t in out.ts], index=out.index, dtype=int)
     # attribute() looks only at frames, ops and ranges around each wait: cut the thread to those once.
     around = host[host.cat.isin(("python_function", "cpu_op", HOST_RANGE_CAT))]
     out["site"] = pd.Series([attribute(around, r) for _, r in out.iterrows()], index=out.index, dtype=object)
     return out
 
 
-def _wait_row(host: pd.DataFrame, api: pd.DataFrame, ops: pd.DataFrame, work: pd.DataFrame, calls: pd.DataFrame,
+def _wait_row(api: pd.DataFrame, ops: pd.DataFrame, work: pd.DataFrame, calls: pd.DataFrame,
               op: Optional[pd.Series], copy_waited: pd.Series) -> dict:
     sync = calls[calls.name.isin(list(SYNC_KINDS))]
     named = sync.iloc[0] if len(sync) else calls.iloc[0]
@@ -223,7 +244,7 @@ def other_thread_waits(ev: pd.DataFrame) -> pd.DataFrame:
     o = ev[ev.cat.isin(HOST_API_CATS) & ev.name.isin(list(SYNC_KINDS)) & ~((ev.pid == pid) & (ev.tid == tid))
            & (ev.ts >= lo) & (ev.ts < hi)].copy()
     o["kind"] = o.name.map(SYNC_KINDS)
-    o["step"] = [next((i for i, (s, e) in enumerate(wins) if s <= t < e), -1) for t in o.ts]
+    o["step"] = [_step_of(t, wins) for t in o.ts]
     return o.reset_index(drop=True)
 
 

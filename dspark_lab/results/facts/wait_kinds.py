@@ -67,6 +67,11 @@ def classify(ops: Iterable[str], api_kind: Optional[str], *, copy_direction: Opt
         return "copy_to_device" if copy_direction == "HtoD" else "copy_to_host"
     if ops & VALUE_OPS:
         return "value_read"
+    return of_api(api_kind)
+
+
+def of_api(api_kind: Optional[str]) -> str:
+    """The kind of wait of a bare sync call (measure.syncs.SYNC_KINDS' value; a stream wait where unknown)."""
     return BY_API.get(api_kind or "", "stream_wait")
 
 

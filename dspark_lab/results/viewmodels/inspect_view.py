@@ -6,7 +6,6 @@ import pandas as pd
 
 from dspark_lab.results.record import schema
 from dspark_lab.results.record.inspect_record import POINT_ID
-from dspark_lab.results.record.rows import STR_COLUMNS
 from dspark_lab.results.viewmodels.frames import fingerprint_label
 from dspark_lab.results.viewmodels.point_view import PointView, judged_trials
 
@@ -17,8 +16,8 @@ def _num(v) -> float:
 
 def rows(rec: dict) -> pd.DataFrame:
     """One row per trial in the run-row columns the figures read: the step's label as the
-    strategy, its counts and parts (per profiled step) on every row, the fingerprint; a text part
-    (the waits by kind, why a wait is charged nothing) stays text, as in a run row."""
+    strategy, its counts and parts (per profiled step) on every row, the fingerprint, and the waits by
+    kind and why a wait is charged nothing (the record's "waits") as the run rows' text columns."""
     fp = rec["fingerprint"]
     base = {"run_id": rec.get("recorded_at") or rec["label"], "point_id": POINT_ID, "strategy": rec["label"],
             "status": "ok", "recorded_at": rec.get("recorded_at"),
@@ -26,7 +25,9 @@ def rows(rec: dict) -> pd.DataFrame:
             **{k: fp.get(k) for k in schema.MACHINE_KEYS if k in fp}}
     base.update({k: _num(v) for k, v in rec["counts"].items() if isinstance(v, (int, float)) or v is None})
     base["sync_count_mismatch"] = rec["counts"].get("sync_count_mismatch")
-    base.update({k: v if k in STR_COLUMNS else _num(v) for k, v in rec["parts"].items()})  # wait_charges: JSON text
+    base.update({k: _num(v) for k, v in rec["parts"].items()})
+    waits = rec.get("waits") or {}  # absent in records from before the kinds of wait were named
+    base.update(wait_charges=waits.get("charges"), wait_note=waits.get("note"))
     return pd.DataFrame([{**base, "trial": i, "step_ms": float(t)} for i, t in enumerate(rec["trials"])])
 
 
