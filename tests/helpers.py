@@ -10,6 +10,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -126,18 +127,24 @@ def kernel_env(data_dir: Path, out_dir: Path, **extra: str) -> dict:
 
 
 
-def _client(nb):
-    """A client that runs the notebook's cells in a fresh kernel, in notebooks/ as Jupyter would."""
+def _client(nb, sockets: Path):
+    """A client that runs the notebook's cells in a fresh kernel, in notebooks/ as Jupyter would. The
+    kernel talks over Unix sockets in a folder of its own, not TCP ports: a client picks free ports
+    and the kernel binds them later, so two kernels started at once (the suite's two workers) could
+    take the same port and a client then waits on another kernel until its timeout."""
     import nbclient  # the dev extra: test files that call this importorskip it first
+    from jupyter_client import KernelManager
 
-    return nbclient.NotebookClient(nb, timeout=600, kernel_name="python3",
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=str(sockets / "k"))
+    return nbclient.NotebookClient(nb, km=km, timeout=600, kernel_name="python3",
                                    resources={"metadata": {"path": str(NOTEBOOKS_DIR)}})
 
 
 def execute_notebook(nb, env: dict):
     """Run the notebook's cells in a fresh kernel started with `env`; the outputs land in `nb`, which
     is returned. Raises CellExecutionError naming a failing cell."""
-    _client(nb).execute(env=env)
+    with tempfile.TemporaryDirectory(prefix="dspark-kernel-") as sockets:
+        _client(nb, Path(sockets)).execute(env=env)
     return nb
 
 
@@ -197,7 +204,7 @@ def unstripped_cells(text: str) -> list[int]:
 
 def checkout_with_the_notebook_filter(folder: Path) -> Path:
     """A git checkout in `folder` with this repository's .gitattributes and the notebook filter
-    configured as scripts/ensure_env.sh configures it, and an empty notebooks/ to save into."""
+    configured as scripts/ensure_env.sh configures it (and its .gitignore), and an empty notebooks/ to save into."""
     def git(*args):
         subprocess.run(["git", "-C", str(folder), *args], check=True, capture_output=True)
 
@@ -205,6 +212,7 @@ def checkout_with_the_notebook_filter(folder: Path) -> Path:
     git("config", "filter.nbstripout.clean", " ".join(shlex.quote(a) for a in [sys.executable, *STRIP]))
     (folder / "notebooks").mkdir()
     (folder / ".gitattributes").write_text((ROOT / ".gitattributes").read_text())
+    (folder / ".gitignore").write_text((ROOT / ".gitignore").read_text())
     return folder
 
 

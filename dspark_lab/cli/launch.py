@@ -75,6 +75,8 @@ OFFLINE_ARGS = (
     "--LabApp.extension_manager=readonly",
     "--LabApp.news_url=None",
 )
+# The kit's notebooks saved stripped, as git stores them, so `git status` stays truthful (notebook_save).
+SAVE_ARGS = ("--ContentsManager.pre_save_hook=dspark_lab.cli.notebook_save.strip_before_save",)
 
 
 # The kit's own Jupyter config folder (written at each start, never the user's) and what it holds.
@@ -150,7 +152,7 @@ def jupyter_argv(python: str, *, port: int, token: str, root: Path = ROOT, noteb
         raise ValueError("token must be a non-empty string")
     argv = [python, "-m", "jupyterlab", "--no-browser", f"--ServerApp.ip={HOST}", f"--ServerApp.port={port}",
             "--ServerApp.port_retries=0", f"--ServerApp.root_dir={root}",
-            f"--LabApp.default_url=/lab/tree/{notebook_path(notebook)}", *OFFLINE_ARGS]
+            f"--LabApp.default_url=/lab/tree/{notebook_path(notebook)}", *OFFLINE_ARGS, *SAVE_ARGS]
     if is_root() if as_root is None else as_root:
         argv.append("--allow-root")
     return argv + list(extra)
