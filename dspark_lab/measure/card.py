@@ -17,8 +17,9 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from dspark_lab.measure import probe, syncs, trace
+from dspark_lab.measure import card_host, card_primitives, probe, syncs, trace
 from dspark_lab.results.analyses import card as card_results
+from dspark_lab.results.analyses import card_primitives as prim_results
 
 _RANGE_PREFIX = "dspark-card:"
 _INT32 = 4
@@ -157,8 +158,10 @@ def _measure_cells(source: str, size: int, dev, queued_ms: Sequence[float], reps
 
 
 def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[float] = (0.0, 10.0), reps: int = 5,
-                 sources: Optional[Sequence[str]] = None, progress: Callable[[str], None] = lambda s: None) -> dict:
-    """The card of this device (a dict in the results.analyses.card format). Raises RuntimeError without CUDA."""
+                 sources: Optional[Sequence[str]] = None, progress: Callable[[str], None] = lambda s: None,
+                 primitive_reps: Optional[int] = 21) -> dict:
+    """The card of this device (a dict in the results.analyses.card format), with its host and, unless
+    `primitive_reps` is None, the wait/launch cells (measure.card_primitives). Raises RuntimeError without CUDA."""
     sources = list(sources or card_results.SOURCES)
     _check_card_args(sizes, queued_ms, reps, sources)
     if not torch.cuda.is_available():
@@ -182,7 +185,11 @@ def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[
     for c in cells:
         c.update(seen.get((c["source"], c["size_bytes"]), {}))
     torch.cuda.synchronize()
-    return {"trace_error": trace_error, "kind": card_results.CARD_KIND, "schema": card_results.CARD_SCHEMA, "fingerprint": probe.fingerprint(),
+    extra = {"host": card_host.host()}
+    if primitive_reps is not None:
+        extra.update(primitives=card_primitives.measure_primitives(queued_ms, primitive_reps, progress),
+                     primitive_reps=primitive_reps, primitive_rule=prim_results.PRIMITIVE_RULE)
+    return {**extra, "trace_error": trace_error, "kind": card_results.CARD_KIND, "schema": card_results.CARD_SCHEMA, "fingerprint": probe.fingerprint(),
             "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"), "queued_ms": [float(q) for q in queued_ms],
             "reps": reps, "rule": card_results.VERDICT_RULE, "sleep_clock_hz": probe.sleep_clock_hz(),
             "wall_s": round(time.perf_counter() - t_start, 1), "cells": cells}
