@@ -186,3 +186,28 @@ def test_the_doctor_prints_the_cells_the_fits_and_the_anchors():
     assert P.PRIMITIVE_RULE in text and "graph_decode 1000 nodes" in text and "CUDA.jl #2162" in text
     assert "w 10003.10" in text and "cpu 100%" in text  # the spinning event's wait, with its CPU share
     assert "none on this card" in doctor_command.primitives_text(synthetic_card())
+
+
+def test_advice_charges_a_strategy_that_adds_a_cross_stream_wait_its_measured_cost():
+    from dspark_lab.results.analyses import advice
+    from dspark_lab.results.facts import strategy_table
+
+    kept = strategy_table.rows()
+    try:
+        strategy_table.add(strategy_table.StrategyRow("copy_stream", "a copy on a side stream", "synthetic",
+                                                      stream_waits=2))
+        lines = advice.stream_wait_charges(["non_blocking", "copy_stream"], card_with(handoff_gpu=9.0))
+        assert lines == [f"copy_stream adds 2 cross-stream wait(s) per call: charged 2 x 10.6 µs = 21.2 µs "
+                         f"(host 1.6 µs, GPU hand-off 9.0 µs; {C.label(card_with())})"]
+        assert "no card" in advice.stream_wait_charges(["copy_stream"], None)[0]
+        assert "no card" in advice.stream_wait_charges(["copy_stream"], synthetic_card())[0]  # a card without the cell
+        assert advice.stream_wait_charges(["non_blocking"], card_with()) == []  # adds no wait: no charge
+    finally:
+        strategy_table.reset(kept)
+
+
+def test_a_strategy_row_refuses_a_negative_wait_count():
+    from dspark_lab.results.facts import strategy_table
+
+    with pytest.raises(ValueError, match="stream_waits must be an integer >= 0"):
+        strategy_table.StrategyRow("x", "d", "s", stream_waits=-1)
