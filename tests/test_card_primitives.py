@@ -211,3 +211,15 @@ def test_a_strategy_row_refuses_a_negative_wait_count():
 
     with pytest.raises(ValueError, match="stream_waits must be an integer >= 0"):
         strategy_table.StrategyRow("x", "d", "s", stream_waits=-1)
+
+
+def test_the_report_shows_the_cells_beside_the_anchors_and_survives_a_damaged_field():
+    from dspark_lab.views import card_report
+
+    html = "".join(card_report.primitives_section(card_with()))
+    assert "What each way of waiting and launching costs here" in html and "CUDA.jl #2162" in html
+    assert "frequency governor performance" in html
+    bad = card_with()
+    bad["primitives"][0]["queued_ms"] = -1
+    assert "wait/launch cells not shown" in "".join(card_report.primitives_section(bad))
+    assert "What each way" not in "".join(card_report.primitives_section(synthetic_card()))
