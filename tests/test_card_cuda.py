@@ -21,8 +21,7 @@ def test_pinned_h2d_returns_at_once_and_pageable_d2h_waits():
     from dspark_lab.measure import card as measure_card
 
     card = C.validate(measure_card.measure_card(sizes=(4,), queued_ms=(0.0, 10.0), reps=3,
-                                                sources=["pinned_to_nb", "into_pageable_nb", "tensor_device"],
-                                                primitive_reps=None))
+                                                sources=["pinned_to_nb", "into_pageable_nb", "tensor_device"]))
     f = C.frame(card)
     assert C.cell(f, "h2d", "pinned_to_nb", 4)["verdict"] == C.AT_ONCE
     assert C.cell(f, "d2h", "into_pageable_nb", 4)["verdict"] == C.WAITS

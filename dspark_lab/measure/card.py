@@ -159,9 +159,10 @@ def _measure_cells(source: str, size: int, dev, queued_ms: Sequence[float], reps
 
 def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[float] = (0.0, 10.0), reps: int = 5,
                  sources: Optional[Sequence[str]] = None, progress: Callable[[str], None] = lambda s: None,
-                 primitive_reps: Optional[int] = 21) -> dict:
-    """The card of this device (a dict in the results.analyses.card format), with its host and, unless
-    `primitive_reps` is None, the wait/launch cells (measure.card_primitives). Raises RuntimeError without CUDA."""
+                 primitive_reps: Optional[int] = None) -> dict:
+    """The card of this device (a dict in the results.analyses.card format), with its host and, with
+    `primitive_reps` repeats, the wait/launch cells (measure.card_primitives; doctor --card takes 21).
+    Raises RuntimeError without CUDA."""
     sources = list(sources or card_results.SOURCES)
     _check_card_args(sizes, queued_ms, reps, sources)
     if not torch.cuda.is_available():
@@ -187,8 +188,10 @@ def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[
     torch.cuda.synchronize()
     extra = {"host": card_host.host()}
     if primitive_reps is not None:
+        t_prim = time.perf_counter()
         extra.update(primitives=card_primitives.measure_primitives(queued_ms, primitive_reps, progress),
-                     primitive_reps=primitive_reps, primitive_rule=prim_results.PRIMITIVE_RULE)
+                     primitive_reps=primitive_reps, primitive_rule=prim_results.PRIMITIVE_RULE,
+                     primitive_wall_s=round(time.perf_counter() - t_prim, 1))
     return {**extra, "trace_error": trace_error, "kind": card_results.CARD_KIND, "schema": card_results.CARD_SCHEMA, "fingerprint": probe.fingerprint(),
             "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"), "queued_ms": [float(q) for q in queued_ms],
             "reps": reps, "rule": card_results.VERDICT_RULE, "sleep_clock_hz": probe.sleep_clock_hz(),

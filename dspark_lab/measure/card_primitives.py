@@ -2,7 +2,7 @@
 each with the GPU queue empty and with calibrated work queued ahead (torch.cuda._sleep through
 probe.busy_kernel), over repeats interleaving the queue depths.
 
-    cells = measure_primitives(queued_ms=(0.0, 10.0), reps=21)   # needs CUDA; about 6 s on an H200
+    cells = measure_primitives(queued_ms=(0.0, 10.0), reps=21)   # needs CUDA
 
 Per repeat: the device is synchronized, the cell's untimed set-up runs, the queue is filled, the call's
 operands are made (an event recorded behind the queued work), then the call alone is timed by wall
