@@ -223,3 +223,15 @@ def test_the_report_shows_the_cells_beside_the_anchors_and_survives_a_damaged_fi
     bad["primitives"][0]["queued_ms"] = -1
     assert "wait/launch cells not shown" in "".join(card_report.primitives_section(bad))
     assert "What each way" not in "".join(card_report.primitives_section(synthetic_card()))
+
+
+def test_the_host_fields_are_read_and_unknown_where_absent(tmp_path):
+    from dspark_lab.measure import card_host as M
+
+    info = "processor\t: 0\nvendor_id\t: SynthVendor\nmodel name\t: Synth CPU 9000 @ 3.0GHz\n"
+    assert M.cpu_model(info) == "Synth CPU 9000 @ 3.0GHz"
+    assert M.governor(tmp_path / "absent") == "unknown"
+    (tmp_path / "gov").write_text("performance\n")
+    assert M.governor(tmp_path / "gov") == "performance"
+    h = M.host()
+    assert set(H.HOST_FIELDS) <= set(h) and h["cores"] >= 1

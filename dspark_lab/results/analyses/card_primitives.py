@@ -191,7 +191,7 @@ def graph_fits(f: pd.DataFrame) -> pd.DataFrame:
 def graph_fits_in_words(f: pd.DataFrame) -> list[str]:
     """Each shape's fit, and which shape costs more per node (queue empty)."""
     fits = graph_fits(f)
-    out = [f"{r.name} ({r.queue} queue): {r.intercept_us:.1f} µs + {r.per_node_us * 1e3:.1f} ns per node "
+    out = [f"{r.name} ({'queue empty' if r.queue == 'empty' else 'GPU work queued'}): {r.intercept_us:.1f} µs + {r.per_node_us * 1e3:.1f} ns per node "
            f"(fit over {', '.join(map(str, r.nodes))} nodes; {r.largest_us:.1f} µs at {r.nodes[-1]})"
            for r in fits.itertuples()]
     empty = fits[fits["queue"] == "empty"].set_index("name")
@@ -302,7 +302,7 @@ def _measured_text(card: dict, f: pd.DataFrame, cell: tuple) -> str:
 
 def _published_text(a) -> str:
     if a.value is None:
-        return "a behaviour, no figure"
+        return "a behaviour, no per-call figure"
     unit = "µs" if a.unit == "us" else a.unit
     return f"{a.value:g} {unit}" + (f" ({a.value_us / a.per * 1e3:.0f} ns per node if divided out)" if a.per > 1 else "")
 
@@ -316,7 +316,7 @@ def anchors_beside(card: dict, anchors=None) -> pd.DataFrame:
     rows = []
     for a in launch_anchors.ANCHORS if anchors is None else anchors:
         here = [_measured_text(card, f, c) for c in a.beside]
-        for name in {c[0] for c in a.beside} & set(GRAPH_SHAPES) if a.per > 1 else ():
+        for name in sorted({c[0] for c in a.beside} & set(GRAPH_SHAPES)) if a.per > 1 else ():
             fit = fits[(fits["name"] == name) & (fits["queue"] == "empty")]
             if len(fit):
                 r = fit.iloc[0]
