@@ -1,7 +1,7 @@
 """The card's wait/launch cells measured on this GPU (CUDA; the settings check runs on CPU): every cell
 measures without an error, a stream sync waits for the queued work, a launch and a cross-stream wait do
 not, and a blocking event burns less of the host's CPU over its wait than a spinning one
-(cudaEventBlockingSync puts the waiting thread to sleep). About 3 s on an H200."""
+(CUDA documents cudaEventBlockingSync as blocking the waiting thread until the event completes). About 3 s on an H200."""
 import pytest
 import torch
 

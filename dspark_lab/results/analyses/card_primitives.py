@@ -191,7 +191,8 @@ def graph_fits(f: pd.DataFrame) -> pd.DataFrame:
 def graph_fits_in_words(f: pd.DataFrame) -> list[str]:
     """Each shape's fit, and which shape costs more per node (queue empty)."""
     fits = graph_fits(f)
-    out = [f"{r.name} ({'queue empty' if r.queue == 'empty' else 'GPU work queued'}): {r.intercept_us:.1f} µs + {r.per_node_us * 1e3:.1f} ns per node "
+    out = [f"{r.name} ({'queue empty' if r.queue == 'empty' else 'GPU work queued'}): {r.intercept_us:.1f} µs + "
+           f"{r.per_node_us * 1e3:.1f} ns per node "
            f"(fit over {', '.join(map(str, r.nodes))} nodes; {r.largest_us:.1f} µs at {r.nodes[-1]})"
            for r in fits.itertuples()]
     empty = fits[fits["queue"] == "empty"].set_index("name")
