@@ -235,3 +235,25 @@ def test_the_host_fields_are_read_and_unknown_where_absent(tmp_path):
     assert M.governor(tmp_path / "gov") == "performance"
     h = M.host()
     assert set(H.HOST_FIELDS) <= set(h) and h["cores"] >= 1
+
+
+@pytest.mark.parametrize("a, b, want", [
+    ((3.0, 2.9, 3.1), (4.6, 4.5, 4.7), True),  # 1.53x, the repeats apart
+    ((3.0, 2.9, 3.1), (4.4, 4.3, 4.5), False),  # 1.47x: under the ratio
+    ((3.0, 2.0, 5.0), (6.0, 4.5, 7.0), False),  # 2x, but the repeats overlap
+    ((9.0, 8.0, 10.0), (3.0, 2.9, 3.1), True),  # either way round
+])
+def test_a_cells_time_moved_by_the_ratio_with_the_repeats_apart(a, b, want):
+    assert bool(P.moved(a[0], b[0], a[1], a[2], b[1], b[2])) is want
+
+
+def test_two_cards_list_the_cells_whose_time_moved_even_with_the_same_verdict():
+    a = card_with()
+    b = card_with(host={**a["host"], "cores": 4})
+    for c in b["primitives"]:
+        if c["name"] == "kernel_launch":
+            c["host_us"] = [x * 2 for x in c["host_us"]]  # 2.1 -> 4.2 µs: still cheap
+    lines = P.compare_lines(a, b)
+    assert "0 with a different verdict" in lines[0] and "2 cell(s) whose time moved" in lines[1]
+    assert lines[2].startswith("  kernel_launch (empty): a 2.10 µs") and lines[2].endswith("2.0x [host-side]")
+    assert P.compare_lines(a, card_with())[-1].startswith("no cell's time moved")

@@ -47,6 +47,10 @@ PRIMITIVE_RULE = (f"verdict of a wait/launch cell, from the median wall time of 
                   f"when GPU work was queued (Q ms) and the call took more than Q/2 longer than with the queue empty; "
                   f"else '{HOST_TIME}' when the call took at least {CHEAP_US:g} µs of host time; else '{CHEAP}'. A call "
                   f"that waits 'spins' when the process burnt CPU time for at least {SPIN_SHARE:.0%} of the wait.")
+MOVED_RATIO = 1.5
+MOVED_RULE = (f"a cell's time moved between two cards when one median is at least {MOVED_RATIO:g}x the other and "
+              "the two cards' repeats do not overlap (the slowest of the faster card under the fastest of the "
+              "slower); the verdict may stay the same.")
 FRAME_COLUMNS = ("name", "group", "how", "param", "param_label", "queued_ms", "queue", "host_us", "host_us_min",
                  "host_us_max", "reps", "inner", "cpu_us", "cpu_share", "verdict", "spins", "edge", "gpu_us",
                  "gpu_one_stream_us", "error")
@@ -228,19 +232,27 @@ def table(card: dict) -> pd.DataFrame:
     return t.loc[order, [q for q in ("empty", "queued") if q in t.columns]].fillna("")
 
 
+def moved(med_a, med_b, min_a, max_a, min_b, max_b):
+    """MOVED_RULE, elementwise (numbers or pandas Series): the medians MOVED_RATIO apart, the repeats apart."""
+    ratio_apart = (med_a >= MOVED_RATIO * med_b) | (med_b >= MOVED_RATIO * med_a)
+    return ratio_apart & ((min_a > max_b) | (min_b > max_a))
+
+
 def compare(a: dict, b: dict) -> pd.DataFrame:
     """Two cards' primitive cells side by side (keyed by name, parameter and queue), whether the
     verdicts differ, firmly (neither at the edge), and host-side (HOST_SIDE_RULE)."""
     key = ["name", "param", "queue"]
-    cols = key + ["queued_ms", "host_us", "verdict", "edge"]
+    cols = key + ["queued_ms", "host_us", "host_us_min", "host_us_max", "verdict", "edge"]
     fa, fb = frame(a), frame(b)
     m = fa[cols + ["param_label"]].merge(fb[cols], on=key, how="outer", suffixes=("_a", "_b"), indicator=True)
     m["param_label"] = [param_label(n, int(p)) for n, p in zip(m["name"], m["param"])]
     m["only_in"] = m["_merge"].map({"left_only": "a", "right_only": "b", "both": ""})
     m["differs"] = (m["_merge"] == "both") & (m["verdict_a"] != m["verdict_b"])
     m["differs_firmly"] = m["differs"] & (m["edge_a"].fillna("") == "") & (m["edge_b"].fillna("") == "")
-    m["host_side"] = m["differs"] & card_host.host_side(a, b)
     m["ratio"] = m["host_us_a"] / m["host_us_b"]
+    m["moved"] = (m["_merge"] == "both") & moved(m["host_us_a"], m["host_us_b"], m["host_us_min_a"], m["host_us_max_a"],
+                                                 m["host_us_min_b"], m["host_us_max_b"])
+    m["host_side"] = (m["differs"] | m["moved"]) & card_host.host_side(a, b)
     return m.drop(columns="_merge").sort_values(key).reset_index(drop=True)
 
 
@@ -260,8 +272,23 @@ def compare_lines(a: dict, b: dict) -> list[str]:
         tag = " [host-side]" if r.host_side else ""
         tag += "" if r.differs_firmly else " — at the edge: " + "; ".join(
             f"{k} {e}" for k, e in (("a", r.edge_a), ("b", r.edge_b)) if isinstance(e, str) and e)
-        out.append(f"  {r.name} {r.param_label} ({r.queue}): a {r.verdict_a} ({r.host_us_a:.2f} µs) | "
+        out.append(f"  {(r.name + ' ' + r.param_label).strip()} ({r.queue}): a {r.verdict_a} ({r.host_us_a:.2f} µs) | "
                    f"b {r.verdict_b} ({r.host_us_b:.2f} µs){tag}")
+    return out + _moved_lines(both[both["moved"]])
+
+
+def _moved_lines(mv: pd.DataFrame, max_listed: int = 12) -> list[str]:
+    """MOVED_RULE's cells in words, the largest move first."""
+    if mv.empty:
+        return [f"no cell's time moved ({MOVED_RULE})"]
+    mv = mv.assign(by=[max(r, 1 / r) for r in mv["ratio"]]).sort_values("by", ascending=False)
+    out = [f"{len(mv)} cell(s) whose time moved ({MOVED_RULE})"]
+    for r in mv.head(max_listed).itertuples():
+        out.append(f"  {(r.name + ' ' + r.param_label).strip()} ({r.queue}): a {r.host_us_a:.2f} µs [{r.host_us_min_a:.2f}-"
+                   f"{r.host_us_max_a:.2f}] | b {r.host_us_b:.2f} µs [{r.host_us_min_b:.2f}-{r.host_us_max_b:.2f}]: "
+                   f"{r.by:.1f}x{' [host-side]' if r.host_side else ''}")
+    if len(mv) > max_listed:
+        out.append(f"  … and {len(mv) - max_listed} more")
     return out
 
 
