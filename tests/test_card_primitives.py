@@ -257,3 +257,25 @@ def test_two_cards_list_the_cells_whose_time_moved_even_with_the_same_verdict():
     assert "0 with a different verdict" in lines[0] and "2 cell(s) whose time moved" in lines[1]
     assert lines[2].startswith("  kernel_launch (empty): a 2.10 µs") and lines[2].endswith("2.0x [host-side]")
     assert P.compare_lines(a, card_with())[-1].startswith("no cell's time moved")
+
+
+def test_the_recommendation_carries_the_charge_of_a_strategy_that_adds_a_cross_stream_wait():
+    from dspark_lab.results.analyses import advice
+    from dspark_lab.results.facts import strategy_table
+    from helpers import synthetic_hazards
+    from test_advice import _rows
+
+    kept = strategy_table.rows()
+    try:
+        strategy_table.add(strategy_table.StrategyRow("copy_stream", "a copy on a side stream", "synthetic",
+                                                      stream_waits=1))
+        rows = _rows({"device_direct": 8.0, "persistent_fill": 6.0, "copy_stream": 6.1})
+        here = card_with(gpu="NVIDIA H200")
+        here["fingerprint"]["driver"] = "1"
+        rec = advice.recommend(rows, cards=[here], hazards=synthetic_hazards())
+        assert any(x.startswith("copy_stream adds 1 cross-stream wait(s) per call: charged 1 x 10.6 µs")
+                   for x in rec.evidence)
+        bare = advice.recommend(rows, cards=None, hazards=synthetic_hazards())
+        assert any(x.startswith("copy_stream adds 1 cross-stream wait(s) per call: no card") for x in bare.evidence)
+    finally:
+        strategy_table.reset(kept)
