@@ -157,6 +157,16 @@ def _measure_cells(source: str, size: int, dev, queued_ms: Sequence[float], reps
                      host_us=[], error=f"{type(e).__name__}: {e}") for q in queued_ms]
 
 
+def _primitives(queued_ms: Sequence[float], reps: Optional[int], progress: Callable[[str], None]) -> dict:
+    """The card's wait/launch fields (measure.card_primitives), {} where `reps` is None."""
+    if reps is None:
+        return {}
+    t0 = time.perf_counter()
+    cells = card_primitives.measure_primitives(queued_ms, reps, progress)
+    return {"primitives": cells, "primitive_reps": reps, "primitive_rule": prim_results.PRIMITIVE_RULE,
+            "primitive_wall_s": round(time.perf_counter() - t0, 1)}
+
+
 def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[float] = (0.0, 10.0), reps: int = 5,
                  sources: Optional[Sequence[str]] = None, progress: Callable[[str], None] = lambda s: None,
                  primitive_reps: Optional[int] = None) -> dict:
@@ -165,11 +175,16 @@ def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[
     Raises RuntimeError without CUDA."""
     sources = list(sources or card_results.SOURCES)
     _check_card_args(sizes, queued_ms, reps, sources)
+    if primitive_reps is not None and (isinstance(primitive_reps, bool) or not isinstance(primitive_reps, int)
+                                       or primitive_reps < 3):
+        raise ValueError(f"primitive_reps must be None or an integer >= 3; got {primitive_reps!r}")
     if not torch.cuda.is_available():
         raise RuntimeError("the platform card needs a CUDA device (none is visible here); "
                            "recorded cards are read with dspark_lab.results.analyses.card.recorded()")
     t_start = time.perf_counter()
     dev = torch.device("cuda")
+    # The wait/launch cells first, so no profiler (the trace pass below) has run in this process when they are timed.
+    extra = {"host": card_host.host(), **_primitives(queued_ms, primitive_reps, progress)}
     probe.calibrate_sleep()
     cells, calls = [], {}
     for source in sources:
@@ -186,12 +201,6 @@ def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[
     for c in cells:
         c.update(seen.get((c["source"], c["size_bytes"]), {}))
     torch.cuda.synchronize()
-    extra = {"host": card_host.host()}
-    if primitive_reps is not None:
-        t_prim = time.perf_counter()
-        extra.update(primitives=card_primitives.measure_primitives(queued_ms, primitive_reps, progress),
-                     primitive_reps=primitive_reps, primitive_rule=prim_results.PRIMITIVE_RULE,
-                     primitive_wall_s=round(time.perf_counter() - t_prim, 1))
     return {**extra, "trace_error": trace_error, "kind": card_results.CARD_KIND, "schema": card_results.CARD_SCHEMA, "fingerprint": probe.fingerprint(),
             "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"), "queued_ms": [float(q) for q in queued_ms],
             "reps": reps, "rule": card_results.VERDICT_RULE, "sleep_clock_hz": probe.sleep_clock_hz(),
