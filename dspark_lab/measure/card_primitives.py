@@ -6,8 +6,8 @@ probe.busy_kernel), over repeats interleaving the queue depths.
 
 Per repeat: the device is synchronized, the cell's untimed set-up runs, the queue is filled, the call's
 operands are made (an event recorded behind the queued work), then the call alone is timed by wall
-clock (perf_counter) and by process CPU time (process_time, every thread of the process). A call
-cheaper than a microsecond is timed `inner` times in a row and divided. The budget: about
+clock (perf_counter) and by process CPU time (process_time, every thread of the process). A call that
+returns without waiting (stream bookkeeping, a launch) is timed `inner` times in a row and divided. The budget: about
 (cells x queue depths x reps) x (queued ms + a sync), so 25 cells (and the cross-stream hand-off) x 2 x 21 x ~10 ms ≈ 6 s with
 10 ms queued.
 """
