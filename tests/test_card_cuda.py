@@ -33,7 +33,8 @@ def test_pinned_h2d_returns_at_once_and_pageable_d2h_waits():
 @pytest.mark.parametrize("kwargs, named", [
     ({"reps": 0}, "reps must be a positive integer"), ({"sizes": (3,)}, "sizes must be byte counts"),
     ({"queued_ms": (0.0,)}, "queued_ms must hold numbers >= 0, one of them > 0"),
-    ({"sources": ["carrier_pigeon"]}, "sources: each must be one of pageable_to_nb")])
+    ({"sources": ["carrier_pigeon"]}, "sources: each must be one of pageable_to_nb"),
+    ({"primitive_reps": 2}, "primitive_reps must be None or an integer >= 3")])
 def test_bad_card_settings_name_the_field_before_any_gpu_work(kwargs, named):
     from dspark_lab.measure import card as measure_card
 

@@ -26,5 +26,8 @@ def add_doctor_parser(sub) -> None:
                    help="with --card: compare this machine's card with one recorded card; without: compare two "
                         "recorded cards (no GPU needed)")
     p.add_argument("--reps", type=int, default=5, help="with --card: repeats per cell (median and spread)")
+    p.add_argument("--wait-reps", type=int, default=21,
+                   help="with --card: repeats per wait/launch cell (syncs, events, streams, launches, CUDA graphs, "
+                        "pin_memory); 0 skips those cells")
     p.add_argument("--queued-ms", type=float_in(0.5, 200.0), default=10.0,
                    help="with --card: GPU work queued ahead of the call in the queued cells, ms")

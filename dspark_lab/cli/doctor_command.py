@@ -10,6 +10,8 @@ import torch
 
 from dspark_lab.measure import probe
 from dspark_lab.results.analyses import card as card_results
+from dspark_lab.results.analyses import card_host
+from dspark_lab.results.analyses import card_primitives as prim_results
 from dspark_lab.results.record import verify_record
 
 
@@ -52,6 +54,21 @@ def card_text(card: dict) -> str:
     parts += ["", card_results.threshold_in_words(card_results.wait_threshold(f)),
               card_results.threshold_in_words(card_results.wait_threshold(f, "d2h", "into_pageable_nb"))]
     parts += [""] + card_results.claims_in_words(card)
+    parts += ["", "host: " + card_host.host_in_words(card)]
+    return "\n".join(parts)
+
+
+def primitives_text(card: dict) -> str:
+    """The card's wait/launch cells for a terminal: the rule, the table, the graph fits, the anchors."""
+    if not prim_results.has_primitives(card):
+        return "wait/launch cells: none on this card (measured with doctor --card, --wait-reps > 0)"
+    parts = ["wait/launch cells (· cheap, h costs host time, w waits, ~ at the rule's edge; median "
+             "[fastest-slowest] µs per call; cpu: the process CPU time over the wait)", prim_results.PRIMITIVE_RULE,
+             prim_results.table(card).to_string()]
+    parts += [""] + prim_results.graph_fits_in_words(prim_results.frame(card))
+    parts += ["", "published anchors beside this card (sources' own figures, not measured here):"]
+    for r in prim_results.anchors_beside(card).itertuples():
+        parts.append(f"  {r.source}: {r.quantity}: {r.published} [{r.setting}] | here: {r.measured_here}")
     return "\n".join(parts)
 
 
@@ -66,8 +83,10 @@ def _cards(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[O
         parser.error("--compare without --card takes two recorded cards")
     if args.reps < 1:
         parser.error(f"--reps must be a positive integer; got {args.reps}")
+    if args.wait_reps != 0 and args.wait_reps < 3:
+        parser.error(f"--wait-reps must be 0 (skip) or an integer >= 3; got {args.wait_reps}")
     try:
-        recorded = [card_results.load(p) for p in compare]
+        recorded = [prim_results.validate(card_results.load(p), str(p)) for p in compare]
     except ValueError as e:
         parser.error(f"--compare: {e}")
     mine = None
@@ -75,7 +94,8 @@ def _cards(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[O
         from dspark_lab.measure import card as card_measure  # torch work only when asked
 
         mine = card_measure.measure_card(queued_ms=(0.0, args.queued_ms), reps=args.reps,
-                                         progress=lambda s: print(s, file=sys.stderr, flush=True))
+                                         progress=lambda s: print(s, file=sys.stderr, flush=True),
+                                         primitive_reps=args.wait_reps or None)
         if args.card_out is not None:
             print(f"saved {card_results.save(mine, args.card_out)}", file=sys.stderr)
     return mine, recorded
@@ -101,6 +121,10 @@ def cmd_card(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print("compared cell by cell (a: " + ("this machine, now" if mine is not None else str(args.compare[0]))
               + f"; b: {args.compare[-1]})")
         print("\n".join(card_results.compare_lines(*pair)))
+        print("\n".join(prim_results.compare_lines(*pair)))
+    if mine is not None:  # the wait/launch cells last: the short table a reader of the log looks for
+        print()
+        print(primitives_text(mine))
     return 0
 
 

@@ -17,8 +17,9 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from dspark_lab.measure import probe, syncs, trace
+from dspark_lab.measure import card_host, card_primitives, probe, syncs, trace
 from dspark_lab.results.analyses import card as card_results
+from dspark_lab.results.analyses import card_primitives as prim_results
 
 _RANGE_PREFIX = "dspark-card:"
 _INT32 = 4
@@ -156,16 +157,34 @@ def _measure_cells(source: str, size: int, dev, queued_ms: Sequence[float], reps
                      host_us=[], error=f"{type(e).__name__}: {e}") for q in queued_ms]
 
 
+def _primitives(queued_ms: Sequence[float], reps: Optional[int], progress: Callable[[str], None]) -> dict:
+    """The card's wait/launch fields (measure.card_primitives), {} where `reps` is None."""
+    if reps is None:
+        return {}
+    t0 = time.perf_counter()
+    cells = card_primitives.measure_primitives(queued_ms, reps, progress)
+    return {"primitives": cells, "primitive_reps": reps, "primitive_rule": prim_results.PRIMITIVE_RULE,
+            "primitive_wall_s": round(time.perf_counter() - t0, 1)}
+
+
 def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[float] = (0.0, 10.0), reps: int = 5,
-                 sources: Optional[Sequence[str]] = None, progress: Callable[[str], None] = lambda s: None) -> dict:
-    """The card of this device (a dict in the results.analyses.card format). Raises RuntimeError without CUDA."""
+                 sources: Optional[Sequence[str]] = None, progress: Callable[[str], None] = lambda s: None,
+                 primitive_reps: Optional[int] = None) -> dict:
+    """The card of this device (a dict in the results.analyses.card format), with its host and, with
+    `primitive_reps` repeats, the wait/launch cells (measure.card_primitives; doctor --card takes 21).
+    Raises RuntimeError without CUDA."""
     sources = list(sources or card_results.SOURCES)
     _check_card_args(sizes, queued_ms, reps, sources)
+    if primitive_reps is not None and (isinstance(primitive_reps, bool) or not isinstance(primitive_reps, int)
+                                       or primitive_reps < 3):
+        raise ValueError(f"primitive_reps must be None or an integer >= 3; got {primitive_reps!r}")
     if not torch.cuda.is_available():
         raise RuntimeError("the platform card needs a CUDA device (none is visible here); "
                            "recorded cards are read with dspark_lab.results.analyses.card.recorded()")
     t_start = time.perf_counter()
     dev = torch.device("cuda")
+    # The wait/launch cells first, so no profiler (the trace pass below) has run in this process when they are timed.
+    extra = {"host": card_host.host(), **_primitives(queued_ms, primitive_reps, progress)}
     probe.calibrate_sleep()
     cells, calls = [], {}
     for source in sources:
@@ -182,7 +201,7 @@ def measure_card(sizes: Sequence[int] = card_results.SIZES, queued_ms: Sequence[
     for c in cells:
         c.update(seen.get((c["source"], c["size_bytes"]), {}))
     torch.cuda.synchronize()
-    return {"trace_error": trace_error, "kind": card_results.CARD_KIND, "schema": card_results.CARD_SCHEMA, "fingerprint": probe.fingerprint(),
+    return {**extra, "trace_error": trace_error, "kind": card_results.CARD_KIND, "schema": card_results.CARD_SCHEMA, "fingerprint": probe.fingerprint(),
             "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"), "queued_ms": [float(q) for q in queued_ms],
             "reps": reps, "rule": card_results.VERDICT_RULE, "sleep_clock_hz": probe.sleep_clock_hz(),
             "wall_s": round(time.perf_counter() - t_start, 1), "cells": cells}

@@ -9,6 +9,8 @@ from typing import Callable, Optional, Sequence
 import pandas as pd
 
 from dspark_lab.results.analyses import card as card_results
+from dspark_lab.results.analyses import card_host
+from dspark_lab.results.analyses import card_primitives as prim_results
 from dspark_lab.results.analyses import hazards as hazards_results
 from dspark_lab.views.figures import card as card_figures
 from dspark_lab.views.figures import hazards as hazard_figures
@@ -43,10 +45,12 @@ def card_sections(fig_html: Callable, cards: Optional[Sequence[dict]] = None,
                  card_results.threshold_in_words(card_results.wait_threshold(f, "d2h", "into_pageable_nb"))]
         parts.append("<ul>" + "".join(f"<li>{esc(w)}.</li>" for w in words)
                      + "".join(f"<li>{esc(w.lstrip('- '))}</li>" for w in card_results.claims_in_words(c)[1:]) + "</ul>")
+        parts += primitives_section(c)
     if len(cards) >= 2:
         a, b = cards[0], cards[1]
         parts.append("<h3>Two machines side by side</h3>")
-        parts.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in card_results.compare_lines(a, b)) + "</ul>")
+        lines = card_results.compare_lines(a, b) + prim_results.compare_lines(a, b)
+        parts.append("<ul>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")
         parts.append(fig_html(card_figures.card_pair(a, b)))
     for h in hazard_records:
         fp = h.get("fingerprint", {})
@@ -71,4 +75,27 @@ def hazard_stories(fig_html: Callable, h: dict) -> list[str]:
         parts.append(fig_html(hazard_figures.curves(h)))
     parts.append("<h3>The hazards as they happened</h3>")
     parts.append(hazards_results.stories(h).to_html(index=False, escape=True, border=0))
+    return parts
+
+
+def primitives_section(card: dict) -> list[str]:
+    """HTML parts: the card's host, its wait/launch cells (the rule once, the table, the graph fits) and
+    the published anchors beside them, in a table of their own; [] for a card without those cells."""
+    esc = html.escape
+    parts = [f"<p class='muted'>host: {esc(card_host.host_in_words(card))}</p>"]
+    try:
+        t = prim_results.table(card)
+    except ValueError as e:  # a damaged primitives field: the copy cells above still stand
+        return parts + [f"<p><b>wait/launch cells not shown:</b> {esc(str(e))}</p>"]
+    if t.empty:
+        return parts
+    parts += [f"<h4>What each way of waiting and launching costs here</h4><p class='muted rule'>"
+              f"{esc(prim_results.PRIMITIVE_RULE)} Cells: · cheap, h costs host time, w waits (with the process "
+              "CPU share of the wait), ~ at the rule's edge; median [fastest-slowest] µs per call.</p>",
+              t.to_html(escape=True, border=0)]
+    fits = prim_results.graph_fits_in_words(prim_results.frame(card))
+    parts.append("<ul>" + "".join(f"<li>{esc(w)}.</li>" for w in fits) + "</ul>")
+    parts.append("<p class='muted'>Published anchors (their sources' own figures and settings, set beside this "
+                 "card's cells, not measured here):</p>")
+    parts.append(prim_results.anchors_beside(card).to_html(index=False, escape=True, border=0))
     return parts

@@ -29,6 +29,8 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from dspark_lab.results.analyses import card as card_results
+from dspark_lab.results.analyses import card_primitives
+from dspark_lab.results.facts import strategy_table
 from dspark_lab.results.record.paths import default_data_dir
 from dspark_lab.results.query.data import RunData
 from dspark_lab.results.rules import summaries
@@ -257,6 +259,30 @@ def _card_evidence(cards: Sequence[dict], mine: Optional[dict]) -> list[str]:
     return out
 
 
+WAIT_CHARGE_RULE = ("cross-stream waits: a strategy that adds a cross-stream wait is charged, per wait, this machine's "
+                    "card's measured cost of one (the host time of side.wait_event(e) with GPU work queued, plus the "
+                    "GPU time a hand-off between two streams adds over one stream); without a card, 'no card'.")
+
+
+def stream_wait_charges(strategies: Sequence[str], mine: Optional[dict]) -> list[str]:
+    """WAIT_CHARGE_RULE's lines: each of `strategies` that adds cross-stream waits, with its charge from
+    the card `mine` (this machine's), or "no card" where there is none or it lacks the cell."""
+    cost = card_primitives.cross_stream_wait_cost(mine)
+    out = []
+    for s in strategies:
+        n = strategy_table.row(s).stream_waits if s in strategy_table.names() else 0
+        if not n:
+            continue
+        if cost is None:
+            out.append(f"{s} adds {n} cross-stream wait(s) per call: no card (no wait/launch cells for this machine; "
+                       "dspark-lab doctor --card)")
+            continue
+        each = cost["host_us"] + cost["gpu_us"]
+        out.append(f"{s} adds {n} cross-stream wait(s) per call: charged {n} x {each:.1f} µs = {n * each:.1f} µs "
+                   f"(host {cost['host_us']:.1f} µs, GPU hand-off {cost['gpu_us']:.1f} µs; {cost['card']})")
+    return out
+
+
 def _machine_of(runs: RunData, rid: str) -> dict:
     first = runs.ok[runs.ok["run_id"] == rid].iloc[0]
     return {"gpu": first.get("gpu"), "driver": first.get("driver")}
@@ -431,6 +457,7 @@ def recommend(rows: pd.DataFrame, probe: Optional[dict] = None, cards: Optional[
     evidence += _card_evidence(cards, mine) if cards else ["no platform card given"]
     passed, gate_lines = gate(list(points[0].medians.index), hazards_of(hazards, machine), mine)
     evidence += gate_lines
+    evidence += stream_wait_charges(list(points[0].medians.index), mine)
     for p in points:
         evidence += _point_evidence(p, excluded)
     evidence += _regime_evidence(points)

@@ -16,6 +16,7 @@ from typing import Iterable, Optional, Sequence
 
 import pandas as pd
 
+from dspark_lab.results.analyses import card_host
 from dspark_lab.results.facts import strategy_table
 from dspark_lab.results.facts.citations import cite
 from dspark_lab.results.record import machine_files
@@ -317,6 +318,7 @@ def compare(a: dict, b: dict) -> pd.DataFrame:
     m["only_in"] = m["_merge"].map({"left_only": "a", "right_only": "b", "both": ""})
     m["differs"] = (m["_merge"] == "both") & (m["verdict_a"] != m["verdict_b"])
     m["differs_firmly"] = m["differs"] & (m["edge_a"].fillna("") == "") & (m["edge_b"].fillna("") == "")
+    m["host_side"] = m["differs"] & card_host.host_side(a, b)  # card_host.HOST_SIDE_RULE
     return m.drop(columns="_merge").sort_values(key).reset_index(drop=True)
 
 
@@ -330,8 +332,11 @@ def compare_lines(a: dict, b: dict, max_listed: int = 40) -> list[str]:
            f"{len(both)} cells on both cards; {len(diff)} with a different verdict: {firm} firmly, "
            f"{len(diff) - firm} where a verdict is at the rule's edge"
            + (f"; {int((m['only_in'] != '').sum())} on one card only" if (m["only_in"] != "").any() else "")]
+    hosts = card_host.host_differences(a, b)
+    if hosts:
+        out.append(f"same GPU and driver, another host ({'; '.join(hosts)}): each difference is marked [host-side]")
     for r in diff.head(max_listed).itertuples():
-        why = "" if r.differs_firmly else " — at the edge: " + "; ".join(
+        why = (" [host-side]" if r.host_side else "") + ("" if r.differs_firmly else " — at the edge: ") + "; ".join(
             f"{k} {e}" for k, e in (("a", r.edge_a), ("b", r.edge_b)) if isinstance(e, str) and e)
         out.append(f"  {r.direction} {r.how} {r.size} ({r.queue}): a {r.verdict_a} ({r.host_us_a:.0f} µs, "
                    f"{r.queued_ms_a:g} ms queued) | b {r.verdict_b} ({r.host_us_b:.0f} µs, {r.queued_ms_b:g} ms queued){why}")

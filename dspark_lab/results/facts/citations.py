@@ -28,6 +28,7 @@ PROJECTS = {
     "ninfer-3090": "ashalliants/ninfer-3090",
     "onnxruntime": "microsoft/onnxruntime", "TraceLens": "", "HTA": "facebookresearch/HolisticTraceAnalysis",
     "lupine": "", "HIP": "ROCm/HIP", "traceml": "", "rf-detr": "", "CuPy": "cupy/cupy", "tutorials": "pytorch/tutorials",
+    "CUDA.jl": "JuliaGPU/CUDA.jl",
 }
 DEFAULT_PROJECT = "SGLang"
 _ALIASES = {p.lower(): p for p in PROJECTS} | {"sglang's": "SGLang", "pytorch's": "PyTorch", "torch": "PyTorch"}
@@ -98,6 +99,27 @@ _ROWS = (
        "the platform of the 6-9% figure", NOT_RECHECKED),
     _c("SGLang", 35106, "an 8-byte copy blocking the host", "an 8-byte copy blocked the host for a whole target prefill",
        "a neighbouring sync on the same path", NOT_RECHECKED),
+    # -- the card's wait/launch anchors (results/facts/launch_anchors.py) -----------------------------
+    _c("CUDA.jl", 2162, "a one-element broadcast profiled call by call",
+       "cuStreamSynchronize 0.30 us, cuLaunchKernel 3.5 us, cuMemcpyHtoDAsync 3.05 us per call; the GPU is not named",
+       "published small-call figures set beside the card's stream sync, kernel launch and 4-byte copy"),
+    _c("SGLang", 29960, "cudaGraphLaunch host time of a speculative verify graph",
+       "2.83 ms of cudaGraphLaunch host time for a 2,876-node verify graph, DeepSeek-V4-Flash on 2x RTX PRO 6000 "
+       "Blackwell (PCIe)", "a published graph launch set beside the card's graph launches by node count"),
+    _c("vLLM", 47081, "spin-wait events busy-polling",
+       "spin-waiting events busy-polled the driver and made a TP rank a straggler; fixed with blocking events",
+       "why the card times a spinning and a blocking event's wait with the CPU time each burns"),
+    _c("vLLM", 49780, "per-step pin_memory() on the host allocator",
+       "a pin_memory() every step serialised on the caching host allocator",
+       "why the card times pin_memory() of a fresh tensor and the host allocator's hit"),
+    _c("vLLM", 37006, "per-step pin_memory() on the host allocator (the earlier report)",
+       "a pin_memory() every step serialised on the caching host allocator", "as vLLM #49780"),
+    _c("SGLang", 29075, "the decode read-back moved onto a copy stream",
+       "moved the decode D2H onto a copy stream; on ROCm the added cross-stream wait regressed decode 10-20%",
+       "why the card times a cross-stream wait and advice charges it"),
+    _c("SGLang", 29642, "the HIP fix for the copy stream's cross-stream wait",
+       "the ROCm fix for the decode regression that the copy stream's cross-stream wait caused (#29075)",
+       "beside SGLang #29075"),
     # -- the gallery --------------------------------------------------------------------------------
     _c("SGLang", 20266, "EAGLE-3 verify: the seq_lens sum read from the host mirror",
        "replaces a device sum read back with .item() by the host-side mirror",

@@ -31,6 +31,7 @@ class StrategyRow:
     needs_persistent_buffer: bool = False  # writes a caller-owned device scalar (`buffer=`)
     baseline: bool = False  # the form every fix is compared against (exactly one row)
     shown_first: bool = False  # the fix a view inspects first, against the baseline (at most one row)
+    stream_waits: int = 0  # cross-stream waits (wait_stream / wait_event) it adds per call: advice charges them
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -44,6 +45,8 @@ class StrategyRow:
         cell = self.card_cell
         if cell is not None and not (isinstance(cell, tuple) and len(cell) == 2 and all(isinstance(x, str) for x in cell)):
             raise StrategyTableError(f"strategy {self.name!r}: card_cell must be None or (direction, source); got {cell!r}")
+        if isinstance(self.stream_waits, bool) or not isinstance(self.stream_waits, int) or self.stream_waits < 0:
+            raise StrategyTableError(f"strategy {self.name!r}: stream_waits must be an integer >= 0; got {self.stream_waits!r}")
 
 
 # The sources of the forms: SGLang #34782 (device_direct, non_blocking), SGLang #34759 (on_demand:
