@@ -1,5 +1,6 @@
 """Measure one config point in this process (all strategies together, trials interleaved) into tidy
-rows: the executor of run.orchestrator.PointRun here, and `measure_point`, its public entry."""
+rows: the executor of run.orchestrator.PointRun here (a run.orchestrator.PointExecutor), and
+`measure_point`, its public entry."""
 from __future__ import annotations
 
 import contextlib
@@ -142,8 +143,8 @@ class _ProfiledPass:
 
 
 class LocalExecutor:
-    """A point in this process: build its steps, time the rounds, the profiled pass, the rows
-    (run.orchestrator.PointRun drives it). Options as measure_point's."""
+    """A point in this process (a PointExecutor): build its steps, time the rounds, the profiled
+    pass, the rows (run.orchestrator.PointRun drives it). Options as measure_point's."""
 
     def __init__(self, *, on_progress: Optional[Callable[[str, float], None]] = None, profile_steps: int = PROFILE_STEPS,
                  keep_traces: bool = True, with_stack: bool = False, diagnose: bool = True,
@@ -158,10 +159,10 @@ class LocalExecutor:
         self.profile_after_round, self.analysis_worker = profile_after_round, analysis_worker
         self.timer = timer or time.perf_counter  # times the steps (a fake in tests: load-free step times)
 
-    def build(self, plan: PointPlan, built: Optional[dict] = None) -> dict:
+    def build(self, plan: PointPlan, built: Optional[dict] = None) -> Optional[dict]:
         return build_steps(plan.spec.cfg, plan.names, built)
 
-    def execute(self, plan: PointPlan, observer: PointObserver, steps: dict) -> PointResult:
+    def execute(self, plan: PointPlan, observer: PointObserver, steps: Optional[dict]) -> PointResult:
         cfg, names = plan.spec.cfg, plan.names
         # The bar: the trials' share, then one step per strategy profiled.
         self._total, self._trial_part = cfg.trials * len(names) + len(names), cfg.trials * len(names)
@@ -221,7 +222,7 @@ class LocalExecutor:
 
 
 class _OnTrial(PointObserver):
-    """A plain `on_trial(strategy, timing)` callback as an observer."""
+    """A plain `on_trial(strategy, timing)` callback as a PointObserver."""
 
     def __init__(self, on_trial: Callable[[str, TrialTiming], None]):
         self.on_trial = on_trial
