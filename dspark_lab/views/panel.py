@@ -54,7 +54,7 @@ def _controls(W, opts: dict, dflt: dict) -> dict:
         "batch_size": slider("batch_size", "batch size"),
         "gamma": slider("gamma", "gamma"),
         "strategy": W.Dropdown(options=opts["strategy"], value=dflt["strategy"], description="strategy",
-                               tooltip="timeline: this strategy against device_direct",
+                               tooltip=f"timeline: this strategy against {BASELINE}",
                                style={"description_width": "80px"}),
         "workload": W.Dropdown(options=opts["workload"], value=dflt["workload"], description="workload",
                                style={"description_width": "80px"}),
