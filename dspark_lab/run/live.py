@@ -57,9 +57,10 @@ from dspark_lab.run.point import LocalExecutor, build_steps, timing_rows
 
 # Live measurement size: 3 interleaved trials (the fewest the noise rule judges) of 5 steps per
 # strategy after 1 warm-up step, and 3 profiled steps (the first left out of the breakdown), so a
-# complete update of all five strategies fits in about 2 s on an H200 (sglang_profile steps are
-# 6-9 ms). Later complete updates measured there (data/machines/h200-live-stream-20261201*.json,
-# median of five): 8 steps after 2 warm-up ones and 4 profiled, 2.8 s; with the profiled pass
+# complete update of every strategy of the table fits its budget on an H200 (sglang_profile steps
+# are 6-9 ms; results.facts.time_budgets.LIVE_UPDATE, checked against the newest record below
+# scaled to the table's strategy count). Later complete updates measured there
+# (data/machines/h200-live-stream-20261201*.json, median of five): 8 steps after 2 warm-up ones and 4 profiled, 2.8 s; with the profiled pass
 # analysed in a worker, 6 after 1 and 4 profiled, 2.4 s (-s6p4), 5 after 1 and 3 profiled, 2.0 s
 # (-s5p3); then with the panel's debounce at 0.05 s instead of 0.3 s and no partial drawn just
 # before the complete one, 1.74 s (-1447); with the cheaper cold start below, 1.45-1.92 s over

@@ -150,9 +150,11 @@ def _field_of(err: ValueError, candidates: dict) -> str:
     return next(iter(candidates), "base")
 
 
-# The default sweep is sized to finish in under 3 minutes on an H200 (24 points x 5 strategies);
-# 4 interleaved trials per strategy give each point a median with a confidence interval.
-# (24 steps per trial took 181 s on an H200, 30 steps 224 s.)
+# The default sweep is sized to its budget on an H200 (results.facts.time_budgets.DEFAULT_SWEEP:
+# every point x every strategy of the table, checked against the newest recorded default sweep
+# scaled to the table's strategy count); 4 interleaved trials per strategy give each point a
+# median with a confidence interval. (With the strategies of that day, 24 steps per trial took
+# 181 s on an H200, 30 steps 224 s.)
 DEFAULT_SWEEP = SweepSpec(base=LabConfig(steps=20, warmup=4, trials=4))
 QUICK_SWEEP = SweepSpec(
     ep_sizes=(1, 8), batch_sizes=(1, 32), gammas=(4,),
