@@ -4,10 +4,11 @@ checks a resumed header from it without loading the measurement (run/sweep.py ru
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from collections.abc import Iterator, Mapping
 from typing import Any, Sequence
 
 from dspark_lab.config import LabConfig
-from dspark_lab.results.facts.strategy_table import BUILTIN_ROWS
+from dspark_lab.results.facts import strategy_table
 from dspark_lab.results.rules.selection import REFERENCE
 
 GRID_FIELDS = ("ep_size", "batch_size", "gamma", "strategy")
@@ -45,7 +46,7 @@ class SweepSpec:
     ep_sizes: tuple[int, ...] = (1, 8)
     batch_sizes: tuple[int, ...] = (1, 8, 32, 128)
     gammas: tuple[int, ...] = (2, 4, 8)
-    strategies: tuple[str, ...] = tuple(r.name for r in BUILTIN_ROWS)
+    strategies: tuple[str, ...] = field(default_factory=strategy_table.names)  # the table's when made
     base: LabConfig = field(default_factory=LabConfig)
 
     def __post_init__(self) -> None:
@@ -160,7 +161,27 @@ QUICK_SWEEP = SweepSpec(
     ep_sizes=(1, 8), batch_sizes=(1, 32), gammas=(4,),
     base=LabConfig(steps=30, warmup=5, trials=3),
 )
-PRESETS: dict[str, SweepSpec] = {"default": DEFAULT_SWEEP, "quick": QUICK_SWEEP}
+
+
+class _Presets(Mapping):
+    """name -> preset, over every strategy of the table when it is read (a strategy registered since
+    import is in it; with none, the preset itself)."""
+
+    def __init__(self, specs: dict[str, SweepSpec]):
+        self._specs = specs
+
+    def __getitem__(self, name: str) -> SweepSpec:
+        spec, now = self._specs[name], strategy_table.names()
+        return spec if spec.strategies == now else spec.with_(strategies=now)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+
+PRESETS: Mapping[str, SweepSpec] = _Presets({"default": DEFAULT_SWEEP, "quick": QUICK_SWEEP})
 PRESET_KINDS = {"default": "default_sweep", "quick": "quick_sweep"}  # preset -> its run kind (results.facts.run_kinds)
 
 
