@@ -13,12 +13,20 @@ Sub-wings, each importing only those below it (the `results-sub-wings` contract 
   record/      the record formats on disk and their writers (rows, run files, inspect records)
   facts/       what the kit knows of each strategy and each run kind, one table each
 
-The names below are loaded on first use (a module `__getattr__`), so importing a module of this
+The names below are loaded on first use (a module `__getattr__`; their imports are written down
+under TYPE_CHECKING, so the import linter still sees every edge), so importing a module of this
 wing (the facts above all) loads only what that module imports, not pandas and the query layer.
 """
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # every edge written down, for the import linter and a reader; loaded on first use below
+    from dspark_lab.results.query.runs import HEADLINE_RULE, REFERENCE, Headline, ReferencePoint, Runs
+    from dspark_lab.results.record.records import DataWarning, SchemaVersionError
+    from dspark_lab.results.record.rows import build_row
+    from dspark_lab.results.rules.stats import compare, difference_text, median_ci
 
 # name -> the module that defines it, imported when the name is first asked for.
 _LAZY = {
