@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import typing
 
+import numpy as np
 import pytest
 
 from dspark_lab.parallel.run import RanksExecutor
@@ -128,3 +129,31 @@ def test_every_parameter_taking_a_seam_is_annotated_with_its_protocol(module):
 
 def test_the_live_backend_hands_its_point_run_an_executor():
     assert typing.get_type_hints(live.LiveBackend._executor, vars(live))["return"] is PointExecutor
+
+
+def test_a_point_s_rows_are_built_once_with_the_noise_verdict_in_their_records(monkeypatch):
+    """The noise verdict is a column of each trial's record when its row is built (TrialRecord.row,
+    through results.record.rows.build_row), not written into the rows afterwards: a row handed on
+    is the builder's own dict, untouched since."""
+    from dspark_lab.config import LabConfig
+    from dspark_lab.measure.timing import TrialTiming
+    from dspark_lab.parallel.spec import PointSpec, TrialRecord
+
+    built: list = []
+    real_row = TrialRecord.row
+
+    def row(self):
+        r = real_row(self)
+        built.append((r, dict(r)))
+        return r
+
+    monkeypatch.setattr(TrialRecord, "row", row)
+    cfg = LabConfig(model="tiny", workload="tiny", device="cpu")
+    slow = 50.0  # one trial far above the others: disturbed by the step-time bound
+    timings = {"device_direct": [TrialTiming(trial=i, steps=5, step_ms=ms, per_step_ms=np.full(5, ms))
+                                 for i, ms in enumerate((8.0, 8.1, 7.9, slow))]}
+    rows = point.timing_rows(PointSpec(cfg), timings)
+    assert [r["disturbed"] for r in rows] == [False, False, False, True] and rows[3]["disturbed_reason"]
+    for r in rows:  # each row handed on is one the builder made, as it made it
+        same = [snapshot for made, snapshot in built if made is r]
+        assert same == [r]
