@@ -120,8 +120,8 @@ class RanksCancelled(RuntimeError):
 
 
 def live_cases(strategies: Sequence[str], world: int) -> list[RankCase]:
-    """Every strategy on all ranks (the panel's figures), then the baseline on rank 0 alone with the
-    sync-free reference elsewhere (the headline pair): the case that shows who waits for whom."""
+    """Every strategy on all ranks (the panel's figures), then device_direct on rank 0 alone with
+    non_blocking elsewhere: the case that shows who waits for whom (its ranks differ)."""
     cases = [uniform(s, world) for s in strategies]
     if set(HEADLINE_PAIR) <= set(strategies):
         cases.append(only_rank0(*HEADLINE_PAIR, world))
