@@ -10,21 +10,30 @@ from __future__ import annotations
 import argparse
 import ast
 import inspect
+import re
 import sys
 from pathlib import Path
+from typing import Optional
 
 from dspark_lab.gallery import known_idle, registry
 from dspark_lab.lint import RULES, lint_paths
 from dspark_lab.lint.explain import why_not_found
 from dspark_lab.measure import syncs, trace
+from dspark_lab.results.facts import strategy_table
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "lint.md"
 FIXTURES = ROOT / "tests" / "fixtures"
 SURROUNDINGS = {"target_verify", "host_prep", "draft"}  # what every gallery step shares
-STRATEGIES = ("device_direct", "non_blocking", "on_demand", "on_demand_pinned", "persistent_fill")
-RECORDED = {"device_direct": "ep1_device_direct_stacks", "non_blocking": "ep1_non_blocking", "on_demand": "ep1_on_demand",
-            "on_demand_pinned": "ep8_on_demand_pinned", "persistent_fill": "ep1_persistent_fill"}
+TRACE = re.compile(r"sglang_profile_ep(?P<ep>\d+)_(?P<strategy>\w+?)(?P<stacks>_stacks)?\.rank0\.json\.gz")
+
+
+def recorded_trace(strategy: str, folder: Path = FIXTURES / "traces") -> Optional[Path]:
+    """The strategy's recorded H200 trace: sglang_profile_ep<N>_<strategy>[_stacks].rank0.json.gz,
+    the one with Python stacks first, then the smallest EP size; None when none was recorded."""
+    found = [(m, p) for p in folder.glob("sglang_profile_ep*.rank0.json.gz")
+             if (m := TRACE.fullmatch(p.name)) and m["strategy"] == strategy]
+    return min(found, key=lambda mp: (mp[0]["stacks"] is None, int(mp[0]["ep"])))[1] if found else None
 
 
 def rel(p) -> str:
@@ -94,19 +103,24 @@ def _recorded_syncs(path: Path) -> tuple[float, str]:
 
 
 def strategy_rows() -> list[list[str]]:
-    """The five strategies: lint's finding on each function, and the syncs its recorded H200 trace holds."""
+    """Every strategy of the table: lint's finding on its function, and the syncs its recorded H200 trace holds."""
     from dspark_lab import strategies
 
-    found = {f.function: f for f in findings_of(inspect.getsourcefile(strategies))}
     rows = []
-    for name in STRATEGIES:
-        n, site = _recorded_syncs(FIXTURES / "traces" / f"sglang_profile_{RECORDED[name]}.rank0.json.gz")
-        f = found.get(name)
+    for name in strategy_table.names():
+        fn = strategies.get(name).fn
+        f = next((f for f in findings_of(inspect.getsourcefile(fn)) if f.function == fn.__name__), None)
+        lint = f"line {f.line} `{f.rule}`" if f else "none"
+        path = recorded_trace(name)
+        if path is None:
+            rows.append([name, lint, "no recorded trace", "static" if f else "neither",
+                         "no recorded H200 trace of it in tests/fixtures/traces"])
+            continue
+        n, site = _recorded_syncs(path)
         by = "both" if f and n else "static" if f else "runtime" if n else "neither"
         why = {"static": f"no sync in the recorded steps: {RULES[f.rule].runtime if f else ''}",
                "runtime": "lint found no sync shape here", "both": "", "neither": ""}[by]
-        rows.append([name, f"line {f.line} `{f.rule}`" if f else "none", f"{n:g} per step" + (f" ({site})" if site else ""),
-                     by, why])
+        rows.append([name, lint, f"{n:g} per step" + (f" ({site})" if site else ""), by, why])
     return rows
 
 
@@ -232,7 +246,7 @@ def render() -> str:
     out += ["", "## The gallery's fixes: what lint still finds in them", ""]
     out += table(["case", "fix", "finding", "why it is there"], fix_rows())
     out += ["", "## The kit's known-sync step functions", "",
-            "The five strategies, against the syncs their recorded H200 traces hold (tests/fixtures/traces):", ""]
+            "The strategies, against the syncs their recorded H200 traces hold (tests/fixtures/traces):", ""]
     out += table(["strategy", "lint", "runtime (recorded H200 trace)", "found by", "why only one"], strategy_rows())
     out += ["", "The known-cost steps (gallery/known_idle.py), each wait made by the function of its form "
             "(`wait_call`), run once per documented sync, against their recorded H200 traces "

@@ -126,7 +126,8 @@ def test_the_import_binds_every_strategy_shaped_function_of_the_module():
     (dict(card_cell="fill"), "card_cell must be None or"),
     (dict(description=""), "description must be a non-empty string"),
     (dict(name="two words"), "must be a Python identifier"),
-    (dict(baseline=True), "baseline and shown_first belong to built-in rows"),
+    (dict(baseline=True), r"the roles \(baseline, shown_first, sync_free_reference\) belong to built-in rows"),
+    (dict(sync_free_reference=True), "belong to built-in rows"),
 ])
 def test_a_row_that_does_not_fit_is_refused_naming_the_field(row, named):
     fields = dict(name="x", description="d", source="s") | row

@@ -1,3 +1,4 @@
+"""`python -m dspark_lab.cli`: the command line, a Ctrl-C before main's own handler ending it as interrupted."""
 import sys
 
 from dspark_lab.cli.exits import EXIT_INTERRUPTED

@@ -68,8 +68,8 @@ def add_ep_parser(sub) -> None:
                    help=f"comma list of {', '.join(DISPATCH_MODES)}")
     p.add_argument("--strategies", type=_csv(strategy_table.names(), "--strategies"), default=None,
                    help="comma list of strategies run on all ranks (default: all)")
-    p.add_argument("--rank0-only", type=_csv(strategy_table.names(), "--rank0-only"), default=["device_direct"],
-                   help="strategies run on rank 0 alone while the others run non_blocking")
+    p.add_argument("--rank0-only", type=_csv(strategy_table.names(), "--rank0-only"), default=[strategy_table.BASELINE],
+                   help=f"strategies run on rank 0 alone while the others run {strategy_table.SYNC_FREE}")
     p.add_argument("--rank0-delay-ms", type=float_in(0, MAX_HOST_MS), default=0.0,
                    help=f"added host delay on rank 0 (ms, 0 to {MAX_HOST_MS:g})")
     p.add_argument("--jitter-ms", type=float_in(0, MAX_HOST_MS), default=0.0,

@@ -12,6 +12,7 @@ import torch
 
 from dspark_lab import strategies
 from dspark_lab.predicate import ParallelSettings
+from dspark_lab.results.facts.strategy_table import BASELINE, SYNC_FREE
 
 
 @functools.lru_cache(maxsize=1)
@@ -112,9 +113,9 @@ def run_probe(reps: int = 30, queued_ms: float = 10.0) -> dict:
             queued.append(_host_us(call, 1)[0])
         torch.cuda.synchronize()
         result["strategies"][name] = {"idle_us": float(np.median(idle)), "queued_us": float(np.median(queued))}
-    nb = result["strategies"]["non_blocking"]["queued_us"]
+    nb = result["strategies"][SYNC_FREE]["queued_us"]
     result["pageable_nonblocking_blocks"] = bool(nb > queued_ms * 1e3 / 2)
-    dd = result["strategies"]["device_direct"]["queued_us"]
+    dd = result["strategies"][BASELINE]["queued_us"]
     result["device_direct_blocks"] = bool(dd > queued_ms * 1e3 / 2)
     return result
 
@@ -124,7 +125,7 @@ def describe(probe: dict) -> str:
         return probe.get("reason", "probe not run")
     verdict = "BLOCKS" if probe["pageable_nonblocking_blocks"] else "does not block"
     lines = [f"non-blocking copy from pageable memory {verdict} the host here "
-             f"(host time with {probe['queued_ms']:.0f} ms queued: {probe['strategies']['non_blocking']['queued_us']:.0f} µs)"]
+             f"(host time with {probe['queued_ms']:.0f} ms queued: {probe['strategies'][SYNC_FREE]['queued_us']:.0f} µs)"]
     for name, s in probe["strategies"].items():
         lines.append(f"  {name:18s} idle {s['idle_us']:8.1f} µs   queued {s['queued_us']:9.1f} µs")
     return "\n".join(lines)

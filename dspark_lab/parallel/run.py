@@ -14,11 +14,12 @@ from dspark_lab.parallel import checks
 from dspark_lab.parallel.measure import RankCase, delay_rank0, measure_ranks, only_rank0, uniform
 from dspark_lab.parallel.spec import PointResult
 from dspark_lab.parallel.workers import WorkerError, WorkerGroup, device_count, resolve_backend
+from dspark_lab.results.facts.strategy_table import BASELINE, HEADLINE_PAIR, SYNC_FREE
 
 
-def standard_cases(world: int, strategies: Optional[Sequence[str]] = None, *, rank0_only: Sequence[str] = ("device_direct",),
-                   others: str = "non_blocking", rank0_delay_ms: float = 0.0,
-                   delay_strategies: Sequence[str] = ("non_blocking", "device_direct"),
+def standard_cases(world: int, strategies: Optional[Sequence[str]] = None, *, rank0_only: Sequence[str] = (BASELINE,),
+                   others: str = SYNC_FREE, rank0_delay_ms: float = 0.0,
+                   delay_strategies: Sequence[str] = (SYNC_FREE, BASELINE),
                    jitter_ms: float = 0.0) -> list[RankCase]:
     """Every strategy on all ranks; then `rank0_only` strategies on rank 0 alone (the others run
     `others`); a host delay on rank 0; random host jitter on every rank."""
@@ -122,8 +123,8 @@ def live_cases(strategies: Sequence[str], world: int) -> list[RankCase]:
     """Every strategy on all ranks (the panel's figures), then device_direct on rank 0 alone with
     non_blocking elsewhere: the case that shows who waits for whom (its ranks differ)."""
     cases = [uniform(s, world) for s in strategies]
-    if {"device_direct", "non_blocking"} <= set(strategies):
-        cases.append(only_rank0("device_direct", "non_blocking", world))
+    if set(HEADLINE_PAIR) <= set(strategies):
+        cases.append(only_rank0(*HEADLINE_PAIR, world))
     return cases
 
 

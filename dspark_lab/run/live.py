@@ -51,15 +51,16 @@ from dspark_lab.results.rules import noise
 from dspark_lab.results.viewmodels.backend import PointData, load_recorded
 from dspark_lab.results.viewmodels.backend_protocol import STREAMS
 from dspark_lab.results.query.runs import gpu_name, point_label
-from dspark_lab.run.orchestrator import PointObserver, PointRun
+from dspark_lab.run.orchestrator import PointExecutor, PointObserver, PointRun
 from dspark_lab.run.point import LocalExecutor, build_steps, timing_rows
 
 
 # Live measurement size: 3 interleaved trials (the fewest the noise rule judges) of 5 steps per
 # strategy after 1 warm-up step, and 3 profiled steps (the first left out of the breakdown), so a
-# complete update of all five strategies fits in about 2 s on an H200 (sglang_profile steps are
-# 6-9 ms). Later complete updates measured there (data/machines/h200-live-stream-20261201*.json,
-# median of five): 8 steps after 2 warm-up ones and 4 profiled, 2.8 s; with the profiled pass
+# complete update of every strategy of the table fits its budget on an H200 (sglang_profile steps
+# are 6-9 ms; results.facts.time_budgets.LIVE_UPDATE, checked against the newest record below
+# scaled to the table's strategy count). Later complete updates measured there
+# (data/machines/h200-live-stream-20261201*.json, median of five): 8 steps after 2 warm-up ones and 4 profiled, 2.8 s; with the profiled pass
 # analysed in a worker, 6 after 1 and 4 profiled, 2.4 s (-s6p4), 5 after 1 and 3 profiled, 2.0 s
 # (-s5p3); then with the panel's debounce at 0.05 s instead of 0.3 s and no partial drawn just
 # before the complete one, 1.74 s (-1447); with the cheaper cold start below, 1.45-1.92 s over
@@ -266,8 +267,9 @@ class LiveBackend:
         dispatch = check_mode(settings.get("dispatch") or DEFAULT_DISPATCH)
         return PointSpec.on_ranks(cfg, cfg.ep_size, dispatch, cfg.resolved_device())
 
-    def _executor(self, spec: PointSpec, progress: Callable, cancel: threading.Event):
-        """Who measures the point: the real ranks, this process's runner, or the given measurer."""
+    def _executor(self, spec: PointSpec, progress: Callable, cancel: threading.Event) -> PointExecutor:
+        """Who measures the point (one PointExecutor): the real ranks (parallel.run.RanksExecutor),
+        this process's runner (run.point.LocalExecutor), or the given measurer (MeasureExecutor)."""
         if spec.world_size > 1:
             return RanksExecutor(self._ep(), cancel)
         if self._measure is None:
@@ -312,7 +314,7 @@ def _check(cancel: threading.Event, settings: dict) -> None:
 
 
 class _LiveView(PointObserver):
-    """The live backend's subscriber to a point run: the first look, the first trial and each round
+    """The live backend's subscriber to a point run (a PointObserver): the first look, the first trial and each round
     but the last (the complete update follows it at once) as partial updates, then the complete one.
     Drawn between trials: in one process on the measuring thread, outside every timed span, so
     drawing never competes with a timed step for the GIL (real ranks run in their own processes;
@@ -331,7 +333,7 @@ class _LiveView(PointObserver):
     def done(self) -> int:
         return sum(len(v) for v in self.timings.values())
 
-    def on_first_look(self, strategy, timing) -> None:
+    def on_first_look(self, strategy: str, timing) -> None:
         self.looked[strategy] = [timing]
         if self.on_update is not None:
             data = self.backend._data(timing_rows(self.spec, self.looked), None, self.settings, "first look")
@@ -376,7 +378,7 @@ class _LiveView(PointObserver):
 
 class MeasureExecutor:
     """A measurer shaped as measure_point, `(cfg, names, *, on_progress, on_trial[, steps]) -> result`
-    (a test's stand-in), as the executor of a point run; its result read as a PointResult."""
+    (a test's stand-in), as the executor of a point run (a PointExecutor); its result read as a PointResult."""
 
     def __init__(self, measure: Callable, on_progress: Callable):
         self.measure, self.on_progress = measure, on_progress

@@ -3,24 +3,32 @@ real ranks), and the observers told as it goes.
 
 The phases: the first look (one timed trial of a step built ahead, drawn before the others exist;
 live only), build (the point's steps), rounds (interleaved timed trials), the profiled pass, rows.
-An executor does the measuring: run.point.LocalExecutor in this process, parallel.run.RanksExecutor
-on real ranks, or any `(cfg, names, ...) -> result` measurer (run.live.MeasureExecutor). An
-executor has `build(plan, built) -> steps or None` and `execute(plan, observer, steps) -> PointResult`;
-it tells the observer of each trial and of the profiled pass, and this object derives the rounds.
+
+The two seams, as typing.Protocols (structural: an implementation need not inherit them):
+  PointExecutor  does the measuring: `build(plan, built) -> steps or None`, then
+                 `execute(plan, observer, steps) -> PointResult`, telling the observer of each trial
+                 and of the profiled pass. Implementations: run.point.LocalExecutor (this process),
+                 parallel.run.RanksExecutor (real ranks), run.live.MeasureExecutor (any measurer
+                 shaped as measure_point).
+  PointObserver  what a point run tells as it goes (first look, built, trial, round, profiled,
+                 done); its methods do nothing, so a subscriber inherits it and overrides what it
+                 watches. Implementations: _Observers here (every subscriber in turn, and the
+                 rounds derived from the trials), run.live._LiveView, run.point._OnTrial.
 """
 from __future__ import annotations
 
 import time
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence, runtime_checkable
 
 from dspark_lab.measure import diagnostics
 from dspark_lab.measure.timing import TrialTiming, time_trial
 from dspark_lab.parallel.spec import PointPlan, PointResult
 
 
-class PointObserver:
-    """What a point run tells as it goes; a subscriber overrides what it watches (each does nothing here).
-    An exception raised by one ends the run there (a cancel)."""
+@runtime_checkable
+class PointObserver(Protocol):
+    """What a point run tells as it goes; a subscriber inherits this and overrides what it watches
+    (each does nothing here). An exception raised by one ends the run there (a cancel)."""
 
     def on_first_look(self, strategy: str, timing: TrialTiming) -> None:
         """One timed trial of the step built ahead, before the others are built."""
@@ -41,6 +49,19 @@ class PointObserver:
         """The point's result, rows built."""
 
 
+@runtime_checkable
+class PointExecutor(Protocol):
+    """Who measures a point for PointRun: builds its steps, then runs its rounds and profiled pass."""
+
+    def build(self, plan: PointPlan, built: Optional[dict] = None) -> Optional[dict]:
+        """The point's steps ({strategy: LabStep}) with `built` (made ahead) among them; None when
+        the executor builds them elsewhere (real ranks) or inside execute."""
+
+    def execute(self, plan: PointPlan, observer: PointObserver, steps: Optional[dict]) -> PointResult:
+        """The point measured on `steps` (build's answer), each trial and the profiled pass told to
+        `observer`; its rows, timelines and traces."""
+
+
 class _Observers(PointObserver):
     """Every subscriber in turn; keeps the trials so far and tells a round when each strategy has one more."""
 
@@ -49,15 +70,15 @@ class _Observers(PointObserver):
         self.timings: dict = {n: [] for n in names}
         self.rounds = 0
 
-    def on_first_look(self, strategy, timing) -> None:
+    def on_first_look(self, strategy: str, timing: TrialTiming) -> None:
         for o in self.observers:
             o.on_first_look(strategy, timing)
 
-    def on_built(self, seconds) -> None:
+    def on_built(self, seconds: float) -> None:
         for o in self.observers:
             o.on_built(seconds)
 
-    def on_trial(self, strategy, timing) -> None:
+    def on_trial(self, strategy: str, timing: TrialTiming) -> None:
         self.timings[strategy].append(timing)
         for o in self.observers:
             o.on_trial(strategy, timing)
@@ -70,7 +91,7 @@ class _Observers(PointObserver):
         for o in self.observers:
             o.on_profiled()
 
-    def on_done(self, result) -> None:
+    def on_done(self, result: PointResult) -> None:
         for o in self.observers:
             o.on_done(result)
 
@@ -85,7 +106,7 @@ def first_look(cfg, built: dict) -> tuple[str, TrialTiming]:
 class PointRun:
     """Runs `plan` on `executor`, telling `observers`: first look, build, rounds, profiled pass, rows."""
 
-    def __init__(self, plan: PointPlan, executor, observers: Sequence[PointObserver] = ()):
+    def __init__(self, plan: PointPlan, executor: PointExecutor, observers: Sequence[PointObserver] = ()):
         self.plan, self.executor = plan, executor
         self.observers = _Observers(observers, plan.names)
 

@@ -1,10 +1,12 @@
 """Measure one config point in this process (all strategies together, trials interleaved) into tidy
-rows: the executor of run.orchestrator.PointRun here, and `measure_point`, its public entry."""
+rows: the executor of run.orchestrator.PointRun here (a run.orchestrator.PointExecutor), and
+`measure_point`, its public entry."""
 from __future__ import annotations
 
 import contextlib
 import os
 import time
+from dataclasses import replace
 from typing import Callable, Optional, Sequence, Union
 
 import pandas as pd
@@ -37,16 +39,18 @@ def timing_rows(point: Union[LabConfig, PointSpec], timings: dict) -> list[dict]
     measured in one process), before the profiled pass: step times, diagnostics and the noise
     verdict, profiled columns None (a live update in progress)."""
     spec = point if isinstance(point, PointSpec) else PointSpec(point)
-    return _with_noise_verdict([TrialRecord(spec, n, t).row() for n, ts in timings.items() for t in ts])
+    return _with_noise_verdict([TrialRecord(spec, n, t) for n, ts in timings.items() for t in ts])
 
 
-def _with_noise_verdict(rows: list[dict]) -> list[dict]:
-    """The noise verdict at record time (results.rules.noise re-computes the same from the rows)."""
-    if rows:
-        marked = noise.mark_disturbed(pd.DataFrame(rows))
-        for r, d, why in zip(rows, marked["disturbed"], marked["disturbed_reason"]):
-            r.update(disturbed=bool(d), disturbed_reason=why)
-    return rows
+def _with_noise_verdict(records: Sequence[TrialRecord]) -> list[dict]:
+    """The records' rows, each built once with the noise verdict among its record's columns (the
+    verdict is judged over the point's trials together; results.rules.noise re-computes the same
+    from the rows): no row is changed after it is built."""
+    if not records:
+        return []
+    marked = noise.mark_disturbed(pd.DataFrame([r.row() for r in records]))
+    return [replace(r, measured={**r.measured, "disturbed": bool(d), "disturbed_reason": why}).row()
+            for r, d, why in zip(records, marked["disturbed"], marked["disturbed_reason"])]
 
 
 def build_steps(cfg: LabConfig, names: Sequence[str], built: Optional[dict] = None) -> dict[str, LabStep]:
@@ -142,8 +146,8 @@ class _ProfiledPass:
 
 
 class LocalExecutor:
-    """A point in this process: build its steps, time the rounds, the profiled pass, the rows
-    (run.orchestrator.PointRun drives it). Options as measure_point's."""
+    """A point in this process (a PointExecutor): build its steps, time the rounds, the profiled
+    pass, the rows (run.orchestrator.PointRun drives it). Options as measure_point's."""
 
     def __init__(self, *, on_progress: Optional[Callable[[str, float], None]] = None, profile_steps: int = PROFILE_STEPS,
                  keep_traces: bool = True, with_stack: bool = False, diagnose: bool = True,
@@ -158,10 +162,10 @@ class LocalExecutor:
         self.profile_after_round, self.analysis_worker = profile_after_round, analysis_worker
         self.timer = timer or time.perf_counter  # times the steps (a fake in tests: load-free step times)
 
-    def build(self, plan: PointPlan, built: Optional[dict] = None) -> dict:
+    def build(self, plan: PointPlan, built: Optional[dict] = None) -> Optional[dict]:
         return build_steps(plan.spec.cfg, plan.names, built)
 
-    def execute(self, plan: PointPlan, observer: PointObserver, steps: dict) -> PointResult:
+    def execute(self, plan: PointPlan, observer: PointObserver, steps: Optional[dict]) -> PointResult:
         cfg, names = plan.spec.cfg, plan.names
         # The bar: the trials' share, then one step per strategy profiled.
         self._total, self._trial_part = cfg.trials * len(names) + len(names), cfg.trials * len(names)
@@ -216,12 +220,12 @@ class LocalExecutor:
             timelines.append({"kind": "timeline", "point_id": spec.point_id, "strategy": n, "segments": tl})
             measured = {k: v for k, v in stats.items() if k in schema.ROW_COLUMNS}
             measured.update(stop_reason=timed.stop_reason, ci_half_width_pct=timed.half_width_pct)
-            rows += [TrialRecord(spec, n, t, measured).row() for t in timed.timings[n]]
+            rows += [TrialRecord(spec, n, t, measured) for t in timed.timings[n]]
         return PointResult(_with_noise_verdict(rows), timelines, traces)
 
 
 class _OnTrial(PointObserver):
-    """A plain `on_trial(strategy, timing)` callback as an observer."""
+    """A plain `on_trial(strategy, timing)` callback as a PointObserver."""
 
     def __init__(self, on_trial: Callable[[str, TrialTiming], None]):
         self.on_trial = on_trial

@@ -4,10 +4,11 @@ checks a resumed header from it without loading the measurement (run/sweep.py ru
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from collections.abc import Iterator, Mapping
 from typing import Any, Sequence
 
 from dspark_lab.config import LabConfig
-from dspark_lab.results.facts.strategy_table import BUILTIN_ROWS
+from dspark_lab.results.facts import strategy_table
 from dspark_lab.results.rules.selection import REFERENCE
 
 GRID_FIELDS = ("ep_size", "batch_size", "gamma", "strategy")
@@ -45,7 +46,7 @@ class SweepSpec:
     ep_sizes: tuple[int, ...] = (1, 8)
     batch_sizes: tuple[int, ...] = (1, 8, 32, 128)
     gammas: tuple[int, ...] = (2, 4, 8)
-    strategies: tuple[str, ...] = tuple(r.name for r in BUILTIN_ROWS)
+    strategies: tuple[str, ...] = field(default_factory=strategy_table.names)  # the table's when made
     base: LabConfig = field(default_factory=LabConfig)
 
     def __post_init__(self) -> None:
@@ -150,15 +151,37 @@ def _field_of(err: ValueError, candidates: dict) -> str:
     return next(iter(candidates), "base")
 
 
-# The default sweep is sized to finish in under 3 minutes on an H200 (24 points x 5 strategies);
-# 4 interleaved trials per strategy give each point a median with a confidence interval.
-# (24 steps per trial took 181 s on an H200, 30 steps 224 s.)
+# The default sweep is sized to its budget on an H200 (results.facts.time_budgets.DEFAULT_SWEEP:
+# every point x every strategy of the table, checked against the newest recorded default sweep
+# scaled to the table's strategy count); 4 interleaved trials per strategy give each point a
+# median with a confidence interval. (With the strategies of that day, 24 steps per trial took
+# 181 s on an H200, 30 steps 224 s.)
 DEFAULT_SWEEP = SweepSpec(base=LabConfig(steps=20, warmup=4, trials=4))
 QUICK_SWEEP = SweepSpec(
     ep_sizes=(1, 8), batch_sizes=(1, 32), gammas=(4,),
     base=LabConfig(steps=30, warmup=5, trials=3),
 )
-PRESETS: dict[str, SweepSpec] = {"default": DEFAULT_SWEEP, "quick": QUICK_SWEEP}
+
+
+class _Presets(Mapping):
+    """name -> preset, over every strategy of the table when it is read (a strategy registered since
+    import is in it; with none, the preset itself)."""
+
+    def __init__(self, specs: dict[str, SweepSpec]):
+        self._specs = specs
+
+    def __getitem__(self, name: str) -> SweepSpec:
+        spec, now = self._specs[name], strategy_table.names()
+        return spec if spec.strategies == now else spec.with_(strategies=now)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+
+PRESETS: Mapping[str, SweepSpec] = _Presets({"default": DEFAULT_SWEEP, "quick": QUICK_SWEEP})
 PRESET_KINDS = {"default": "default_sweep", "quick": "quick_sweep"}  # preset -> its run kind (results.facts.run_kinds)
 
 

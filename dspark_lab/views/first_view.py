@@ -16,10 +16,11 @@ the cache is off), written whole (a temporary name, then a rename), its bytes un
 keyed hash like the Parquet cache's entries (results/loading/cache.py): a file of another key,
 cut, edited or planted is not shown (None), never an error.
 
-key() and load() run before pandas is imported, and importing any module of `results` imports it
-(its package face names Runs): they read the data folder, the cache folder and the secret as
-results.record.paths and results/loading/cache.py decide them, mirrored here in a few lines that
-tests/test_cold_start.py holds to those. save() runs once the panel has drawn, through `results`.
+key() and load() run before pandas is imported: they take the run files' suffix, the cache's off
+values and the file limit from results.record (which imports neither pandas nor the query layer),
+and read the data folder, the cache folder and the secret as results.record.paths and
+results/loading/cache.py decide them, in a few lines that tests/test_cold_start.py holds to those
+(cache.py imports pandas). save() runs once the panel has drawn, through `results`.
 """
 from __future__ import annotations
 
@@ -34,12 +35,11 @@ import time
 from pathlib import Path
 from typing import Optional
 
-PACKAGE_DIR = Path(__file__).resolve().parents[1]  # dspark_lab/
-REPO_ROOT = PACKAGE_DIR.parent
-RUN_SUFFIX = ".jsonl"  # results.record.records.RUN_SUFFIX
-CACHE_OFF = ("off", "0", "none", "no", "false")  # results.record.paths.OFF
+from dspark_lab.results.record.paths import OFF as CACHE_OFF, PACKAGE_DIR, REPO_ROOT
+from dspark_lab.results.record.records import RUN_SUFFIX
+from dspark_lab.results.record.regular_files import JSON_FILE_LIMIT as FILE_LIMIT
+
 FILE_NAME = "first-view.json"
-FILE_LIMIT = 64 << 20  # results.record.regular_files.JSON_FILE_LIMIT
 FORMAT = 1  # bump when what a snapshot holds changes meaning
 MIME = "application/vnd.plotly.v1+json"  # views.figures.FigureBox.MIME (not imported: that imports plotly)
 RACY_S = 2.0  # a file changed this recently may change again unseen (coarse timestamps): no snapshot yet

@@ -25,7 +25,8 @@ from dspark_lab.results.viewmodels.backend import ALL_RUNS, load_recorded
 from dspark_lab.results.viewmodels.backend_protocol import PICKS_RUNS, STREAMS, PanelBackend, PointData, checked_capabilities
 from dspark_lab.results.viewmodels.point_view import point_view
 from dspark_lab.results.query.runs import REFERENCE
-from dspark_lab.results.facts.strategy_table import BASELINE, BUILTIN_INFO
+from dspark_lab.results.facts import strategy_table
+from dspark_lab.results.facts.strategy_table import BASELINE
 from dspark_lab.views import figures, live_panel
 from dspark_lab.views.figures.idle_causes import idle_by_cause
 
@@ -54,7 +55,7 @@ def _controls(W, opts: dict, dflt: dict) -> dict:
         "batch_size": slider("batch_size", "batch size"),
         "gamma": slider("gamma", "gamma"),
         "strategy": W.Dropdown(options=opts["strategy"], value=dflt["strategy"], description="strategy",
-                               tooltip="timeline: this strategy against device_direct",
+                               tooltip=f"timeline: this strategy against {BASELINE}",
                                style={"description_width": "80px"}),
         "workload": W.Dropdown(options=opts["workload"], value=dflt["workload"], description="workload",
                                style={"description_width": "80px"}),
@@ -300,7 +301,7 @@ class _ErrorBackend:
         self._error = error
 
     def options(self):
-        return {"ep_size": [1], "batch_size": [1], "gamma": [1], "strategy": list(BUILTIN_INFO),
+        return {"ep_size": [1], "batch_size": [1], "gamma": [1], "strategy": list(strategy_table.names()),
                 "workload": [REFERENCE.workload]}
 
     def defaults(self):

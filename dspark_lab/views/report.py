@@ -20,7 +20,8 @@ from dspark_lab.results.record.output import write_text_safely
 from dspark_lab.results.viewmodels.point_view import PointView, point_view
 from dspark_lab.results.query.runs import MAX_COMPARED, Runs, failed_rows, point_label
 from dspark_lab.results.query.headline import DETAIL
-from dspark_lab.results.facts.strategy_table import BASELINE, BUILTIN_INFO, strategy_order
+from dspark_lab.results.facts import strategy_table
+from dspark_lab.results.facts.strategy_table import BASELINE, strategy_order
 from dspark_lab.views import figures
 from dspark_lab.views.card_report import card_sections
 from dspark_lab.views.source_lines import sync_site_line
@@ -249,8 +250,8 @@ def _headline(all_runs: Runs) -> list[str]:
 
 
 def _tables(all_runs: Runs, shown: Runs) -> list[str]:
-    st = pd.DataFrame([{"strategy": name, "what it does": what, "from": source}
-                       for name, (what, source) in BUILTIN_INFO.items()])
+    st = pd.DataFrame([{"strategy": r.name, "what it does": r.description, "from": r.source}
+                       for r in strategy_table.rows()])  # the table now: registered strategies too
     return ["<h2>Machines</h2>", _table(all_runs.machines()), "<h2>Runs compared</h2>", _table(shown.table()),
             "<h2>Strategies</h2>", _table(st)]
 

@@ -506,20 +506,22 @@ def probe_in_words(probe: Optional[dict]) -> list[str]:
     per = probe.get("strategies", {})
     waited = [s for s, v in per.items() if v["queued_us"] > q * 1e3 / 2]
     free = [s for s in per if s not in waited]
-    nb = per.get("non_blocking", {}).get("queued_us", math.nan)
+    ref, baseline = strategy_table.SYNC_FREE, strategy_table.BASELINE  # the sync-free reference's copy, probed
+    nb = per.get(ref, {}).get("queued_us", math.nan)
+    built_on = ", ".join(r.name for r in strategy_table.rows() if r.card_cell == strategy_table.row(ref).card_cell)
     out = [f"With {q:.0f} ms of GPU work queued, one call of each strategy took on the host: "
            + ", ".join(f"{s} {v['queued_us']:.0f} µs" for s, v in per.items()) + "."]
     out.append(f"Waited for the queued work (host time over half of it): {', '.join(waited) or 'none'}; "
                f"returned at once: {', '.join(free) or 'none'}.")
     if pageable_blocks(probe):
         out.append(f"So on this GPU and driver a non-blocking copy from pageable memory waits for the queue "
-                   f"(non_blocking: {nb:.0f} µs), which CUDA allows for an asynchronous copy from pageable memory (the "
+                   f"({ref}: {nb:.0f} µs), which CUDA allows for an asynchronous copy from pageable memory (the "
                    "driver may synchronize with the stream and stage it). The strategies built on it "
-                   "(non_blocking, on_demand) sync here just as device_direct does: choose among those that "
+                   f"({built_on}) sync here just as {baseline} does: choose among those that "
                    f"returned at once ({', '.join(free) or 'none'}).")
     else:
         out.append(f"So on this GPU and driver a non-blocking copy from pageable memory does not wait for the "
-                   f"queue (non_blocking: {nb:.0f} µs): the strategies built on it (non_blocking, on_demand) are "
+                   f"queue ({ref}: {nb:.0f} µs): the strategies built on it ({built_on}) are "
                    f"sync-free here, as PR #34782 intends; avoid those that waited ({', '.join(waited) or 'none'}).")
     out[-1] += (" That is one 4-byte copy, one cell of the platform card: whether larger copies, other sources "
                 "or device-to-host copies wait here is the card's answer (dspark-lab doctor --card).")

@@ -17,6 +17,8 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
+from dspark_lab.results.facts.strategy_table import BASELINE, SYNC_FREE
+
 
 @dataclass(frozen=True)
 class StepModel:
@@ -64,9 +66,9 @@ def measured_inputs(rows: pd.DataFrame) -> dict:
     """The two inputs the presets do not fix, from a point's recorded non_blocking rows (profiled
     pass): launches and bookkeeping (host launch + copy + other Python) and the draft graph's GPU time
     (GPU busy less the target verify)."""
-    nb = rows[(rows["strategy"] == "non_blocking") & (rows["status"] == "ok")]
+    nb = rows[(rows["strategy"] == SYNC_FREE) & (rows["status"] == "ok")]
     if nb.empty:
-        raise ValueError("the point has no successful non_blocking rows to take the launch and draft times from")
+        raise ValueError(f"the point has no successful {SYNC_FREE} rows to take the launch and draft times from")
     launch = float(nb[["host_launch_ms", "host_copy_ms", "host_other_ms"]].sum(axis=1).median())
     draft = float((nb["gpu_busy_ms"] - nb["target_verify_ms"]).median())
     return {"launch_ms": launch, "draft_gpu_ms": max(draft, 0.0), "target_verify_ms": float(nb["target_verify_ms"].median())}
@@ -79,7 +81,7 @@ def check(points: pd.DataFrame, costs: dict) -> pd.DataFrame:
     out = []
     for (rid, pid), g in points.groupby(["run_id", "point_id"], sort=False):
         wl = g["workload"].iloc[0]
-        if wl not in costs or not {"device_direct", "non_blocking"} <= set(g["strategy"]):
+        if wl not in costs or not {BASELINE, SYNC_FREE} <= set(g["strategy"]):
             continue
         c = costs[wl]
         m = StepModel.from_costs(c["prep_before_target_us"], c["draft_prep_us"], c["post_scalar_us"],
@@ -87,8 +89,8 @@ def check(points: pd.DataFrame, costs: dict) -> pd.DataFrame:
         med = g[g["status"] == "ok"].groupby("strategy")["step_ms"].median()
         out.append({"run_id": rid, "workload": wl, "ep_size": int(g["ep_size"].iloc[0]),
                     "batch_size": int(g["batch_size"].iloc[0]), "gamma": int(g["gamma"].iloc[0]),
-                    "model device_direct ms": m.device_direct_ms(), "measured device_direct ms": med["device_direct"],
-                    "model sync-free ms": m.sync_free_ms(), "measured non_blocking ms": med["non_blocking"],
+                    f"model {BASELINE} ms": m.device_direct_ms(), f"measured {BASELINE} ms": med[BASELINE],
+                    "model sync-free ms": m.sync_free_ms(), f"measured {SYNC_FREE} ms": med[SYNC_FREE],
                     "model penalty ms": m.penalty_ms(),
-                    "measured penalty ms": med["device_direct"] - med["non_blocking"]})
+                    "measured penalty ms": med[BASELINE] - med[SYNC_FREE]})
     return pd.DataFrame(out).round(2)

@@ -32,6 +32,10 @@ class StrategyRow:
     baseline: bool = False  # the form every fix is compared against (exactly one row)
     shown_first: bool = False  # the fix a view inspects first, against the baseline (at most one row)
     stream_waits: int = 0  # cross-stream waits (wait_stream / wait_event) it adds per call: advice charges them
+    # The sync-free reference (exactly one row): the baseline's copy without its stream sync, the
+    # other half of the headline pair (baseline / reference per round: what the sync costs), and
+    # the step the sync-penalty rule and the step model take the sync-free parts from.
+    sync_free_reference: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.isidentifier():
@@ -55,7 +59,7 @@ BUILTIN_ROWS = (
     StrategyRow("device_direct", "torch.tensor(n, device=cuda): a blocking copy (copy + stream sync)", "before PR #34782",
                 colour="#d62728", card_cell=("h2d", "tensor_device"), baseline=True),
     StrategyRow("non_blocking", "pageable host tensor .to(cuda, non_blocking=True)", "PR #34782",
-                colour="#ff7f0e", card_cell=("h2d", "pageable_to_nb")),
+                colour="#ff7f0e", card_cell=("h2d", "pageable_to_nb"), sync_free_reference=True),
     StrategyRow("on_demand", "None unless the predicate holds, else the pageable non-blocking copy",
                 "PR #34759, its copy from PR #34782",
                 colour="#2ca02c", card_cell=("h2d", "pageable_to_nb"), mirrors_sglang=True),
@@ -75,8 +79,15 @@ def _the_one(rows: Iterable[StrategyRow], flag: str, *, required: bool) -> Optio
     return flagged[0] if flagged else None
 
 
+# The roles, each read from its row's flag (no other module names a strategy for its role).
+ROLE_FLAGS = ("baseline", "shown_first", "sync_free_reference")
 BASELINE = _the_one(BUILTIN_ROWS, "baseline", required=True)
 SHOWN_FIRST = _the_one(BUILTIN_ROWS, "shown_first", required=False)
+SYNC_FREE = _the_one(BUILTIN_ROWS, "sync_free_reference", required=True)
+# The headline pair: the baseline against the sync-free reference, per interleaved round.
+HEADLINE_PAIR: tuple[str, str] = (BASELINE, SYNC_FREE)
+if BASELINE == SYNC_FREE:
+    raise StrategyTableError(f"strategy {BASELINE!r}: the baseline cannot also be the sync-free reference")
 # name -> (one line, source) of the built-ins, for the report's and panel's fixed lists.
 BUILTIN_INFO: dict[str, tuple[str, str]] = {r.name: (r.description, r.source) for r in BUILTIN_ROWS}
 
@@ -111,8 +122,8 @@ def add(new: StrategyRow) -> Optional[StrategyRow]:
         raise StrategyTableError(f"a strategy row must be a StrategyRow; got {type(new).__name__}")
     if new.name in BUILTIN_INFO:
         raise StrategyTableError(f"strategy {new.name!r} is built in; a registered strategy needs a name of its own")
-    if new.baseline or new.shown_first:
-        raise StrategyTableError(f"strategy {new.name!r}: baseline and shown_first belong to built-in rows")
+    if any(getattr(new, flag) for flag in ROLE_FLAGS):
+        raise StrategyTableError(f"strategy {new.name!r}: the roles ({', '.join(ROLE_FLAGS)}) belong to built-in rows")
     old = _ROWS.get(new.name)
     _ROWS[new.name] = new
     return old

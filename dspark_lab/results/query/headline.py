@@ -11,7 +11,7 @@ from dspark_lab.results.rules.labels import point_label
 from dspark_lab.results.record.schema import MACHINE_KEYS
 from dspark_lab.results.rules.selection import REFERENCE, one_process
 from dspark_lab.results.facts import strategy_table
-from dspark_lab.results.facts.strategy_table import BASELINE
+from dspark_lab.results.facts.strategy_table import BASELINE, SYNC_FREE
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -23,9 +23,9 @@ NOISE = noise.__name__.removeprefix("dspark_lab.")  # where the rules it cites l
 HEADLINE_RULE = (
     "rule: per machine (GPU, driver, CUDA, torch), the most recent run holding the reference point "
     f"({REFERENCE.describe()}); that run's trials only, not pooled across runs; trials marked disturbed "
-    f"left out ({NOISE}.RULE). Median step time over trials with a 95% bootstrap CI; device_direct "
-    "against the fastest other strategy, paired by trial round; the headline ratio device_direct / "
-    "non_blocking per trial round, over rounds where neither trial is disturbed, with its 95% CI "
+    f"left out ({NOISE}.RULE). Median step time over trials with a 95% bootstrap CI; {BASELINE} "
+    f"against the fastest other strategy, paired by trial round; the headline ratio {BASELINE} / "
+    f"{SYNC_FREE} per trial round, over rounds where neither trial is disturbed, with its 95% CI "
     f"(no CI from fewer than {noise.MIN_QUIET_ROUNDS} quiet rounds: the count is printed instead). "
     f"A run whose headline pair has fewer than {noise.MIN_QUIET_ROUNDS} quiet rounds there (no CI) is passed over "
     "in favour of the most recent run of the machine that has them, and the line names each run passed over; "

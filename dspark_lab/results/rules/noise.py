@@ -42,7 +42,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from dspark_lab.results.facts.strategy_table import BASELINE
+from dspark_lab.results.facts.strategy_table import BASELINE, HEADLINE_PAIR
 from dspark_lab.results.record.schema import MACHINE_KEYS
 from dspark_lab.results.rules.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 
@@ -57,7 +57,6 @@ MAD_K = 3.0
 STEP_FRACTION = 0.10  # of the group's median step time
 CLOCK_DROP = 0.10  # SM clock below (1 - CLOCK_DROP) x the group's median
 MIN_TRIALS = 3
-HEADLINE_PAIR = ("device_direct", "non_blocking")
 LEVEL = 0.95
 # The fewest quiet rounds a headline CI is formed from, and the fewest an adaptive point must have
 # before it may stop on its CI (measure.loop): from prefixes of three long H200 runs of the reference
@@ -201,7 +200,7 @@ def paired_ratio(a_ms: Sequence[float], b_ms: Sequence[float], level: float = LE
 
 
 def headline_pair(strategies: Iterable[str], step_ms: Optional[dict] = None) -> tuple[str, str]:
-    """device_direct vs non_blocking when both exist, else the baseline vs the fastest other
+    """The table's headline pair (the baseline vs the sync-free reference) when both exist, else the baseline vs the fastest other
     (`step_ms`: strategy -> median step time) — the point's baseline vs its best fix."""
     present = list(dict.fromkeys(strategies))
     if all(s in present for s in HEADLINE_PAIR):

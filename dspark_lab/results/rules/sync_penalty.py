@@ -15,7 +15,9 @@ from typing import Optional
 
 import pandas as pd
 
-SYNC_FREE, WITH_SYNC = "non_blocking", "device_direct"
+from dspark_lab.results.facts.strategy_table import HEADLINE_PAIR
+
+WITH_SYNC, SYNC_FREE = HEADLINE_PAIR  # the baseline (its copy syncs) and the sync-free reference
 
 
 def penalty_parts(rows: pd.DataFrame) -> Optional[dict]:

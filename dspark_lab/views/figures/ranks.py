@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from dspark_lab.results.facts.strategy_table import BASELINE, SYNC_FREE
 from dspark_lab.results.record import schema
 from dspark_lab.results.viewmodels.frames import fingerprint_label
 from dspark_lab.results.query.runs import ok_rows, point_label
@@ -136,7 +137,7 @@ def who_waits(rows: pd.DataFrame, dispatch: Optional[str] = None, cases: Optiona
     return titled(fig, "Who waits for whom", fingerprint_label(r), f"{point_label(first)} · dispatch {first['dispatch']}")
 
 
-def one_rank_share(rows: pd.DataFrame, strategy: str = "device_direct", others: str = "non_blocking") -> pd.DataFrame:
+def one_rank_share(rows: pd.DataFrame, strategy: str = BASELINE, others: str = SYNC_FREE) -> pd.DataFrame:
     """Per dispatch mode: step (max over ranks, median of trials) with all ranks `others`, all
     `strategy`, only rank 0 `strategy`, and the share of the all-ranks penalty that rank 0 alone costs."""
     r = ok_rows(rows)
