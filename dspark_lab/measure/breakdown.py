@@ -107,9 +107,9 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None,
     What the host was blocked in: the framework call that made the sync (the innermost ATen op around
     the blocking API call, e.g. aten::_local_scalar_dense for `.item()`), not the API call alone:
     without the sync the host saves the whole call, the copy it issues and the wake-up after the wait
-    too (call_spans_us). On an H200 the bare cudaStreamSynchronize under-charged a host-bound step by
-    1–4%: the profiler's own host time before each sync (in launches and the op's preamble) shortens
-    the wait it records; the op's span matched the syncs' host time timed without a profiler to 0.5%.
+    too (call_spans_us). The bare cudaStreamSynchronize under-charges a host-bound step: the profiler's
+    own host time before each sync (in launches and the op's preamble) shortens the wait it records
+    (verify's cost group holds the op's span against the loss timed without a profiler).
     `caps_us`: each sync's cap (µs, one per row of `calls`) where it was measured some other way."""
     calls = sync_calls(ev) if calls is None else calls
     cols = ["start", "end", "gap_end", "sync", "sync_name", "sync_site", "sync_step"]

@@ -6,8 +6,8 @@ driver names: stream, device and event syncs, a `cudaMemcpy` to or from the host
 that blocked by itself: a D2H into pageable memory returns only after the copy has run, whatever
 its `non_blocking` said (CUDA 11's "API synchronization behavior" documents it, 12.x says only
 "might be synchronous"; every H200 trace here shows it), and a pageable H2D that the driver
-synchronized with the stream before staging returns only when the queue has drained (not seen on
-the H200: there a pageable H2D returned in µs with 4 ms queued). The blocking calls of one
+synchronized with the stream before staging returns only when the queue has drained (the H200's
+card shows it for sources from 4 MB up, with no sync call in the trace). The blocking calls of one
 framework call (one per innermost ATen op: `.cpu()`'s copy that waited, then its
 `cudaStreamSynchronize`; `repeat_interleave` makes two) are one wait, spanning them all, named by
 a kind of results.facts.wait_kinds.

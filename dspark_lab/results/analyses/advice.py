@@ -501,7 +501,8 @@ def probe_in_words(probe: Optional[dict]) -> list[str]:
         reason = (probe or {}).get("reason", "no probe ran")
         return [f"{reason}.",
                 "Without it, whether a non-blocking copy from pageable memory blocks is read from the recorded "
-                "rows' sync counts (a blocking copy is counted as a synchronous memcpy)."]
+                "rows' sync counts (a pageable non-blocking copy that waits is counted as a copy that waits inside "
+                "the copy call, copy_waits_per_step)."]
     q = float(probe["queued_ms"])
     per = probe.get("strategies", {})
     waited = [s for s, v in per.items() if v["queued_us"] > q * 1e3 / 2]

@@ -400,10 +400,10 @@ def claims_in_words(card: dict) -> list[str]:
         f"- {cite('SGLang', 34782)}'s sync: torch.tensor(n, device=) (4 B) {at('h2d', 'tensor_device')}.",
         f"- {cite('SGLang', 34782)}'s fix, a pageable non-blocking copy (4 B): {at('h2d', 'pageable_to_nb')}. "
         f"{threshold_in_words(t)}.",
-        f"- {cite('SGLang', 34759)}'s 6–9% per EP-1 step: its text keeps the existing int32 device scalar, made then "
-        f"with torch.tensor(n, device=) and a stream sync every step ({cite('SGLang', 34782)}, {cite('SGLang', 34919)}); "
-        f"that form here: {at('h2d', 'tensor_device')}. What it removed at EP 1 was most likely that sync; a pageable "
-        "4-byte non-blocking copy " + ("waits here too." if waits_4b else "does not wait here, so that copy costs only its call."),
+        f"- {cite('SGLang', 34759)}'s 6–9% per EP-1 step: in its merged diff the unconditional form was already "
+        f"{cite('SGLang', 34782)}'s pageable non-blocking copy, which its helper keeps where the predicate is true, so "
+        f"it removed an unused allocation and copy per step; that copy here (4 B): {at('h2d', 'pageable_to_nb')}, "
+        + ("so it waited here too." if waits_4b else "so here it costs only its call."),
         f"- {cite('SGLang', 38703)} pins num_token_non_padded: a pinned 4-byte non-blocking copy {at('h2d', 'pinned_to_nb')}.",
         f"- persistent fill_ (no host copy): {at('d2d', 'fill')}.",
         f"- {unseen_in_words(f)}.",

@@ -48,13 +48,17 @@ STORIES = {
     "window": ("1bit-MONSTER #2344", "a pinned source overwritten in flight: corruption fell from about 100% at once "
                "to 99.97% at 1 us, 0.45% at 5 us and 0.03% at 100 us of refill delay; a race with a window of "
                "microseconds is flaky by nature"),
-    "pageable_race": ("ashalliants/ninfer-3090 #44", "a pageable copy returns once staged; on a non-blocking stream "
-                      "146 of 200 copies raced on an idle RTX 3090, none at or below about 256 KiB"),
+    "pageable_race": ("ashalliants/ninfer-3090 #44", "a synchronous cudaMemcpy from pageable memory returns once its "
+                      "source is staged, before the DMA to the destination ends; a kernel on a cudaStreamNonBlocking "
+                      "stream then read the destination early: 146 of 200 raced on an idle RTX 3090, none at or "
+                      "below about 256 KiB (the form measured here differs: the source overwritten after a "
+                      "non-blocking copy returns)"),
     "graph_staging_reused": ("onnxruntime #32121", "a staging buffer captured in a CUDA graph records its host "
                              "address; another inference reuses the block and the replay copies the wrong bytes"),
     "pinned_freed_in_flight": ("pytorch #130785", "`A = rand(pin_memory=True); B = A.cuda(non_blocking=True); "
                                "return B` returns the pinned block before the copy ends (\"at least 94 instances\" "
-                               "in open source)"),
+                               "in open source); PyTorch's caching host allocator records the copy's event and "
+                               "reuses the block only after it"),
 }
 
 

@@ -74,9 +74,9 @@ _ROWS = (
        CHECKED, "merged"),
     _c("SGLang", 34759, "Fix EP1 decode performance regression",
        "makes the scalar on demand (None unless enable_num_token_non_padded()); its text preserves 'the existing "
-       "int32 device scalar', made with torch.tensor(..., device=) and a stream sync at the time; reports a 6-9% "
+       "int32 device scalar'; reports a 6-9% "
        "per-step decode regression at EP 1 (2x RTX PRO 6000 Blackwell, TP2, 128 steps)",
-       "on_demand; what it removed at EP 1 was most likely the device-direct sync, not a pageable copy that waits",
+       "on_demand; it removed the unused allocation and non-blocking copy",
        NOT_RECHECKED, "merged"),
     _c("SGLang", 33465, "the allocation made unconditional",
        "made num_token_non_padded's allocation and copy unconditional (the EP-1 regression #34759 fixed)",
