@@ -11,12 +11,14 @@ MAX_EVENT_CHARS, more than MAX_EVENTS events kept, or nested too deep.
 Events that cannot be read as events (no numeric ts, a complete event without its duration, a
 negative duration) are left out and counted by reason (`dropped`), never guessed. HIP calls
 (an AMD trace) are read under the names of their CUDA counterparts (HIP_AS_CUDA), so the kit's
-one rule reads both; their original names are kept in `renamed`. Correlation ids are renumbered
-densely (a trace's 64-bit ids stay exact; a float column would merge ids above 2**53).
+one rule reads both; their original names are kept in `renamed`. A correlation id that a float
+column cannot hold exactly (a 64-bit id, a string) is renumbered below zero, so ids above 2**53
+stay apart.
 """
 from __future__ import annotations
 
 import codecs
+from array import array
 import gzip
 import json
 import math
@@ -27,6 +29,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, Optional
 
+import numpy as np
 import pandas as pd
 
 from dspark_lab.printable import printable
@@ -55,6 +58,7 @@ HIP_AS_CUDA = {
 COLUMNS = ["name", "cat", "ph", "ts", "dur", "end", "pid", "tid", "correlation", "bytes", "device_type", "args", "stream"]
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
+NAN = float("nan")
 _NO_ARGS: dict = {}  # one shared empty args: the kit reads its columns, not the raw args
 
 
@@ -147,7 +151,9 @@ class _Columns:
     """The kept events, column by column (names interned once), with what was left out."""
 
     def __init__(self):
-        self.cols = {c: [] for c in COLUMNS if c not in ("end", "args")}
+        # numbers in typed arrays (8 bytes an event each, no object per value), text as interned strings
+        self.nums = {c: array("d") for c in ("ts", "dur", "correlation", "bytes", "device_type", "stream")}
+        self.cols = {c: [] for c in ("name", "cat", "ph", "pid", "tid")}
         self.correlations: dict = {}
         self.strings: dict = {}
         self.dropped: Counter = Counter()
@@ -192,36 +198,48 @@ class _Columns:
         if dur < 0:
             self.dropped["a negative duration"] += 1
             return
-        if len(self.cols["ts"]) >= MAX_EVENTS:
+        if len(self.nums["ts"]) >= MAX_EVENTS:
             raise ValueError(f"more than {MAX_EVENTS} events the kit reads: cut the trace to fewer steps")
         args = e.get("args") if isinstance(e.get("args"), dict) else _NO_ARGS
         if name in HIP_AS_CUDA and cat in HOST_API_CATS:
             self.renamed[HIP_AS_CUDA[name]] = name
             name = HIP_AS_CUDA[name]
-        corr = args.get("correlation")
-        corr = self.correlations.setdefault(corr, len(self.correlations)) if isinstance(corr, (int, str)) else None
-        nbytes = args.get("Bytes", args.get("bytes"))
-        c = self.cols
+        c, n = self.cols, self.nums
         c["name"].append(self._str(name))
         c["cat"].append(self._str(cat))
         c["ph"].append(ph)
-        c["ts"].append(ts)
-        c["dur"].append(dur if ph == "X" else 0.0)
         c["pid"].append(self._str(e.get("pid")))
         c["tid"].append(self._str(e.get("tid")))
-        c["correlation"].append(corr)
-        c["bytes"].append(nbytes if _number(nbytes) is not None else None)
-        dt = args.get("Device Type")
-        c["device_type"].append(dt if isinstance(dt, int) and not isinstance(dt, bool) else None)
-        st = args.get("stream")
-        c["stream"].append(st if isinstance(st, (int, str)) and not isinstance(st, bool) else None)
+        n["ts"].append(ts)
+        n["dur"].append(dur if ph == "X" else 0.0)
+        n["correlation"].append(self._correlation(args.get("correlation")))
+        nbytes = _number(args.get("Bytes", args.get("bytes")))
+        n["bytes"].append(NAN if nbytes is None else nbytes)
+        dt, st = args.get("Device Type"), args.get("stream")
+        n["device_type"].append(float(dt) if isinstance(dt, int) and not isinstance(dt, bool) and abs(dt) < 2**53 else NAN)
+        n["stream"].append(float(st) if isinstance(st, int) and not isinstance(st, bool) and abs(st) < 2**53 else NAN)
+
+    def _correlation(self, v) -> float:
+        """The id as a float the kit's column holds exactly: a small non-negative integer as itself,
+        any other (a 64-bit id, a string) renumbered below zero, one number per distinct id."""
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            return NAN
+        if isinstance(v, int) and 0 <= v < 2**53:
+            return float(v)
+        return float(-1 - self.correlations.setdefault(v, len(self.correlations)))
 
     def frame(self) -> pd.DataFrame:
-        df = pd.DataFrame(self.cols)
-        df["ts"], df["dur"] = df["ts"].astype(float), df["dur"].astype(float)
+        """The kit's frame, in time order; the columns are given up as they are built (one copy at a time)."""
+        df = pd.DataFrame({c: np.frombuffer(a, dtype=float) if len(a) else np.empty(0) for c, a in self.nums.items()})
+        for c in list(self.cols):  # text even when empty (the kit reads them with .str)
+            df[c] = pd.Series(self.cols.pop(c), dtype=object)
+        self.nums = {}
         df["end"] = df.ts + df.dur
         df["args"] = [_NO_ARGS] * len(df)
-        return df[COLUMNS].sort_values("ts", kind="stable").reset_index(drop=True)
+        order = np.argsort(df.ts.to_numpy(), kind="stable")
+        if (order != np.arange(len(order))).any():
+            df = df.take(order)
+        return df[COLUMNS].reset_index(drop=True)
 
 
 def _events_array(text: _Text, cols: _Columns) -> None:
