@@ -105,9 +105,9 @@ def findings(t: ForeignTrace, steps: foreign_steps.Steps, ev: pd.DataFrame) -> d
             "abstained_waits": abstained_waits(ev, steps) if steps.thread is not None else []}
 
 
-def record(t: ForeignTrace, step_name: Optional[str] = None) -> tuple[dict, Optional[dict]]:
+def record(t: ForeignTrace, step: Optional[str] = None) -> tuple[dict, Optional[dict]]:
     """(findings, the inspect-shaped record or None where no step could be accounted for)."""
-    steps = foreign_steps.find(t.events, step_name)
+    steps = foreign_steps.find(t.events, step)
     ev = foreign_steps.normalized(t.events, steps)
     found = findings(t, steps, ev)
     if not steps.accounted:

@@ -23,7 +23,7 @@ def findings_lines(found: dict) -> list[str]:
     lines = [f"{found['file']}: {found['events_read']} events read, {found['events_kept']} kept",
              f"steps: {len(found['steps_found'])} found by {found['step_source'] or 'nothing'}; "
              f"{len(found['steps_accounted'])} accounted for"
-             + (f", charged on thread {th.get('pid')}/{th.get('tid')} {th.get('name') or ''}".rstrip() if th else ""),
+             + (f", charged on {th.get('name') or 'thread'} (pid {th.get('pid')}, tid {th.get('tid')})" if th else ""),
              "GPU time the totals hold: " + ("n/a (the trace has no GPU records)" if share is None else f"{share:.1%}")]
     if found.get("replays_without_kernels"):
         lines.append(f"{found['replays_without_kernels']} CUDA graph replay(s) have no per-kernel records in the trace")
@@ -49,6 +49,22 @@ def waits_lines(found: dict, limit: int = 20) -> list[str]:
     return out
 
 
+WAIT_COLUMNS = ["step", "thread", "wait", "calls", "op", "site", "blocked_ms", "cap_ms", "charged_ms", "why_nothing"]
+
+
+def waits_table(found: dict) -> pd.DataFrame:
+    """Each host wait of the accounted steps: step, thread, kind, calls, op, Python frame or op, its
+    host time, its cap and the GPU idle charged to it (why none, where none)."""
+    return pd.DataFrame(found.get("waits", []), columns=WAIT_COLUMNS)
+
+
+def left_out_table(found: dict) -> pd.DataFrame:
+    """Every step and wait left out of the totals, with its reason."""
+    cols = ["what", "step", "thread", "calls", "site", "blocked_ms", "reason"]
+    return pd.DataFrame([{c: a.get(c, "") for c in cols} for a in found["abstained"] + found.get("abstained_waits", [])],
+                        columns=cols)
+
+
 def report_text(found: dict, rec: dict | None) -> str:
     lines = findings_lines(found)
     if rec is None:
@@ -68,9 +84,9 @@ def build_html(found: dict, rec: dict) -> str:
              f"<style>{_CSS}</style></head><body>", f"<h1>{esc(title)}</h1>",
              "<p class='muted'>Read from a recorded trace. Every number below comes from its record.</p>",
              f"<pre>{esc(report_text(found, rec))}</pre>", "<h2>Waits</h2>"]
-    waits = pd.DataFrame(found.get("waits", []))
+    waits = waits_table(found)
     parts.append(waits.to_html(index=False, float_format=lambda v: f"{v:.3f}") if len(waits) else "<p>No host wait in the accounted steps.</p>")
-    left = pd.DataFrame(found["abstained"] + found.get("abstained_waits", []))
+    left = left_out_table(found)
     parts += ["<h2>Left out of the totals</h2>",
               left.to_html(index=False, float_format=lambda v: f"{v:.3f}") if len(left) else "<p>Nothing.</p>"]
     view = inspect_view.view(rec)
