@@ -206,3 +206,19 @@ def test_command_exit_statuses(tmp_path, capsys):
     assert main.main(["trace", str(unmarked), "--out", str(tmp_path)]) == main.EXIT_FAILED
     assert "no step marker" in capsys.readouterr().out
     assert not list(tmp_path.glob("*-*.json"))
+
+
+def test_command_json_and_html(tmp_path, capsys):
+    a = mk.write(tmp_path / "a.json", mk.trace())
+    assert main.main(["trace", str(a), "--out", str(tmp_path / "o"), "--json", "--html", "--name", "run1"]) == main.EXIT_OK
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["trace"]["step_source"] == foreign_steps.SOURCES["profiler"] and rec["guard"]["checked"] == []
+    page = (tmp_path / "o" / "run1.html").read_text()
+    assert "Left out of the totals" in page and "cudaStreamSynchronize" in page
+
+
+def test_name_with_several_files_is_a_usage_error(tmp_path, capsys):
+    a = mk.write(tmp_path / "a.json", mk.trace())
+    with pytest.raises(SystemExit) as e:
+        main.main(["trace", str(a), str(a), "--name", "x", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "--name" in capsys.readouterr().err

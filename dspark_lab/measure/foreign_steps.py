@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import pandas as pd
 
 from dspark_lab.measure import intervals as iv
@@ -101,18 +102,25 @@ def _graph_windows(lau: pd.DataFrame, ev: pd.DataFrame) -> list[tuple[float, flo
     return [(float(a), float(b), f"replay {i}", thread) for i, (a, b) in enumerate(zip(starts, ends))]
 
 
+def window_of(ts, wins: list) -> np.ndarray:
+    """Per time in `ts`, the index of the window of `wins` ((lo, hi, ...) in time order, apart) holding it, or -1."""
+    ts = np.asarray(ts, dtype=float)
+    if not wins:
+        return np.full(len(ts), -1)
+    starts = np.array([w[0] for w in wins], dtype=float)
+    ends = np.array([w[1] for w in wins], dtype=float)
+    k = np.searchsorted(starts, ts, side="right") - 1
+    return np.where((k >= 0) & (ts < ends[np.maximum(k, 0)]), k, -1)
+
+
 def _charged_thread(lau: pd.DataFrame, wins: list) -> tuple:
     """The thread with most launches inside the steps (the marker's thread where none launched)."""
-    inside = pd.Series(False, index=lau.index)
-    for lo, hi, _, _ in wins:
-        inside |= (lau.ts >= lo) & (lau.ts < hi)
-    picked = lau[inside]
+    picked = lau[window_of(lau.ts, wins) >= 0]
     return wins[0][3] if picked.empty else picked.groupby(["pid", "tid"]).size().idxmax()
 
 
-def _why_not(lau: pd.DataFrame, lo: float, hi: float) -> Optional[str]:
-    """Why the step in [lo, hi) on the launches' thread cannot be accounted for (None: it can)."""
-    mine = lau[(lau.ts >= lo) & (lau.ts < hi)]
+def _why_not(mine: pd.DataFrame) -> Optional[str]:
+    """Why a step whose launches on the charged thread are `mine` cannot be accounted for (None: it can)."""
     if mine.empty:
         return "no GPU launch on the charged thread in this step: nothing to tie its waits to the GPU's idle"
     lost = mine[mine.gpu_start.isna() & mine.name.isin(RECORDED_LAUNCHES)]
@@ -148,8 +156,9 @@ def find(ev: pd.DataFrame, step_name: Optional[str] = None) -> Steps:
     out.thread = _charged_thread(lau, wins)
     out.windows = [(lo, hi, label) for lo, hi, label, _ in wins]
     mine = lau[(lau.pid == out.thread[0]) & (lau.tid == out.thread[1])]
+    by_step = dict(tuple(mine.groupby(window_of(mine.ts, out.windows))))
     for i, (lo, hi, label) in enumerate(out.windows):
-        why = _why_not(mine, lo, hi)
+        why = _why_not(by_step.get(i, mine.iloc[0:0]))
         if why is None:
             out.accounted.append(i)
         else:
@@ -182,8 +191,6 @@ def gpu_share(ev: pd.DataFrame, steps: Steps) -> Optional[float]:
         return 0.0
     lau = launches(ev)
     lau = lau[(lau.pid == steps.thread[0]) & (lau.tid == steps.thread[1])]
-    inside = pd.Series(False, index=lau.index)
-    for lo, hi, _ in (steps.windows[i] for i in steps.accounted):
-        inside |= (lau.ts >= lo) & (lau.ts < hi)
+    inside = np.isin(window_of(lau.ts, steps.windows), steps.accounted)
     mine = g[g.correlation.isin(set(lau[inside].correlation))]
     return iv.length(iv.union(zip(mine.ts, mine.end))) / total
