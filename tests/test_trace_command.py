@@ -222,3 +222,22 @@ def test_name_with_several_files_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main.main(["trace", str(a), str(a), "--name", "x", "--out", str(tmp_path)])
     assert e.value.code == 2 and "--name" in capsys.readouterr().err
+
+
+def test_trace_runs_without_torch(tmp_path):
+    """Reading a trace needs no torch (a laptop without it reads a server's profile)."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'torch' or name.startswith('torch.'):\n"
+            "            raise ImportError('torch blocked')\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "from dspark_lab.cli import main\n"
+            f"rc = main.main(['trace', {str(FOREIGN / 'cuda_event_sync.json.gz')!r}, '--out', {str(tmp_path)!r}])\n"
+            "sys.exit(rc if 'torch' not in sys.modules else 99)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=Path(__file__).parents[1])
+    assert r.returncode == 0, r.stderr[-500:]
