@@ -1,4 +1,4 @@
-"""Command line: `dspark-lab sweep | report | doctor | main | ep | inspect | diff | verify | lint` (see `dspark-lab COMMAND --help`):
+"""Command line: `dspark-lab sweep | report | doctor | main | ep | inspect | diff | verify | lint | trace` (see `dspark-lab COMMAND --help`):
 the parser, the dispatch to each command, and the exit statuses. Building the parser loads no torch:
 `report` (report_command.py) and `--help` run without it; sweep and main (sweep_command.py),
 doctor, ep, inspect and diff import their measuring bodies when they run."""
@@ -21,6 +21,7 @@ from dspark_lab.cli.lint import add_lint_parser
 from dspark_lab.cli.options import DEFAULT_TIME_CAP_S, HelpFormatter, add_sweep_config_options, float_in
 from dspark_lab.cli.report_command import cmd_report
 from dspark_lab.cli.terminal import err as _err
+from dspark_lab.cli.trace_command import add_trace_parser
 from dspark_lab.cli.verify import add_verify_parser
 from dspark_lab.results.record import paths, store
 from dspark_lab.startup import finished, started
@@ -50,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_diff_parser(sub)
     add_verify_parser(sub)
     add_lint_parser(sub)
+    add_trace_parser(sub)
     return parser
 
 
