@@ -19,6 +19,7 @@ from dspark_lab.results.record import output, rows as rows_schema, store
 from dspark_lab.results.record.output import write_text_safely
 from helpers import inspect_record as synthetic_record
 from test_cli import TINY_ARGS, fake_runner, run_main  # noqa: F401 - fake_runner: a fixture
+from test_hardening_disk import _failing_file_writes as failing_file_writes
 from test_lab_sh import fake_venv
 from test_loading_reliability import base, lines, patch_row, put
 from test_safe_io import recorded  # noqa: F401 - recorded: a fixture
@@ -43,20 +44,8 @@ def _full_disk_at(monkeypatch, where: str):
     taken and its fsync fails as a full disk says it late ("fsync")."""
     if where == "fsync":
         monkeypatch.setattr(output.os, "fsync", lambda fd: (_ for _ in ()).throw(FULL))
-        return
-    real_fdopen = os.fdopen
-
-    def fdopen(fd, *a, **kw):
-        f = real_fdopen(fd, *a, **kw)
-        real_write = f.write
-
-        def write(text):
-            real_write(text[: len(text) // 2])
-            f.flush()
-            raise FULL
-        f.write = write
-        return f
-    monkeypatch.setattr(output.os, "fdopen", fdopen)
+    else:
+        failing_file_writes(monkeypatch)
 
 
 def _one_full_disk_line(err: str, path: Path) -> None:
@@ -347,12 +336,13 @@ def test_a_row_whose_point_id_was_edited_says_so_not_a_torn_write(tmp_path, caps
     assert "naming another point_id (edited after it was written?)" in line and "torn" not in line
 
 
-def test_the_headline_of_rows_without_a_batch_size_is_none_not_a_crash(tmp_path):
+@pytest.mark.parametrize("field", ["batch_size", "gamma"])
+def test_the_headline_of_rows_one_of_which_places_no_point_is_none_not_a_crash(recorded, field):
     from dspark_lab.results import Runs
     from dspark_lab.results.loading.load import load
 
-    run = base(tmp_path / "runs", "one")
-    rows = load(run, cache=False).rows.assign(batch_size=None)
+    rows = load(recorded, cache=False).rows  # rows given to Runs directly: the loader's check is not in the way
+    rows.loc[rows.index[0], field] = None
     assert Runs(rows).headline().entries == []
 
 
