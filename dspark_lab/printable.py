@@ -18,3 +18,9 @@ def printable(text: object) -> str:
     s = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
                      str(text))
     return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def one_line(text: object) -> str:
+    """printable(text) that stays on one line: newlines shown as \\n too (a file name, a run's name or
+    a warning, where a newline would start a line of its own, such as a forged "dspark-lab: ...")."""
+    return printable(text).replace("\n", "\\n")

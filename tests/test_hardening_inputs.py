@@ -146,16 +146,21 @@ def test_1_write_traces_never_follows_a_link_planted_in_its_folder(tmp_path):
 
 
 # -- 2. numbers out of range are skipped at load, named ----------------------------------------------
-OUT_OF_RANGE = [("step_ms", 0, "step_ms must be > 0, got 0"), ("step_ms", -5.79, "step_ms must be > 0, got -5.79"),
-                ("batch_size", 0, "batch_size must be > 0, got 0"), ("ep_size", -8, "ep_size must be > 0, got -8"),
-                ("gamma", 0, "gamma must be > 0, got 0"), ("steps", -1, "steps must be > 0, got -1"),
-                ("trial", -1, "trial must be >= 0, got -1"), ("rank", -1, "rank must be >= 0, got -1"),
-                ("local_rank", -2, "local_rank must be >= 0, got -2"),
-                ("syncs_per_step", -1.0, "syncs_per_step must be >= 0, got -1.0"),
-                ("gpu_idle_sync_caused_ms", -0.5, "gpu_idle_sync_caused_ms must be >= 0, got -0.5"),
-                ("host_work_ms", -3.0, "host_work_ms must be >= 0, got -3.0"),
-                ("step_ms_max_rank", -1.369, "step_ms_max_rank must be > 0, got -1.369"),
-                ("local_rank", "0", "local_rank must be an integer, got '0'")]
+OUT_OF_RANGE = [
+    ("step_ms", 0, "step_ms must be > 0 and <= 86400000, got 0"),
+    ("step_ms", -5.79, "step_ms must be > 0 and <= 86400000, got -5.79"),
+    ("batch_size", 0, "batch_size must be > 0 and <= 2147483647, got 0"),
+    ("ep_size", -8, "ep_size must be > 0 and <= 2147483647, got -8"),
+    ("gamma", 0, "gamma must be > 0 and <= 2147483647, got 0"),
+    ("steps", -1, "steps must be > 0 and <= 2147483647, got -1"),
+    ("trial", -1, "trial must be >= 0 and <= 2147483647, got -1"),
+    ("rank", -1, "rank must be >= 0 and <= 2147483647, got -1"),
+    ("local_rank", -2, "local_rank must be >= 0 and <= 2147483647, got -2"),
+    ("syncs_per_step", -1.0, "syncs_per_step must be >= 0 and <= 2147483647, got -1.0"),
+    ("gpu_idle_sync_caused_ms", -0.5, "gpu_idle_sync_caused_ms must be >= 0 and <= 86400000, got -0.5"),
+    ("host_work_ms", -3.0, "host_work_ms must be >= 0 and <= 86400000, got -3.0"),
+    ("step_ms_max_rank", -1.369, "step_ms_max_rank must be > 0 and <= 86400000, got -1.369"),
+    ("local_rank", "0", "local_rank must be an integer, got '0'")]
 
 
 @pytest.mark.parametrize("cache", [False, "dir"], ids=["cache-off", "cache-on"])

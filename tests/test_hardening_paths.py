@@ -146,7 +146,9 @@ def test_report_o_lands_where_the_path_leads_never_in_a_runs_folder_nor_over_a_n
         code = _exit(_report, out, chosen)
         after = snapshot(root)
         check(before, after, lambda p: ok)
-        assert code in (cli.EXIT_OK, cli.EXIT_REFUSED, cli.EXIT_CANNOT_WRITE)
+        assert code in (cli.EXIT_OK, cli.EXIT_USAGE, cli.EXIT_REFUSED, cli.EXIT_CANNOT_WRITE)
+        if code == cli.EXIT_USAGE:  # -o naming a folder ("x/.", "..")
+            assert out.rsplit("/", 1)[-1] in ("", ".", "..")
         if code == cli.EXIT_OK:
             assert after[place][0] == stat.S_IFREG
             assert os.path.basename(os.path.dirname(place)) != "runs"
@@ -220,7 +222,9 @@ def test_a_name_writes_only_directly_inside_the_chosen_folder(command, name, out
         after = snapshot(root)
         inside = {p for p in set(after) | set(before) if os.path.dirname(p) == real}
         check(before, after, lambda p: inside | on_the_way)
-        assert code in (cli.EXIT_OK, cli.EXIT_USAGE, cli.EXIT_CANNOT_WRITE)
+        assert code in (cli.EXIT_OK, cli.EXIT_USAGE, cli.EXIT_REFUSED, cli.EXIT_CANNOT_WRITE)
+        if code == cli.EXIT_REFUSED:  # into a runs folder (by name, or one its missing folders would be made in)
+            assert "runs" in Path(real).parts or not os.path.exists(real)
 
 
 @FUZZ

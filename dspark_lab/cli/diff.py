@@ -11,6 +11,7 @@ import argparse
 import json
 from pathlib import Path
 
+from dspark_lab.cli.exits import output_status
 from dspark_lab.cli.inspect import (EXIT_BAD_TARGET, EXIT_CANNOT_WRITE, EXIT_OK, TARGET_HELP, add_measure_options,
                                     err, outputs, stem)
 from dspark_lab.cli.options import HelpFormatter, file_stem
@@ -79,7 +80,7 @@ def cmd_diff(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         rec_paths = [outputs(args.out, f"{name}-{role}")[0] for role in ("before", "after")]
     except OutputError as e:
         err(str(e))
-        return EXIT_CANNOT_WRITE
+        return output_status(e)
     try:
         before, after, measured = _records(args)
     except (TargetError, inspect_record.RecordError) as e:
@@ -93,7 +94,7 @@ def cmd_diff(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
                 inspect_record.save(rec, p)
     except OutputError as e:
         err(str(e))
-        return EXIT_CANNOT_WRITE
+        return output_status(e)
     print(as_json(d) if args.json else step_diff.text(d))
     if not args.json:
         print(f"\nMarkdown: {md_path}" + (f"\nrecords: {rec_paths[0]}, {rec_paths[1]}" if measured else ""))

@@ -25,6 +25,12 @@ EXIT_CODES_HELP = (
 )
 
 
+def output_status(error) -> int:
+    """The status of an output that was not written (results.record.output.OutputError): refused
+    (a run file, a runs folder, a node: 4) or could not be written (5)."""
+    return EXIT_REFUSED if getattr(error, "refused", False) else EXIT_CANNOT_WRITE
+
+
 def hold_interrupts() -> None:
     """After the first Ctrl-C (or SIGTERM): a second one while shutting down must not turn exit 130
     into a traceback or a death by the signal."""

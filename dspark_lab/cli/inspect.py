@@ -14,6 +14,7 @@ import re
 import sys
 from pathlib import Path
 
+from dspark_lab.cli.exits import output_status
 from dspark_lab.cli.lint import lint_beside
 from dspark_lab.cli.options import HelpFormatter, file_stem, float_in, int_in
 from dspark_lab.results.analyses import verdict as verdict_line
@@ -108,7 +109,7 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         json_path, html_path = outputs(args.out, stem(label, args.name))  # refused before measuring
     except OutputError as e:
         err(str(e))
-        return EXIT_CANNOT_WRITE
+        return output_status(e)
     try:
         rec = worker.inspect_target(args.target, steps=args.steps, trials=args.trials, warmup=args.warmup,
                                          allow=args.allow, time_limit_s=args.time_limit)
@@ -121,7 +122,7 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         inspect_page.write(html_path, rec)
     except OutputError as e:
         err(str(e))
-        return EXIT_CANNOT_WRITE
+        return output_status(e)
     status, verdict = guard_status(rec, args.strict) if args.guard else (EXIT_OK, "")
     if args.json:
         print(inspect_record.to_json(rec))

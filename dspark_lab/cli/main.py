@@ -19,7 +19,7 @@ from dspark_lab.cli.exits import (EXIT_BUSY, EXIT_CANNOT_WRITE, EXIT_CODES_HELP,
 from dspark_lab.cli.inspect import add_inspect_parser
 from dspark_lab.cli.lint import add_lint_parser
 from dspark_lab.cli.options import DEFAULT_TIME_CAP_S, HelpFormatter, add_sweep_config_options, float_in
-from dspark_lab.cli.report_command import cmd_report
+from dspark_lab.cli.report_command import cmd_report, output_file
 from dspark_lab.cli.terminal import err as _err
 from dspark_lab.cli.trace_command import add_trace_parser
 from dspark_lab.cli.verify import add_verify_parser
@@ -105,7 +105,7 @@ def _add_report_parser(sub) -> None:
     )
     p.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                    help="run files or folders (default: the data dir, data/ or $DSPARK_DATA)")
-    p.add_argument("-o", "--out", type=Path, default=DEFAULT_REPORT, metavar="FILE", help="HTML file to write")
+    p.add_argument("-o", "--out", type=output_file, default=DEFAULT_REPORT, metavar="FILE", help="HTML file to write")
     p.add_argument("--summary", action="store_true", help="also print a text summary table of the runs")
     # Which runs the figures compare (every run is listed in the report's tables); as Runs.select.
     g = p.add_argument_group("runs compared in the figures (default: the latest run of each machine, then the newest)")
@@ -133,7 +133,7 @@ def _add_main_parser(sub) -> None:
     p.add_argument("--preset", choices=sorted(PRESETS), default="default", help="sweep to run on CUDA")
     p.add_argument("--data", type=Path, default=None, metavar="DIR",
                    help="data dir holding runs/ (default: data/ of the repo, or $DSPARK_DATA)")
-    p.add_argument("-o", "--out", type=Path, default=DEFAULT_REPORT, metavar="FILE", help="HTML report to write")
+    p.add_argument("-o", "--out", type=output_file, default=DEFAULT_REPORT, metavar="FILE", help="HTML report to write")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
     p.set_defaults(func=cmd_main)
 

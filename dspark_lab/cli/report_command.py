@@ -3,6 +3,7 @@ report written, with a summary table on request. Torch-free: it reads what GPUs 
 from __future__ import annotations
 
 import argparse
+import os
 import warnings
 from pathlib import Path
 
@@ -12,6 +13,16 @@ from dspark_lab.cli.terminal import err as _err, say
 from dspark_lab.results.query.runs import Runs
 from dspark_lab.results.record import paths, store
 from dspark_lab.results.record.output import OutputError, check_output
+
+
+def output_file(text: str) -> Path:
+    """-o FILE: a file's path; one ending in "/" (or naming ".", "..") names a folder: a usage error
+    saying so (Path() would drop the slash and write the file under the folder's name)."""
+    if text.replace(os.sep, "/").rsplit("/", 1)[-1] in ("", ".", ".."):  # Path("x/.") would be "x"
+        folder = text.rstrip("/" + os.sep) or text
+        raise argparse.ArgumentTypeError(f"{text[:200]!r} names a folder; give a file name such as "
+                                         f"{os.path.join(folder[:200], 'report.html')}")
+    return Path(text)
 
 
 def load_runs(paths):

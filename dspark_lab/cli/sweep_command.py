@@ -14,7 +14,7 @@ from dspark_lab.cli.needs_cuda import cuda_available, refuse
 from dspark_lab.cli.options import DEFAULT_TIME_CAP_S, spec_from_args
 from dspark_lab.cli.report_command import load_runs, write_report
 from dspark_lab.cli.summary import summary_table
-from dspark_lab.cli.terminal import err as _err, say
+from dspark_lab.cli.terminal import err as _err, one_line, say
 from dspark_lab.measure import probe
 from dspark_lab.results.record import paths, store
 from dspark_lab.run import baseline as run_baseline, point
@@ -52,7 +52,7 @@ def _interrupted(path: Path) -> int:
 
 def _run(spec: SweepSpec, writer: store.RunWriter, *, progress: bool, retry_failed: bool = False,
          save_traces: bool = False, measure=None) -> int:
-    say(f"run file: {writer.path}", file=sys.stderr)
+    say(one_line(f"run file: {writer.path}"), file=sys.stderr)
     if save_traces:
         try:
             writer.traces_folder()  # before measuring: a file or a link in its place is said now
@@ -81,7 +81,7 @@ def _run(spec: SweepSpec, writer: store.RunWriter, *, progress: bool, retry_fail
         _err(f"cannot write {writer.path} ({e.strerror or e}): its last fsync failed, so the points measured may "
              f"not all be on disk; free space, then resume with: dspark-lab sweep --resume --out {writer.path}")
         return EXIT_CANNOT_WRITE
-    print(f"done: {summary}; run file {writer.path}", file=sys.stderr)
+    print(one_line(f"done: {summary}; run file {writer.path}"), file=sys.stderr)
     for label, msg in summary.failures:
         say(f"  failed: {label}: {msg.splitlines()[0] if msg else ''}", file=sys.stderr)
     return 1 if summary.failed else 0

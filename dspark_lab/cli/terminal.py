@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from dspark_lab.printable import printable  # noqa: F401 -- the one escaping function, re-exported
+from dspark_lab.printable import one_line, printable  # noqa: F401 -- the one escaping function, re-exported
 
 
 def say(text: object, file=None) -> None:
@@ -13,5 +13,6 @@ def say(text: object, file=None) -> None:
 
 
 def err(msg: object) -> None:
-    """One error or warning line on stderr, prefixed with the program's name."""
-    say(f"dspark-lab: {msg}", file=sys.stderr)
+    """One error or warning line on stderr, prefixed with the program's name: one line, a newline
+    inside it (from a file name, a run's name) shown as \\n."""
+    print(one_line(f"dspark-lab: {msg}"), file=sys.stderr, flush=True)

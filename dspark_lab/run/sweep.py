@@ -12,6 +12,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from dspark_lab.printable import one_line
 from dspark_lab.results.record import schema
 from dspark_lab.results.record import rows as rowbuild
 from dspark_lab.config import LabConfig
@@ -126,6 +127,7 @@ def run_sweep(
 def _say(log: Callable[[str], None] | None, tqdm) -> Callable[[str], None]:
     """The sweep's message lines: to `log` where given, else above the bar (none without progress)."""
     def say(msg: str) -> None:
+        msg = one_line(msg)  # it names the run file: a newline or an escape in its name is shown, not obeyed
         if log is not None:
             log(msg)
         elif tqdm is not None:

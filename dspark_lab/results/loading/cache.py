@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 # Bump when what an entry holds changes meaning (load.py's rules, the columns); a change of the
 # disturbed-trial rule is keyed on its own (noise.RULE_VERSION).
-LOADER_VERSION = 3
+LOADER_VERSION = 4
 _META = b"dspark_cache"
 _JSON_PREFIX = "__json__"  # an extra column of mixed types, stored as JSON text under this prefix
 RACY_S = 2.0  # see racy()
@@ -135,9 +135,9 @@ def default_dir() -> Optional[Path]:
 def check_outside(cache_dir: Path, folders) -> None:
     """ValueError when the cache folder lies inside a folder being loaded (its files would sit among
     the runs); the loader reads only *.jsonl, but a runs folder holds run files and nothing derived."""
-    c = cache_dir.expanduser().resolve()
+    c = Path(os.path.realpath(cache_dir.expanduser()))  # realpath: a symlink loop is no RuntimeError here
     for given in folders:
-        f = Path(given).expanduser().resolve()
+        f = Path(os.path.realpath(Path(given).expanduser()))
         if f.is_file():  # one run file: its folder is a runs folder too
             f = f.parent
         if f.is_dir() and (c == f or c.is_relative_to(f)):

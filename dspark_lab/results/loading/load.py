@@ -24,11 +24,13 @@ Good records of every other file (and of the same file) still load.
 """
 from __future__ import annotations
 
+import errno
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Optional
 
+from dspark_lab.printable import one_line
 from dspark_lab.results.loading import cache as _cache
 from dspark_lab.results.rules import noise
 from dspark_lab.results.record import schema
@@ -41,22 +43,50 @@ if TYPE_CHECKING:
 TIMELINE_COLUMNS = ("run_id", "point_id", "strategy", "lane", "part", "start_ms", "end_ms", "label")
 
 
-def _files_under(folder: Path, log: ProblemLog) -> list[Path]:
-    """The run files under `folder`, sorted; a subfolder that cannot be listed is said (not skipped silently)."""
-    def unreadable(err: OSError) -> None:
-        log(Path(err.filename) if err.filename else folder, None,
-            f"folder cannot be read ({err.strerror or err}); run files under it are not loaded")
+MAX_FOLDER_DEPTH = 64  # folders below a folder given: run files kept deeper than this are not searched
 
-    found = []
-    for root, dirs, names in os.walk(folder, onerror=unreadable):  # symlinked folders not followed: no loops
-        found += [Path(root) / n for n in names if n.endswith(RUN_SUFFIX)]
-    kept = []
-    for q in sorted(found):
-        if q.is_symlink():  # it may point anywhere (a secret, a device): loaded only when named itself
-            log(q, None, "a symbolic link, not followed; give its target's path to load it")
-        elif q.is_file():
-            kept.append(q)
-    return kept
+
+def _files_under(folder: Path, log: ProblemLog) -> list[Path]:
+    """The run files under `folder`, sorted; a subfolder that cannot be listed is said (not skipped
+    silently), so is one deeper than MAX_FOLDER_DEPTH. The walk is a loop, not a recursion (a folder
+    1,100 levels deep is said, not a RecursionError), follows no symbolic link and enters no folder
+    twice (a bind mount of a folder inside itself: its (device, inode) is seen again)."""
+    found, seen, todo = [], set(), [(folder, 0)]
+    while todo:
+        here, depth = todo.pop()
+        try:
+            st = here.stat()
+            if (st.st_dev, st.st_ino) in seen:
+                continue
+            seen.add((st.st_dev, st.st_ino))
+            with os.scandir(here) as it:
+                entries = list(it)
+        except OSError as e:
+            log(here, None, f"folder cannot be read ({e.strerror or e}); run files under it are not loaded")
+            continue
+        for e in entries:
+            if e.name.endswith(RUN_SUFFIX) and not _is_dir_entry(e):
+                found.append(Path(e.path))
+            elif _is_dir_entry(e):
+                if depth < MAX_FOLDER_DEPTH:
+                    todo.append((Path(e.path), depth + 1))
+                else:
+                    log(Path(e.path), None, f"more than {MAX_FOLDER_DEPTH} folders below {folder}; not searched")
+    return [q for q in sorted(found) if _kept(q, log)]
+
+
+def _is_dir_entry(e: os.DirEntry) -> bool:
+    try:
+        return e.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _kept(q: Path, log: ProblemLog) -> bool:
+    if q.is_symlink():  # it may point anywhere (a secret, a device): loaded only when named itself
+        log(q, None, "a symbolic link, not followed; give its target's path to load it")
+        return False
+    return q.is_file()
 
 
 def run_files(paths: str | os.PathLike | Iterable[str | os.PathLike] | None = None,
@@ -75,27 +105,49 @@ def run_files(paths: str | os.PathLike | Iterable[str | os.PathLike] | None = No
         elif p.is_file():
             files.append(p)
         else:
-            raise FileNotFoundError(f"no run file or folder at {p}")
-    seen: set[Path] = set()
+            raise FileNotFoundError(f"no run file or folder at {p}{_why_missing(p)}")
+    seen: set[str] = set()
     unique = []
     for f in files:
-        key = f.resolve()
+        key = os.path.realpath(f)
         if key not in seen:
             seen.add(key)
             unique.append(f)
     return unique
 
 
+def _why_missing(p: Path) -> str:
+    """What stands at a path that is neither a folder nor a file: a symbolic link loop, or a
+    link to nothing ("" when nothing is there at all)."""
+    try:
+        os.stat(p)
+    except OSError as e:
+        if os.path.lexists(p):
+            return f" ({e.strerror or e}: a symbolic link {'loop' if e.errno == errno.ELOOP else 'to nothing'})"
+        return ""
+    return " (neither a file nor a folder)"
+
+
 def _fingerprint_values(header: Optional[dict], path: Path) -> dict:
+    """The machine columns of the file's rows; each as printable.one_line shows it (a GPU named
+    "G\\ndspark-lab: ..." would print a forged line in every table and warning that names it)."""
     fp = (header or {}).get("fingerprint") or {}
     return {
-        "gpu": str(fp.get("gpu", "unknown")),
-        "driver": str(fp.get("driver", "unknown")),
-        "cuda": str(fp.get("cuda", "unknown")),
-        "torch": str(fp.get("torch", "unknown")),
+        "gpu": one_line(fp.get("gpu", "unknown")),
+        "driver": one_line(fp.get("driver", "unknown")),
+        "cuda": one_line(fp.get("cuda", "unknown")),
+        "torch": one_line(fp.get("torch", "unknown")),
         "run_id": (header or {}).get("run_id", path.stem),
         "recorded_at": (header or {}).get("created_at", ""),
     }
+
+
+def _shown_header(header: dict, path: Path) -> dict:
+    """A loaded header as views show it: its path added, its fingerprint's texts as one_line shows them."""
+    fp = header.get("fingerprint")
+    if isinstance(fp, dict):
+        header = {**header, "fingerprint": {k: one_line(v) if isinstance(v, str) else v for k, v in fp.items()}}
+    return {**header, "path": str(path)}
 
 
 class _Collect(ProblemLog):
@@ -329,7 +381,7 @@ def load(paths=None, *, default: Optional[Path] = None, cache=None) -> Loaded:
         for line, msg in entry.select_problems:
             log(path, line, msg)
         if entry.header is not None:
-            headers.append({**entry.header, "path": str(path)})
+            headers.append(_shown_header(entry.header, path))
         parts.append(entry.rows)
         source.add(entry.run_id, _timeline_loader(path, entry, cache_dir))
     if bundle is None:

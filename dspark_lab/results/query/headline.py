@@ -127,6 +127,8 @@ def _reference_rows(runs: "RunData", rid: str, ref_ep: int) -> Optional["pd.Data
         rows = runs.reference(run_id=rid, ep_size=ref_ep)
     except ValueError:
         return None
+    if rows.empty:
+        return None
     point = rows[["ep_size", "batch_size", "gamma"]].iloc[0].tolist()
     if (rows["workload"] != REFERENCE.workload).any() or point != [ref_ep, REFERENCE.batch_size, REFERENCE.gamma]:
         return None
@@ -149,9 +151,12 @@ def headline(runs: "RunData", baseline: str = BASELINE) -> Headline:
     if ok.empty:
         return head
     try:  # the reference EP size is the largest recorded over all runs of the machine's kind
-        ref_ep = int(runs.reference()["ep_size"].iloc[0])
+        ref = runs.reference()
     except ValueError:
         return head
+    if ref.empty:  # no point near it (rows without a batch size or gamma place none)
+        return head
+    ref_ep = int(ref["ep_size"].iloc[0])
     machines = ok.drop_duplicates("run_id")[["run_id", *MACHINE_KEYS]].astype(str)
     rd = runs.run_disturbance()
     why_run = {(str(r), p): why for r, p, bad, why in zip(rd["run_id"], rd["point_id"], rd["run_disturbed"],

@@ -1,7 +1,8 @@
 """Writing a derived file (the HTML report) without ever harming recorded data.
 
 `write_text_safely(path, text)` refuses to overwrite a run file (*.jsonl, or any file whose first
-line is a run header) or to write into a runs folder (one holding run files, or named runs/), refuses
+line is a run header, or too long to tell) or to write into a runs folder (named runs/, or the data
+dir's runs folder), refuses
 to replace anything that is not a regular file (a device node such as /dev/null or /dev/full, a
 FIFO, a socket, a symlink: renaming over it would replace the node), judges the path where it lands
 (its folder resolved, "..", symlinks and folders yet to be made included), and
@@ -17,9 +18,11 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Optional
 
-from dspark_lab.results.record.paths import resolved_parent
+from dspark_lab.results.record.paths import resolved_parent, runs_dir
 from dspark_lab.results.record.records import RUN_SUFFIX
+from dspark_lab.results.record.regular_files import open_regular
 
 
 class OutputError(Exception):
@@ -30,26 +33,45 @@ class OutputError(Exception):
         self.refused = refused
 
 
-def is_run_file(path: Path) -> bool:
-    """A *.jsonl file, or any file whose first line parses as a run header record."""
+HEADER_PEEK = 1 << 16  # the first line is read this far to tell whether a file is a run file
+
+
+def run_file_reason(path: Path) -> Optional[str]:
+    """Why `path` is (or may be) a run file, or None: a *.jsonl name, a first line that parses as a
+    run header, or a first line longer than HEADER_PEEK that opens a JSON object (it cannot be told
+    apart from a header without reading it whole: treated as one, never overwritten)."""
     if path.suffix == RUN_SUFFIX:
-        return True
+        return "is a run file"
     try:
-        with open(path, "rb") as f:
-            first = f.readline(1 << 16)
+        with open_regular(path) as f:
+            first = f.readline(HEADER_PEEK + 1)
+    except OSError:
+        return None
+    if len(first) > HEADER_PEEK and not first.endswith(b"\n"):
+        opens = first.lstrip(b"\xef\xbb\xbf \t\r").startswith(b"{")
+        return f"may be a run file (its first line is over {HEADER_PEEK} bytes and opens a JSON object)" if opens else None
+    try:
         rec = json.loads(first.decode("utf-8-sig"))
-    except (OSError, ValueError, RecursionError):
-        return False
-    return isinstance(rec, dict) and rec.get("kind") == "header"
+    except (ValueError, RecursionError):
+        return None
+    return "is a run file" if isinstance(rec, dict) and rec.get("kind") == "header" else None
+
+
+def is_run_file(path: Path) -> bool:
+    """A *.jsonl file, or any file whose first line is (or may be) a run header record."""
+    return run_file_reason(path) is not None
 
 
 def is_runs_folder(folder: Path) -> bool:
-    """A folder named runs/, or one that holds a run file."""
+    """A folder named runs/ (data/runs/ and $DSPARK_DATA/runs are), or the data dir's runs folder
+    wherever it resolves. A folder that merely holds run files is not one: a report or a record
+    written beside the run files it reads harms none of them (the loader reads only *.jsonl, and a
+    run file itself is never overwritten)."""
     if folder.name == "runs":
         return True
     try:
-        return any(is_run_file(p) for p in folder.glob(f"*{RUN_SUFFIX}") if p.is_file())
-    except OSError:
+        return folder.resolve() == Path(os.path.realpath(runs_dir()))
+    except (OSError, RuntimeError, ValueError):  # an unusable DSPARK_DATA is said by the commands that read it
         return False
 
 
@@ -78,6 +100,8 @@ def check_output(path: Path) -> None:
 
 def _landing(path) -> Path:
     path = Path(path)
+    if "\0" in str(path):  # no file name holds one (the OS would refuse it as a ValueError)
+        raise OutputError(f"{_short(Path(str(path).replace(chr(0), '?')))}: a path holds no NUL byte")
     if path.name in ("", ".", ".."):
         raise OutputError(f"{path}: names a folder; give a file name such as {path / 'report.html'}")
     try:
@@ -97,16 +121,24 @@ def _check_output(path: Path) -> None:
         raise OutputError(f"{path}: is {odd}; refusing to replace it (give a regular file path)", refused=True)
     if path.is_dir():
         raise OutputError(f"{path}: is a directory; give a file name such as {path / 'report.html'}")
-    if path.suffix == RUN_SUFFIX or (path.is_file() and is_run_file(path)):
-        raise OutputError(f"{path}: is a run file; refusing to overwrite recorded data", refused=True)
+    why = run_file_reason(path) if path.suffix == RUN_SUFFIX or path.is_file() else None
+    if why is not None:
+        raise OutputError(f"{path}: {why}; refusing to overwrite recorded data", refused=True)
     parent = path.parent
-    for p in [parent, *parent.parents]:
+    for p in [parent, *parent.parents]:  # the folder it lands in, or the one its missing folders would be made in
         if p.exists():
             if not p.is_dir():
                 raise OutputError(f"{path}: {p} is a file, not a folder")
+            if is_runs_folder(p):
+                raise OutputError(f"{path}: {p} is a runs folder; write the report elsewhere (e.g. out/)", refused=True)
             break
-    if parent.is_dir() and is_runs_folder(parent):
-        raise OutputError(f"{path}: {parent} is a runs folder; write the report elsewhere (e.g. out/)", refused=True)
+
+
+def _temporary_prefix(name: str) -> str:
+    """The temporary file's name before mkstemp's 8 random characters and ".tmp": the target's name
+    while the whole stays within the 255 bytes a file name may take, else a fixed one (a 255-byte
+    target name is fine, its temporary must be too)."""
+    return f".{name}." if len(os.fsencode(name)) <= 200 else ".dspark-lab-output."
 
 
 def write_text_safely(path: Path, text: str) -> Path:
@@ -118,7 +150,7 @@ def write_text_safely(path: Path, text: str) -> Path:
         raise OutputError(f"{path}: cannot create its folder ({e.strerror or e})") from None
     tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=_temporary_prefix(path.name), suffix=".tmp", dir=path.parent)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

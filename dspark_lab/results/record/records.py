@@ -251,23 +251,39 @@ def read_file(path: Path, log: Optional[ProblemLog] = None) -> FileRecords:
     return out
 
 
+def _say_uncommitted(recs: FileRecords, uncommitted: dict, log) -> None:
+    """Rows no commit record names: of an interrupted or torn write, or (their attempt committed
+    under another point_id) rows whose point_id was changed after they were written."""
+    attempts = {p.get("attempt"): p["point_id"] for p in recs.points if isinstance(p.get("attempt"), str)}
+    counts: dict[str, int] = {}
+    for (pid, attempt), n in uncommitted.items():
+        if attempt in attempts:
+            log(recs.path, None, f"point {pid[:40]}: {n} row(s) written in the commit of point "
+                                 f"{attempts[attempt][:40]} (attempt {str(attempt)[:20]}) but naming another "
+                                 "point_id (edited after it was written?), not loaded")
+        else:
+            counts[pid] = counts.get(pid, 0) + n
+    for pid, n in counts.items():
+        log(recs.path, None, f"point {pid[:40]}: {n} row(s) without a commit record (an interrupted or torn "
+                             "write), not loaded")
+
+
 def select_attempts(recs: FileRecords, log: Optional[ProblemLog] = None) -> tuple[list[dict], list[dict]]:
     """Per point, the rows and timelines of its last committed attempt; uncommitted rows are left out."""
     log = log or ProblemLog(emit=False)
     committed: dict[str, dict] = {}
     for p in recs.points:
         committed[p["point_id"]] = p
-    uncommitted: dict[str, int] = {}
+    uncommitted: dict[tuple, int] = {}
     kept_rows = []
     for r in recs.rows:
         c = committed.get(r["point_id"])
         if c is None:
-            uncommitted[r["point_id"]] = uncommitted.get(r["point_id"], 0) + 1
+            key = (r["point_id"], r.get("attempt"))
+            uncommitted[key] = uncommitted.get(key, 0) + 1
         elif r.get("attempt") == c.get("attempt"):
             kept_rows.append(r)
-    for pid, n in uncommitted.items():
-        log(recs.path, None, f"point {pid[:40]}: {n} row(s) without a commit record (an interrupted or torn "
-                             "write), not loaded")
+    _say_uncommitted(recs, uncommitted, log)
     for pid, c in committed.items():
         n_found = sum(1 for r in kept_rows if r["point_id"] == pid)
         if isinstance(c.get("n_rows"), int) and n_found < c["n_rows"]:

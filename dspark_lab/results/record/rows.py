@@ -6,10 +6,12 @@ Columns are listed in dspark_lab/results/record/schema.py; rows may carry extra 
 """
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from typing import Any, Optional
 
+from dspark_lab.printable import one_line
 from dspark_lab.results.record import schema
 
 STATUSES = ("ok", "failed")
@@ -21,7 +23,9 @@ STR_COLUMNS = ("point_id", "strategy", "model", "workload", "device", "status", 
                "wait_charges", "wait_note", "disturbed_reason", "stop_reason")
 FLOAT_COLUMNS = tuple(c for c in schema.ROW_COLUMNS if c not in INT_COLUMNS + BOOL_COLUMNS + STR_COLUMNS)
 REQUIRED = ("point_id", "strategy", "status")  # a row without these cannot be placed
-REQUIRED_OK: tuple = ()  # null measurements load as NaN (summaries skip them)
+# An ok row must say which point it measured (the grid's axes); null measurements load as NaN
+# (summaries skip them).
+REQUIRED_OK = ("ep_size", "batch_size", "gamma")
 # The rank columns (schema.RANK_COLUMNS) are extras, but views group and label by them: typed too,
 # so a list or an object there skips its row instead of breaking a groupby or a label.
 RANK_TYPES = {"rank": "int", "world_size": "int", "node_rank": "int", "local_rank": "int", "node": "str", "ep_mode": "str", "dispatch": "str", "rank_case": "str",
@@ -36,10 +40,21 @@ POSITIVE = ("step_ms", "batch_size", "ep_size", "gamma", "steps", "world_size", 
 NONNEGATIVE = ("trial", "rank", "node_rank", "local_rank", "step_ms_p50", "step_ms_p90", "profiled_step_ms",
                *(c for c in schema.TRACE_COLUMNS if c.endswith("_per_step")),
                "host_prep_ms", "host_blocked_ms", "host_readback_ms", "host_copy_ms", "host_launch_ms",
+               "gpu_busy_ms", "gpu_idle_ms",
                "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms", "gpu_ms", "host_work_ms", "host_wait_ms",
                "offcpu_ms", "ctx_switches_invol", "ctx_switches_vol", "cpu_steal_ms", "sm_clock_mhz",
                "throttle_reasons", "ci_half_width_pct", "target_verify_ms", "host_delay_ms", "host_jitter_ms",
                "gpu_collective_ms")
+# Upper bounds, which stop a value no run can record (1e308 trials, a step of 10**300 ms) from
+# loading as a number: sizes, counts and indices at most 2**31 - 1 (torch sizes a tensor in int64, but
+# no batch, EP size, step count or trial index the kit runs comes near), every time in ms at most a
+# day in magnitude (the residuals too: a -1e308 ms residual is no measurement), a percentage at most
+# 1000 (a CI half-width), a clock at most 100 GHz. A column named nowhere here has no bound but finiteness.
+COUNT_MAX = 2**31 - 1
+MS_MAX = 86_400_000.0  # one day in ms
+COUNT_COLUMNS = tuple(c for c in INT_COLUMNS if c not in ("throttle_reasons", "order_seed")) + (
+    "rank", "world_size", "node_rank", "local_rank", *(c for c in schema.TRACE_COLUMNS if c.endswith("_per_step")))
+MS_COLUMNS = tuple(c for c in (*FLOAT_COLUMNS, *RANK_TYPES) if "_ms" in c and c not in COUNT_COLUMNS)
 INT64 = 2**63  # integers are stored as int64: a larger one cannot be a count or an index
 
 
@@ -106,17 +121,57 @@ def _plainly_valid(column: str, value: Any) -> bool:
     return t in _PLAIN.get(column, ()) and (t is not float or math.isfinite(value))
 
 
-_STRICT = {**{c: False for c in NONNEGATIVE}, **{c: True for c in POSITIVE}}  # column -> must be > 0
+def _ranges() -> dict:
+    """column -> (low, low allowed?, high): the one table of what a recorded number may be."""
+    out: dict = {c: (-MS_MAX, True, MS_MAX) for c in MS_COLUMNS}
+    out.update({c: (-COUNT_MAX, True, COUNT_MAX) for c in COUNT_COLUMNS})
+    out.update(ci_half_width_pct=(0.0, True, 1000.0), sm_clock_mhz=(0.0, True, 100_000.0))
+    for c in (*NONNEGATIVE, *POSITIVE):
+        high = out.get(c, (None, None, None))[2]
+        out[c] = (0, c not in POSITIVE, high)
+    return out
+
+
+RANGES = _ranges()
+
+
+def allowed_range(column: str) -> Optional[str]:
+    """`column`'s allowed values in words ("> 0 and at most 2147483647"), None where any finite value goes."""
+    bounds = RANGES.get(column)
+    if bounds is None:
+        return None
+    low, inclusive, high = bounds
+    lower = f"{'>=' if inclusive else '>'} {_bound(low)}"
+    return lower if high is None else f"{lower} and <= {_bound(high)}"
+
+
+def _bound(x: float) -> str:
+    return str(int(x)) if x == int(x) else f"{x:g}"
 
 
 def range_problem(column: str, value: Any) -> Optional[str]:
-    """Why a number (JSON-decoded: int or float) is out of `column`'s range (POSITIVE, NONNEGATIVE), or None."""
-    strict = _STRICT.get(column)
-    if strict is None or type(value) not in (int, float) or value > 0 or (value == 0 and not strict):
+    """Why a number (JSON-decoded: int or float) is out of `column`'s range (RANGES), or None."""
+    bounds = RANGES.get(column)
+    if bounds is None or type(value) not in (int, float) or value != value:  # NaN: said by value_problem
         return None
-    if value != value:  # NaN: a type problem, said by value_problem
+    low, inclusive, high = bounds
+    if (value > low or (inclusive and value == low)) and (high is None or value <= high):
         return None
-    return f"{column} must be {'> 0' if strict else '>= 0'}, got {_short(value)}"
+    return f"{column} must be {allowed_range(column)}, got {_short(value)}"
+
+
+# The names a row is grouped, labelled and printed by: text without control characters, newlines,
+# bidi overrides or zero-width marks (a strategy "s\ndspark-lab: ..." would print a forged line).
+NAME_COLUMNS = ("point_id", "strategy", "model", "workload", "device", "status", "sync_site", "stop_reason",
+                "ep_mode", "dispatch", "rank_case", "rank_strategies", "node")
+
+
+@functools.lru_cache(maxsize=4096)  # names repeat across rows: each distinct one is looked at once
+def _name_problem(column: str, value: str) -> Optional[str]:
+    shown = one_line(value)
+    if shown == value:
+        return None
+    return f"{column} must be printable text (no control character, newline or bidi mark), got {shown[:60]}"
 
 
 def row_problems(rec: dict) -> list[str]:
@@ -130,6 +185,8 @@ def row_problems(rec: dict) -> list[str]:
             continue
         p = None if _plainly_valid(c, v) else value_problem(c, v)
         p = p or range_problem(c, v)
+        if p is None and c in NAME_COLUMNS and type(v) is str:
+            p = _name_problem(c, v)
         if p:
             out.append(p)
     return out
