@@ -216,3 +216,24 @@ def test_diff_says_a_wait_moved_when_another_site_gained_it():
     assert "moved rather than went" in step_diff.text(d) and "app/m.py:14 f" in step_diff.markdown(d)
     gone = _diff([read], [])["waits"]
     assert gone["verdict"] == "went" and gone["new_waits"] == []
+
+
+def test_a_recorded_study_is_found_and_its_parts_read(tmp_path):
+    rec = {"kind": H.KIND, "schema": H.SCHEMA, "case": "decode_step", "label": "slow_step", "target": "t",
+           "device": "cuda", "fingerprint": {"gpu": "SYNTHETIC"}, "options": {"trials": 5}, "step_ms": 1.0,
+           "step_ms_lo": 0.9, "step_ms_hi": 1.1, "sites": [{**_row("app/m.py:10 f", 0.4, 0.3, 0.5), "charge_ms": 0.1,
+                                                            "agree": False}]}
+    race = {"checked": True, "clean": False, "steps": 4, "note": "",
+            "races": [{"step": 1, "output": "0", "wrong": 2, "of": 8, "copy": "app/m.py:12 f"}]}
+    study = {"kind": H.STUDY_KIND, "headroom": [rec, {"case": "x", "error": "E"}],
+             "race_cases": [{"name": "decode_step", "variant": "fix", "report": race}]}
+    assert H.recorded_study(tmp_path) is None
+    (tmp_path / "headroom").mkdir()
+    (tmp_path / "headroom" / "synthetic-headroom-20260101.json").write_text(__import__("json").dumps(study))
+    got = H.recorded_study(tmp_path)
+    assert H.case_record(got, "decode_step")["label"] == "slow_step" and H.case_record(got, "x") is None
+    assert "step 1, output 0: 2 of 8 wrong; copy: app/m.py:12 f" in H.races_text(H.study_races(got, "decode_step"))
+    assert "disagree: headroom above the charge" in H.text(H.case_record(got, "decode_step"))
+    (tmp_path / "headroom" / "synthetic-headroom-20260102.json").write_text('{"kind": "other"}')
+    with pytest.raises(ValueError, match="kind must be 'dspark_headroom_study'"):
+        H.recorded_study(tmp_path)

@@ -12,6 +12,7 @@ from typing import Callable
 
 import torch
 
+from dspark_lab.gallery.cases import State, default_scale, make_state
 from dspark_lab.results.facts.citations import cite
 
 BATCH = 8  # requests in the batch
@@ -81,3 +82,17 @@ RACE_CASES = (
     ),
 )
 CASES = {c.name: c for c in RACE_CASES}
+
+
+def with_changing_lengths(fn: Callable[[State], object]) -> Callable[[], Callable[[int], object]]:
+    """A factory of steps running `fn(state)` on a fresh gallery state whose host lengths grow by one each
+    step (a decode step's changing input), for the race check: fn=decode_step.decode_step_fixed checks a fix."""
+    def make() -> Callable[[int], object]:
+        state = make_state(scale_name=default_scale())
+
+        def step(i: int) -> object:
+            state.seq_lens_cpu += 1
+            return fn(state)
+        return step
+    make.__name__ = f"{fn.__name__}_changing_lengths"
+    return make

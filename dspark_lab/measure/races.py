@@ -26,6 +26,7 @@ import torch
 
 from dspark_lab.measure import probe
 from dspark_lab.measure.read_stub import caller_site
+from dspark_lab.results.analyses.headroom import races_text
 
 NO_CUDA = ("races: no CUDA device, so no GPU work can be queued ahead of the step and no copy can be in "
            "flight; nothing was checked (run this on a GPU machine to check it)")
@@ -201,12 +202,5 @@ def check(make_step: Callable[[], Callable], *, steps: int = 20, hooks: Optional
 
 
 def describe(report: dict) -> str:
-    """One line per race (the first few), or the verdict."""
-    if not report["checked"]:
-        return report["note"]
-    if report["clean"]:
-        return f"races: none in {report['steps']} steps (outputs equal to the synchronized reference)"
-    r = report["races"]
-    lines = [f"races: {len(r)} output(s) differ from the synchronized reference over {report['steps']} steps"]
-    lines += [f"  step {x['step']}, output {x['output']}: {x['wrong']} of {x['of']} wrong; copy: {x['copy']}" for x in r[:5]]
-    return "\n".join(lines + ([f"  ... and {len(r) - 5} more"] if len(r) > 5 else []))
+    """One line per race (the first few), or the verdict (results.analyses.headroom.races_text)."""
+    return races_text(report)

@@ -1,6 +1,5 @@
 """Serve one read-back site's value from a recorded warm-up step, without a sync: the experiment that
-bounds what removing that read can buy (sglang-omni #1061 returned a constant token instead of calling
-`tolist()` to bound its gain before writing a fix).
+bounds what removing that read can buy, before a fix is written.
 
 `ReadStub` wraps, while it is entered, the calls through which a step reads a device value on the host
 or waits for the device: `Tensor.item/tolist/cpu/nonzero/repeat_interleave`, `bool()/int()/float()`

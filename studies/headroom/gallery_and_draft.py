@@ -1,12 +1,13 @@
 """On a GPU: the headroom of every read-back site against its charge, for every gallery case (the `case`
 variant at the gallery's scale) and the kit's draft step at the reference point; and the race check over
-the hazard forms, the kit's strategies and the race cases. Writes one file laid out as the repository
+the hazard forms, the kit's strategies, the race cases and notebook 06's fixed decode step (whose slow
+step's headroom is measured too). Writes one file laid out as the repository
 path to commit, and prints the table last.
 
     OUT=/tmp/o python -m studies.headroom.gallery_and_draft [--budget-s 95] [--cases a,b] [--cpu-dry-run]
 
 Expected: about 110 s on an H200 (the 95 s budget and the case running when it ends; a case not reached in it is listed as skipped).
-File: $OUT/data/investigation/<gpu>-headroom-<stamp>.json: {"kind": "dspark_headroom_study", "fingerprint",
+File: $OUT/data/headroom/<gpu>-headroom-<stamp>.json: {"kind": "dspark_headroom_study", "fingerprint",
 "races": measure.hazards.check_race_forms, "race_cases": [...], "headroom": [results.analyses.headroom
 records, each with "case"], "skipped", "wall_s"}.
 Without CUDA it stops with a message (exit 2) unless --cpu-dry-run, which runs the headroom logic at the
@@ -28,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 from dspark_lab.config import LabConfig  # noqa: E402
-from dspark_lab.gallery import race_cases, registry  # noqa: E402
+from dspark_lab.gallery import decode_step, race_cases, registry  # noqa: E402
 from dspark_lab.gallery import cases as C  # noqa: E402
 from dspark_lab.measure import hazards, probe, races  # noqa: E402
 from dspark_lab.model.workload import LabStep  # noqa: E402
@@ -58,6 +59,10 @@ def race_part(cuda: bool) -> tuple[dict, list]:
             rep = races.check(lambda make=make: make(dev), steps=40)
             cases.append({"name": c.name, "variant": variant, "flagged": not rep["clean"],
                           "races": len(rep["races"]), "first": rep["races"][0] if rep["races"] else None})
+    # notebook 06's decode step after its fix (pinned non-blocking copies: what a fix can break)
+    rep = races.check(race_cases.with_changing_lengths(decode_step.decode_step_fixed), steps=40)
+    cases.append({"name": "decode_step", "variant": "fix", "flagged": not rep["clean"], "races": len(rep["races"]),
+                  "first": rep["races"][0] if rep["races"] else None, "report": rep})
     return forms, cases
 
 
@@ -70,7 +75,7 @@ def draft_step(cuda: bool):
 
 def headroom_part(cuda: bool, budget_s: float, only: list) -> tuple[list, list]:
     scale = C.default_scale()
-    jobs = [("draft", None)] + [(name, c) for name, c in registry.CASES.items()]
+    jobs = [("draft", None), ("decode_step", None)] + [(name, c) for name, c in registry.CASES.items()]
     jobs = [j for j in jobs if not only or j[0] in only]
     out, skipped = [], []
     devices = None if cuda else ("cpu",)  # the dry run: host tensors stand in for device ones
@@ -78,7 +83,9 @@ def headroom_part(cuda: bool, budget_s: float, only: list) -> tuple[list, list]:
         if time.perf_counter() - T0 > budget_s:
             skipped.append(name)
             continue
-        if case is None:
+        if name == "decode_step":  # notebook 06's slow step, before its fix
+            fn, label = decode_step.slow_step(), "dspark_lab.gallery.decode_step:slow_step()"
+        elif case is None:
             fn, label = draft_step(cuda)
         else:
             state = C.make_state(scale_name=scale)
@@ -136,7 +143,7 @@ def main(argv=None) -> int:
     out = Path(os.environ.get("OUT", "out/gpu"))
     gpu = re.sub(r"[^a-z0-9]+", "-", str(fp.get("gpu") or "cpu").lower()).strip("-").replace("nvidia-", "")
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d")
-    path = (out / "data" / "investigation" if cuda else out / "headroom-cpu-dry-run") / f"{gpu}-headroom-{stamp}.json"
+    path = (out / "data" / H.STUDY_FOLDER if cuda else out / "headroom-cpu-dry-run") / f"{gpu}-headroom-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(study, indent=1, default=str) + "\n")
     say(f"wrote {path}")

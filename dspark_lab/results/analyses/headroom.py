@@ -11,12 +11,18 @@ missing) and, where they disagree and the stubbed step was inspected, why (expla
 """
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 from typing import Optional
 
+from dspark_lab.results.record.paths import default_data_dir
 from dspark_lab.results.record.sync_sites import same_file, try_parse
 
 KIND, SCHEMA = "dspark_headroom", 1
+STUDY_KIND, STUDY_FOLDER = "dspark_headroom_study", "headroom"  # studies/headroom's file, under data/headroom/
+NO_STUDY = (f"no recorded headroom study: none under data/{STUDY_FOLDER}/ (python -m studies.headroom.gallery_and_draft "
+            "records one on a GPU)")
 UNSEEN = ("no Python call at this line reads a value back or waits (the read is inside a torch operation, "
           "e.g. a tensor passed where a number is expected, or the wait is not a read-back): nothing to serve")
 TERMS = (  # key -> what it says, in the split of headroom minus charge
@@ -143,3 +149,54 @@ def text(rec: dict) -> str:
     if not rec["sites"]:
         lines.append("  no read-back site seen" + ("" if rec["device"] == "cuda" else " (no CUDA: no tensor lives on a device)"))
     return "\n".join(lines)
+
+
+# --- the recorded study (studies/headroom/gallery_and_draft.py) ----------------------------------------------
+def find_study(data_dir=None) -> Optional[Path]:
+    """The newest <data>/headroom/*-headroom-*.json, else None."""
+    folder = Path(data_dir if data_dir is not None else default_data_dir()) / STUDY_FOLDER
+    files = sorted(folder.glob("*-headroom-*.json")) if folder.is_dir() else []
+    return files[-1] if files else None
+
+
+def load_study(path) -> dict:
+    p = Path(path)
+    try:
+        rec = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{p}: not a readable headroom study ({e})") from None
+    if not isinstance(rec, dict) or rec.get("kind") != STUDY_KIND:
+        raise ValueError(f"{p}: kind must be {STUDY_KIND!r}; got {rec.get('kind') if isinstance(rec, dict) else rec!r}")
+    for r in rec.get("headroom") or []:
+        if "error" not in r:
+            validate(r, f"{p}: headroom[{r.get('case')!r}]")
+    return {**rec, "path": str(p)}
+
+
+def recorded_study(data_dir=None) -> Optional[dict]:
+    path = find_study(data_dir)
+    return load_study(path) if path else None
+
+
+def case_record(study: Optional[dict], case: str) -> Optional[dict]:
+    """The headroom record of one measured case of the study (None when it is not there)."""
+    return next((r for r in (study or {}).get("headroom") or [] if r.get("case") == case and "error" not in r), None)
+
+
+def races_text(rep: Optional[dict]) -> str:
+    """A race check's report (measure.races.check's dict) in words."""
+    if not rep:
+        return NO_STUDY
+    if not rep.get("checked", True):
+        return rep["note"]
+    if rep["clean"]:
+        return f"races: none in {rep['steps']} steps (outputs equal to the synchronized reference)"
+    lines = [f"races: {len(rep['races'])} output(s) differ from the synchronized reference over {rep['steps']} steps"]
+    return "\n".join(lines + [f"  step {x['step']}, output {x['output']}: {x['wrong']} of {x['of']} wrong; copy: {x['copy']}"
+                              for x in rep["races"][:5]])
+
+
+def study_races(study: Optional[dict], name: str, variant: str = "fix") -> Optional[dict]:
+    """The race check's report of one race case of the study (the ones recorded with their report)."""
+    return next((c.get("report") for c in (study or {}).get("race_cases") or []
+                 if c.get("name") == name and c.get("variant") == variant), None)
