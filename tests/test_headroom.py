@@ -216,6 +216,9 @@ def test_diff_says_a_wait_moved_when_another_site_gained_it():
     assert "moved rather than went" in step_diff.text(d) and "app/m.py:14 f" in step_diff.markdown(d)
     gone = _diff([read], [])["waits"]
     assert gone["verdict"] == "went" and gone["new_waits"] == []
+    part = _diff([read], [("app/m.py:14 f", 1.0, True, 0.2, 0.1, "y = torch.repeat_interleave(t, r)")])["waits"]
+    assert part["verdict"] == "partly moved"
+    assert _diff([], [moved_to])["waits"]["verdict"] == "none removed"
 
 
 def test_a_recorded_study_is_found_and_its_parts_read(tmp_path):

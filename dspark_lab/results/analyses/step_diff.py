@@ -12,7 +12,7 @@ apart are resampled independently, and the note says so.
 Whether a wait went or moved (`wait_moves`): the host wait the sites lost (their blocked time
 before minus after, where it fell) against the host wait sites gained (new sites, and sites
 whose blocked time grew). At least MOVED_SHARE of the lost wait gained elsewhere is "moved"
-(a fix that moves a read into another call's wait); less is "went".
+(a fix that moves a read into another call's wait), at least PARTLY_SHARE "partly moved", less "went".
 """
 from __future__ import annotations
 
@@ -50,12 +50,13 @@ def _val(v) -> Optional[float]:
 
 
 MOVED_SHARE = 0.5  # of the host wait the sites lost, the share gained elsewhere that makes it "moved"
+PARTLY_SHARE = 0.1  # ... and "partly moved"
 GAIN_FLOOR_MS = 0.005  # a site's blocked time must grow by more than this to count as a new or longer wait
 
 
 def wait_moves(before: dict, after: dict, sites: pd.DataFrame) -> dict:
     """Total host wait and charged GPU idle before and after, the wait the sites lost and gained, the
-    sites where a new (or longer) wait appeared, and the verdict: "moved", "went", "none removed"."""
+    sites where a new (or longer) wait appeared, and the verdict: "moved", "partly moved", "went", "none removed"."""
     def blocked(v):
         return _val(v) or 0.0
     lost, gained, new = 0.0, 0.0, []
@@ -67,7 +68,8 @@ def wait_moves(before: dict, after: dict, sites: pd.DataFrame) -> dict:
             gained += d
             new.append({"site": r.site, "status": r.status, "before_ms": _val(r.before_blocked_ms),
                         "after_ms": _val(r.after_blocked_ms), "wait": r.wait})
-    verdict = "none removed" if lost <= 0 else "moved" if gained >= MOVED_SHARE * lost else "went"
+    verdict = ("none removed" if lost <= 0 else "moved" if gained >= MOVED_SHARE * lost
+               else "partly moved" if gained >= PARTLY_SHARE * lost else "went")
     return {"host_wait_ms": (_val(before["parts"].get("host_blocked_ms")), _val(after["parts"].get("host_blocked_ms"))),
             "charged_idle_ms": (_val(before["parts"].get("gpu_idle_sync_caused_ms")),
                                 _val(after["parts"].get("gpu_idle_sync_caused_ms"))),
@@ -78,8 +80,8 @@ def moves_text(m: dict) -> str:
     """One line: whether the wait went or moved, the totals, and where a new wait appeared."""
     hb, ha = m["host_wait_ms"]
     cb, ca = m["charged_idle_ms"]
-    head = {"moved": "the wait moved rather than went", "went": "the wait went",
-            "none removed": "no site waits less"}[m["verdict"]]
+    head = {"moved": "the wait moved rather than went", "partly moved": "part of the wait moved",
+            "went": "the wait went", "none removed": "no site waits less"}[m["verdict"]]
     where = ("; new or longer waits at " + ", ".join(f"{w['site']} (+{(w['after_ms'] or 0) - (w['before_ms'] or 0):.3f} ms)"
                                                      for w in m["new_waits"])) if m["new_waits"] else ""
     return (f"waits: {head}: host wait {_f(hb, 3)} → {_f(ha, 3)} ms/step, charged GPU idle {_f(cb, 3)} → {_f(ca, 3)} "
