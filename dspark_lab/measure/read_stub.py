@@ -151,7 +151,8 @@ class ReadStub:
 
     def step(self, fn: Callable[[], object], site: Optional[str]) -> Callable[[], object]:
         """A step that serves `site` from the recording (None: serves nothing; the real arm)."""
-        if site is not None:
+        if site is not None and site not in self._served:
+            self.mode = PASS  # comparing the recorded values reads them back: not through the wrappers
             self._served[site] = list(self.reads()[site].values)
 
         def stepped():
@@ -217,7 +218,9 @@ def _to_kind(st: ReadStub, args, kwargs) -> Optional[str]:
         return None
     if st.on(src) and dst.type == "cpu":
         return "to_host"
-    if src.device.type == "cpu" and dst.type != "cpu" and dst.type in st.devices:
+    non_blocking = kwargs.get("non_blocking", any(a is True for a in args[1:]))
+    if src.device.type == "cpu" and dst.type != "cpu" and dst.type in st.devices \
+            and not (non_blocking and src.is_pinned()):  # a pinned non-blocking upload makes no wait
         return "upload"
     return None
 
