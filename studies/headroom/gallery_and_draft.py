@@ -58,7 +58,7 @@ def race_part(cuda: bool) -> tuple[dict, list]:
         for variant, make in (("case", c.make_step), ("fix", c.make_fix)):
             rep = races.check(lambda make=make: make(dev), steps=40)
             cases.append({"name": c.name, "variant": variant, "flagged": not rep["clean"],
-                          "races": len(rep["races"]), "first": rep["races"][0] if rep["races"] else None})
+                          "races": len(rep["races"]), "first": rep["races"][0] if rep["races"] else None, "report": rep})
     # notebook 06's decode step after its fix (pinned non-blocking copies: what a fix can break)
     rep = races.check(race_cases.with_changing_lengths(decode_step.decode_step_fixed), steps=40)
     cases.append({"name": "decode_step", "variant": "fix", "flagged": not rep["clean"], "races": len(rep["races"]),
