@@ -240,3 +240,10 @@ def test_a_recorded_study_is_found_and_its_parts_read(tmp_path):
     (tmp_path / "headroom" / "synthetic-headroom-20260102.json").write_text('{"kind": "other"}')
     with pytest.raises(ValueError, match="kind must be 'dspark_headroom_study'"):
         H.recorded_study(tmp_path)
+
+
+def test_floating_outputs_differ_only_beyond_the_tolerance():
+    w = torch.tensor([1.0, 2.0, float("nan")])
+    assert races._wrong(w * (1 + races.FLOAT_RTOL / 10), w) == (0, 3)
+    assert races._wrong(torch.tensor([1.0, 3.0, float("nan")]), w) == (1, 3)
+    assert races._wrong(torch.tensor([1, 2]), torch.tensor([1, 2, 3])) == (3, 3)  # a shape change: every element
