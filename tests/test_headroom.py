@@ -247,3 +247,19 @@ def test_floating_outputs_differ_only_beyond_the_tolerance():
     assert races._wrong(w * (1 + races.FLOAT_RTOL / 10), w) == (0, 3)
     assert races._wrong(torch.tensor([1.0, 3.0, float("nan")]), w) == (1, 3)
     assert races._wrong(torch.tensor([1, 2]), torch.tensor([1, 2, 3])) == (3, 3)  # a shape change: every element
+
+
+def test_which_calls_are_device_reads_or_waits():
+    from dspark_lab.measure import read_stub as R
+
+    st = R.ReadStub()  # devices=("cuda",): judged on the arguments alone, no device needed
+    host = torch.ones(2)
+    assert R._to_kind(st, (host, "cuda"), {}) == "upload"  # a pageable upload blocks
+    assert R._to_kind(st, (host, torch.float16), {}) is None  # a dtype change moves nothing
+    assert R._tensor_kind(st, ([1, 2],), {"device": "cuda:0"}) == "upload"
+    assert R._tensor_kind(st, ([1, 2],), {}) is None
+    assert R._repeat_kind(st, (host, 2), {}) is None  # an int repeat: the size is known on the host
+    assert R._sync_kind(st, (), {}) == "sync" and R._sync_kind(R.ReadStub(devices=("cpu",)), (), {}) is None
+    cpu = R.ReadStub(devices=("cpu",))
+    assert R._mask_kind(cpu, (host, host > 0), {}) == "mask" and R._mask_kind(cpu, (host, (slice(None), host > 0)), {}) == "mask"
+    assert R._mask_kind(cpu, (host, torch.tensor([0])), {}) is None  # an integer index: the shape is known
