@@ -1,8 +1,13 @@
 """`dspark-lab inspect TARGET`: measure your own step and write its record and page.
 
-Exit statuses: 0 measured (and, with --guard, no host sync that the allow-list does not name);
-1 --guard found a host sync not allowed (or, with --strict, nothing could be checked without
-CUDA); 2 a bad target (it does not import, is not callable, needs arguments, raises, returns a
+With --headroom, each site that reads a value back is served from a warm-up step's value (no
+sync) and the step timed again against the real one: the measured headroom beside the charge
+(<name>-headroom.json). With --races, a fresh step (a factory target) runs under queued GPU work
+and is compared with a synchronized reference: each output that differs is a race.
+
+Exit statuses: 0 measured (and, with --guard, no host sync that the allow-list does not name;
+with --races, no race); 1 --guard found a host sync not allowed (or, with --strict, nothing could
+be checked without CUDA), or --races found a race; 2 a bad target (it does not import, is not callable, needs arguments, raises, returns a
 non-callable, or runs past --time-limit): one line naming it, nothing written; 5 the output
 cannot be written.
 """
@@ -10,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import re
 import sys
 from pathlib import Path
@@ -19,7 +25,7 @@ from dspark_lab.cli.lint import lint_beside
 from dspark_lab.cli.options import HelpFormatter, file_stem, float_in, int_in
 from dspark_lab.results.analyses import verdict as verdict_line
 from dspark_lab.results.record import inspect_record
-from dspark_lab.results.record.output import OutputError, check_output
+from dspark_lab.results.record.output import OutputError, check_output, write_text_safely
 from dspark_lab.run import worker
 from dspark_lab.run.target import TargetError, parse
 
@@ -64,6 +70,13 @@ def add_inspect_parser(sub) -> None:
     o.add_argument("--json", action="store_true", help="print the record as JSON instead of the report")
     o.add_argument("--lint", action="store_true", help="also run `dspark-lab lint` over the target's folder and "
                    "show its findings beside the runtime sites: found by static, runtime or both, and why")
+    x = p.add_argument_group("before and after a fix")
+    x.add_argument("--headroom", action="store_true", help="instead of the record and page: for each read-back "
+                   "site, the step timed with that read served from a warm-up value (no sync), paired with the "
+                   "real step; the headroom with its 95%% CI beside the charge, and why they differ")
+    x.add_argument("--races", action="store_true", help="instead of the record and page: run the step under "
+                   "queued GPU work and compare its outputs with a synchronized reference (exit 1 on a race)")
+    x.add_argument("--race-steps", type=int_in(2, 100000), default=40, metavar="N", help="steps of each --races run")
     p.set_defaults(func=cmd_inspect)
 
 
@@ -97,6 +110,35 @@ def guard_status(rec: dict, strict: bool) -> tuple[int, str]:
     return EXIT_OK, f"guard: no host sync outside the allow-list ({', '.join(g['allow']) or 'empty'})"
 
 
+def cmd_before_after(args: argparse.Namespace, label: str) -> int:
+    """--headroom and/or --races: measured in the worker, printed, the headroom record written."""
+    from dspark_lab.measure.races import describe  # torch: only here
+    from dspark_lab.results.analyses import headroom
+
+    status = EXIT_OK
+    try:
+        path = Path(args.out) / f"{stem(label, args.name)}-headroom.json"
+        if args.headroom:
+            check_output(path)
+        if args.headroom:
+            rec = worker.headroom_target(args.target, steps=args.steps, trials=args.trials, warmup=args.warmup,
+                                         time_limit_s=args.time_limit)
+            write_text_safely(path, json.dumps(rec, indent=1, default=str) + "\n")
+            print(headroom.text(rec) + f"\nrecord: {path}")
+        if args.races:
+            rep = worker.races_target(args.target, steps=args.race_steps, time_limit_s=args.time_limit)
+            print(describe(rep) + ("" if rep.get("fresh_state", True) else
+                                   "\n  (a step target: both runs shared its state; give a factory, mod:make_step(), for a fresh one each)"))
+            status = EXIT_GUARD if rep["races"] else status
+    except TargetError as e:
+        err(str(e))
+        return EXIT_BAD_TARGET
+    except OutputError as e:
+        err(str(e))
+        return EXIT_CANNOT_WRITE
+    return status
+
+
 def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     from dspark_lab.views import inspect_page  # plotly: only where a page is written
 
@@ -105,6 +147,8 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     except TargetError as e:
         err(str(e))
         return EXIT_BAD_TARGET
+    if getattr(args, "headroom", False) or getattr(args, "races", False):
+        return cmd_before_after(args, label)
     try:
         json_path, html_path = outputs(args.out, stem(label, args.name))  # refused before measuring
     except OutputError as e:

@@ -12,6 +12,7 @@ WINDOW_QUEUED_US) and the size below which a pageable non-blocking copy never ra
 """
 from __future__ import annotations
 
+import functools
 import time
 from datetime import datetime, timezone
 from typing import Callable
@@ -285,3 +286,153 @@ def measure_hazards(n: int = 200, queued_ms: float = 0.2) -> dict:
             "fingerprint": probe.fingerprint(), "recorded": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "steps": n, "queued_ms_per_step": queued_ms, "forms": forms, "strategies": strats,
             "window": refill_window(n=n), "pageable_race": pageable_race()}
+
+
+# --- the forms as steps, for the race check (measure.races): each factory makes a step(i) -----------------
+# The loop forms above count wrong values of a whole loop; measure.races runs a step N times and compares
+# its outputs with a synchronized reference. The graph forms deliver the same value whether or not the host
+# runs ahead (capture fixed it): a wrong value, not a race, so they have no step here.
+def _h2d_step(dev, fill) -> Callable[[int], torch.Tensor]:
+    def step(i: int) -> torch.Tensor:
+        out = torch.empty((), dtype=_I32, device=dev)
+        fill(out, i + 1)
+        return out
+    return step
+
+
+def race_pinned_reused(dev):
+    buf = torch.zeros((), dtype=_I32, pin_memory=True)
+
+    def fill(out, v):
+        buf.fill_(v)
+        out.copy_(buf, non_blocking=True)
+    return _h2d_step(dev, fill)
+
+
+def race_pinned_fresh(dev):
+    return _h2d_step(dev, lambda out, v: out.copy_(torch.tensor(v, dtype=_I32, pin_memory=True), non_blocking=True))
+
+
+def race_pinned_double_buffer(dev):
+    bufs = [torch.zeros((), dtype=_I32, pin_memory=True) for _ in range(2)]
+    done = [torch.cuda.Event() for _ in range(2)]
+    for e in done:
+        e.record()
+
+    def fill(out, v):
+        k = v % 2
+        done[k].synchronize()  # the last copy out of bufs[k] has run
+        bufs[k].fill_(v)
+        out.copy_(bufs[k], non_blocking=True)
+        done[k].record()
+    return _h2d_step(dev, fill)
+
+
+def race_pinned_freed_in_flight(dev):
+    keep = []
+
+    def fill(out, v):
+        out.copy_(torch.full((), v, dtype=_I32, pin_memory=True), non_blocking=True)
+        keep.append(torch.full((), -1, dtype=_I32, pin_memory=True))
+    return _h2d_step(dev, fill)
+
+
+def _d2h_step(dev, wait: bool):
+    val = torch.zeros((), dtype=_I32, device=dev)
+
+    def step(i: int) -> torch.Tensor:
+        host = torch.full((), -1, dtype=_I32, pin_memory=True)
+        val.fill_(i + 1)
+        host.copy_(val, non_blocking=True)
+        if wait:
+            ev = torch.cuda.Event()
+            ev.record()
+            ev.synchronize()
+        return host  # read by the host as the step returns
+    return step
+
+
+def race_d2h_before_event(dev):
+    return _d2h_step(dev, wait=False)
+
+
+def race_d2h_after_event(dev):
+    return _d2h_step(dev, wait=True)
+
+
+def _condense_step(dev, wait: bool):
+    """vLLM #51599's shape: a persistent pinned buffer receives a non-blocking device-to-host copy, and the
+    host compacts it (moves a row down, as InputBatch.condense() does) while that copy may still land."""
+    host = torch.zeros(2, dtype=_I32, pin_memory=True)
+    vals = torch.zeros(2, dtype=_I32, device=dev)
+
+    def step(i: int) -> torch.Tensor:
+        vals.copy_(torch.tensor([i + 1, i + 2], dtype=_I32, pin_memory=True), non_blocking=True)
+        host.copy_(vals, non_blocking=True)
+        if wait:
+            ev = torch.cuda.Event()
+            ev.record()
+            ev.synchronize()  # the copy has landed: the host may write the buffer
+        host[0] = host[1]  # the condense: a host write into the buffer the copy writes
+        return host
+    return step
+
+
+def race_pinned_written_in_flight(dev):
+    return _condense_step(dev, wait=False)
+
+
+def race_pinned_written_after_event(dev):
+    return _condense_step(dev, wait=True)
+
+
+# name -> (step factory, safe?, what it does): the loop forms' names where they have a step
+RACE_FORMS = {
+    "pinned_reused": (race_pinned_reused, hazards_results.FORMS["pinned_reused"][2], hazards_results.FORMS["pinned_reused"][1]),
+    "pinned_fresh": (race_pinned_fresh, hazards_results.FORMS["pinned_fresh"][2], hazards_results.FORMS["pinned_fresh"][1]),
+    "pinned_double_buffer": (race_pinned_double_buffer, hazards_results.FORMS["pinned_double_buffer"][2],
+                             hazards_results.FORMS["pinned_double_buffer"][1]),
+    "pinned_freed_in_flight": (race_pinned_freed_in_flight, hazards_results.FORMS["pinned_freed_in_flight"][2],
+                               hazards_results.FORMS["pinned_freed_in_flight"][1]),
+    "d2h_before_event": (race_d2h_before_event, hazards_results.FORMS["d2h_before_event"][2],
+                         hazards_results.FORMS["d2h_before_event"][1]),
+    "d2h_after_event": (race_d2h_after_event, hazards_results.FORMS["d2h_after_event"][2],
+                        hazards_results.FORMS["d2h_after_event"][1]),
+    "pinned_written_in_flight": (race_pinned_written_in_flight, False,
+                                 "a pinned buffer written by the host (a condense) while its non-blocking D2H copy is in flight"),
+    "pinned_written_after_event": (race_pinned_written_after_event, True,
+                                   "the same buffer written only after the copy's event's synchronize()"),
+}
+
+
+def strategy_race_step(name: str, dev):
+    """One of the kit's strategies as a step: the scalar it makes for step i, consumed on the GPU."""
+    fn = strategies.get(name).fn
+    buf = torch.zeros((), dtype=_I32, device=dev)
+
+    def step(i: int) -> torch.Tensor:
+        out = torch.empty((), dtype=_I32, device=dev)
+        out.copy_(fn(i + 1, dev, _EP8, buffer=buf))
+        return out
+    return step
+
+
+def check_race_forms(steps: int = 40, queued_ms: float = 0.2) -> dict:
+    """measure.races.check over every form with a step and every strategy: {"forms": [...], "strategies": [...]},
+    each row the form or strategy, whether it is safe (strategies: all are), flagged (a race found), and as
+    expected (flagged exactly when not safe)."""
+    from dspark_lab.measure import races  # here: the loop forms above need none of it
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("the race check of the hazard forms needs a CUDA device; none is visible here")
+    dev = torch.device("cuda")
+    hooks = races.cuda_hooks(queued_ms)
+
+    def row(key: str, name: str, make, safe: bool) -> dict:
+        rep = races.check(lambda: make(dev), steps=steps, hooks=hooks, queued_ms=queued_ms)
+        first = rep["races"][0] if rep["races"] else None
+        return {key: name, "safe": safe, "flagged": not rep["clean"], "expected": (not rep["clean"]) == (not safe),
+                "races": len(rep["races"]), "steps": steps, "first": first}
+    forms = [row("form", n, make, safe) for n, (make, safe, _) in RACE_FORMS.items()]
+    strats = [row("strategy", s, functools.partial(strategy_race_step, s), True) for s in strategies.BUILTIN]
+    return {"steps": steps, "queued_ms_per_step": queued_ms, "forms": forms, "strategies": strats}

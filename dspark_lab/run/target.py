@@ -143,3 +143,14 @@ def load_step(target: Target) -> Callable[[], object]:
         _call(target, step, f"the step {target.attr}() returned")
         return step
     return obj
+
+
+def load_factory(target: Target) -> tuple[Callable[[], Callable], bool]:
+    """(a zero-argument callable that makes a fresh step, True) for a factory target; for a step target
+    (nothing to make it afresh with), (a callable returning that one step, False): two runs then share
+    its state. A call that returns a callable is taken as a factory's, as load_step does."""
+    obj = _check_zero_args(target, _resolve(target, _import(target)), repr(target.attr))
+    if target.factory:
+        return obj, True
+    first = _call(target, obj, repr(target.attr))
+    return (obj, True) if callable(first) else ((lambda: obj), False)

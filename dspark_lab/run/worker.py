@@ -35,12 +35,25 @@ def _load(text: str):
     return t, _target.load_step(t), t.source_root()
 
 
+def _load_factory(text: str):
+    t = _target.parse(text)
+    return t, _target.load_factory(t), None
+
+
 def _measure(kind: str, loaded: list, opts: dict) -> tuple:
     from dspark_lab.run import inspect as inspect_run  # torch: only once the targets have loaded
 
     if kind == "inspect":
         (t, fn, root), = loaded
         return (inspect_run.inspect_step(fn, target=t.text, label=t.label, source_root=root, **opts),)
+    if kind == "headroom":
+        from dspark_lab.run import headroom  # torch: only once the target has loaded
+        (t, fn, root), = loaded
+        return (headroom.headroom(fn, target=t.text, label=t.label, source_root=root, **opts),)
+    if kind == "races":
+        from dspark_lab.measure import races  # torch: only once the target has loaded
+        (t, (make, fresh), _), = loaded
+        return ({**races.check(make, **opts), "target": t.text, "fresh_state": fresh},)
     (ta, fa, ra), (tb, fb, rb) = loaded
     labels = (ta.label, tb.label) if ta.label != tb.label else ("before", "after")
     return inspect_run.inspect_pair(fa, fb, targets=(ta.text, tb.text), labels=labels, source_roots=(ra, rb), **opts)
@@ -53,7 +66,8 @@ def _answer(kind: str, texts, opts: dict) -> tuple:
     """("ok", records) or ("error", line): whatever the target raises, KeyboardInterrupt and
     SystemExit included, is one line (the worker never prints a traceback above the parent's error)."""
     try:
-        return ("ok", _measure(kind, [_load(x) for x in texts], opts))
+        load = _load_factory if kind == "races" else _load
+        return ("ok", _measure(kind, [load(x) for x in texts], opts))
     except _target.TargetError as e:
         return ("error", str(e))
     except BaseException as e:  # noqa: BLE001 -- measuring the target failed: say so in one line
@@ -112,6 +126,19 @@ def inspect_target(text: str, *, steps: int = 20, trials: int = 5, warmup: int =
     _target.parse(text)  # a malformed name fails here, before any process starts
     opts = dict(steps=steps, trials=trials, warmup=warmup, allow=tuple(allow))
     return run_job(("inspect", (text,), opts), time_limit_s)[0]
+
+
+def headroom_target(text: str, *, steps: int = 20, trials: int = 5, warmup: int = 3,
+                    time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> dict:
+    """The headroom record of a target (run/headroom.py), measured in a worker."""
+    _target.parse(text)
+    return run_job(("headroom", (text,), dict(steps=steps, trials=trials, warmup=warmup)), time_limit_s)[0]
+
+
+def races_target(text: str, *, steps: int = 20, time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> dict:
+    """The race check of a target (measure.races.check; a factory target gives each run a fresh step)."""
+    _target.parse(text)
+    return run_job(("races", (text,), dict(steps=steps)), time_limit_s)[0]
 
 
 def diff_targets(before: str, after: str, *, steps: int = 20, trials: int = 5, warmup: int = 3,

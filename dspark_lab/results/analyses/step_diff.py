@@ -8,6 +8,11 @@ site whose code was not read is matched on its file, line and function.
 The step-time change is paired per round only when both steps were measured together, their
 trials interleaved (`pair` of the records, set by `diff` of two targets); two steps recorded
 apart are resampled independently, and the note says so.
+
+Whether a wait went or moved (`wait_moves`): the host wait the sites lost (their blocked time
+before minus after, where it fell) against the host wait sites gained (new sites, and sites
+whose blocked time grew). At least MOVED_SHARE of the lost wait gained elsewhere is "moved"
+(a fix that moves a read into another call's wait), at least PARTLY_SHARE "partly moved", less "went".
 """
 from __future__ import annotations
 
@@ -42,6 +47,45 @@ def _match_key(site: dict) -> tuple:
 
 def _val(v) -> Optional[float]:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+MOVED_SHARE = 0.5  # of the host wait the sites lost, the share gained elsewhere that makes it "moved"
+PARTLY_SHARE = 0.1  # ... and "partly moved"
+GAIN_FLOOR_MS = 0.005  # a site's blocked time must grow by more than this to count as a new or longer wait
+
+
+def wait_moves(before: dict, after: dict, sites: pd.DataFrame) -> dict:
+    """Total host wait and charged GPU idle before and after, the wait the sites lost and gained, the
+    sites where a new (or longer) wait appeared, and the verdict: "moved", "partly moved", "went", "none removed"."""
+    def blocked(v):
+        return _val(v) or 0.0
+    lost, gained, new = 0.0, 0.0, []
+    for r in sites.itertuples():
+        d = blocked(r.after_blocked_ms) - blocked(r.before_blocked_ms)
+        if d < 0:
+            lost -= d
+        elif d > GAIN_FLOOR_MS:
+            gained += d
+            new.append({"site": r.site, "status": r.status, "before_ms": _val(r.before_blocked_ms),
+                        "after_ms": _val(r.after_blocked_ms), "wait": r.wait})
+    verdict = ("none removed" if lost <= 0 else "moved" if gained >= MOVED_SHARE * lost
+               else "partly moved" if gained >= PARTLY_SHARE * lost else "went")
+    return {"host_wait_ms": (_val(before["parts"].get("host_blocked_ms")), _val(after["parts"].get("host_blocked_ms"))),
+            "charged_idle_ms": (_val(before["parts"].get("gpu_idle_sync_caused_ms")),
+                                _val(after["parts"].get("gpu_idle_sync_caused_ms"))),
+            "lost_ms": lost, "gained_ms": gained, "new_waits": new, "verdict": verdict}
+
+
+def moves_text(m: dict) -> str:
+    """One line: whether the wait went or moved, the totals, and where a new wait appeared."""
+    hb, ha = m["host_wait_ms"]
+    cb, ca = m["charged_idle_ms"]
+    head = {"moved": "the wait moved rather than went", "partly moved": "part of the wait moved",
+            "went": "the wait went", "none removed": "no site waits less"}[m["verdict"]]
+    where = ("; new or longer waits at " + ", ".join(f"{w['site']} (+{(w['after_ms'] or 0) - (w['before_ms'] or 0):.3f} ms)"
+                                                     for w in m["new_waits"])) if m["new_waits"] else ""
+    return (f"waits: {head}: host wait {_f(hb, 3)} → {_f(ha, 3)} ms/step, charged GPU idle {_f(cb, 3)} → {_f(ca, 3)} "
+            f"ms/step; the sites lost {m['lost_ms']:.3f} ms of wait and gained {m['gained_ms']:.3f} ms{where}")
 
 
 def paired(before: dict, after: dict) -> bool:
@@ -95,8 +139,10 @@ def diff(before: dict, after: dict) -> dict:
     naming the argument and the field)."""
     inspect_record.validate(before, "before")
     inspect_record.validate(after, "after")
-    return {"before": before["target"], "after": after["target"], "sites": site_changes(before, after),
+    sites = site_changes(before, after)
+    return {"before": before["target"], "after": after["target"], "sites": sites,
             "summary": summary(before, after), "step_time": step_time_change(before, after),
+            "waits": wait_moves(before, after, sites),
             "machine": _machine(before, after), "cuda": before["device"] == "cuda" and after["device"] == "cuda"}
 
 
@@ -164,6 +210,7 @@ def markdown(d: dict) -> str:
     counted = d["sites"]["status"].value_counts()
     lines += ["", "Sync sites: " + ", ".join(f"{counted.get(s, 0)} {s}" for s in STATUSES) + ".", ""]
     lines += _sites_md(d["sites"], d)
+    lines += ["", moves_text(d["waits"]).replace("waits: ", "Waits: ", 1)]
     lines += ["", f"Measured with dspark-lab on {d['machine']}; step time {_how_paired(d)}.{_few_trials(d)}"]
     if not d["cuda"]:
         lines.append("Measured without CUDA: nothing can block the host on a GPU there, so sync counts and "
@@ -180,5 +227,5 @@ def text(d: dict) -> str:
     out = [f"diff {d['before']} -> {d['after']}", s.to_string(index=False),
            f"step time: before {_ms_ci(st['before'])} ms, after {_ms_ci(st['after'])} ms: {st['verdict']} "
            f"({_how_paired(d)}).{_few_trials(d)}", "", "sync sites:",
-           sites.to_string(index=False, na_rep="–") if len(sites) else f"  {_no_sites(d)}"]
+           sites.to_string(index=False, na_rep="–") if len(sites) else f"  {_no_sites(d)}", moves_text(d["waits"])]
     return "\n".join(out)

@@ -147,6 +147,12 @@ _ROWS = (
        "host_plan's second source", NOT_RECHECKED),
     _c("vLLM", 24105, "DP token counts: a gloo CPU all-reduce replaced by NCCL plus a read-back",
        "the host/device trade for the DP token counts", "host_split_sizes' mirror-image trade", NOT_RECHECKED),
+    _c("vLLM", 51599, "condense() writes a pinned buffer while its non-blocking D2H copy is in flight",
+       "the copy moved to a runner-owned buffer (as vLLM #53613's description states it)",
+       "the race check's pinned_written_in_flight form and the condense race case", NOT_RECHECKED),
+    _c("vLLM", 53613, "spec-decode input prep ordered after the previous step's postprocess",
+       "names vLLM #51599's shape: condense() writes the pinned accepted-count tensor while the D2H is in flight",
+       "where the race check's condense shape is described", CHECKED),
     # -- field cases (the field gallery) ------------------------------------------------------------
     _c("TensorRT-LLM", 16680, "select_blocks_from_maxscore: a blocking H2D every step",
        "n_valid_blocks.to(device=, dtype=torch.long) was a blocking host-to-device copy every step; made on the "
