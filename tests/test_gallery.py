@@ -198,9 +198,17 @@ def test_measured_counts_match_the_documented_ones_and_name_the_lines(name):
         assert not a["debug_sites"]
         assert [g[:3] for g in a["guard_sites"]] == [[g[0], "pageable_copy", "trace copies"] for g in a["guard_sites"]]
         assert a["guard_sites"][0][0].startswith("gallery/cases.py:") and a["guard_sites"][0][0].endswith(case.step.__name__)
+    elif name in CUPTI_ONLY:  # an explicit event sync: sync debug mode does not flag it, CUPTI does
+        assert not a["debug_sites"] and [g[1] for g in a["guard_sites"]] == ["event"], a["guard_sites"]
+    elif name in COMPILED:  # compiled code: the count is the check; Dynamo may run the read from another frame
+        assert sum(a["debug_sites"].values()) == case.expected_syncs
     else:
         assert set(a["debug_sites"]) == set(case.sites())
         assert sum(a["debug_sites"].values()) == case.expected_syncs
+
+
+CUPTI_ONLY = {"deferred_event_sync"}
+COMPILED = {"compiled_item", "compiled_item_captured"}
 
 
 # --- the scale where a sync waits, and the split of the fix's change ------------------------------------
