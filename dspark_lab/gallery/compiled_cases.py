@@ -82,10 +82,10 @@ _WHY = ("Inside a `torch.compile`d function `.item()` still reads a number back.
 COMPILED_CASES = (
     dict(name="compiled_item", shape="compiled code: .item() in a torch.compile'd function (a graph break)",
          step=compiled_item_graph_break, fix=compiled_sum_host_mirror,
-         pr="no PR: the kit's compiled step (torch.compile's default capture_scalar_outputs=False)",
+         pr="no single PR: the kit's compiled step (torch.compile's default capture_scalar_outputs=False)",
          why=_WHY, expected_syncs=1, expected_d2h=1, helpers=(token_count_read_back,)),
     dict(name="compiled_item_captured", shape="compiled code: .item() with capture_scalar_outputs (no graph break)",
          step=compiled_item_captured, fix=compiled_sum_host_mirror,
-         pr="no PR: the kit's compiled step under torch._dynamo.config.capture_scalar_outputs=True",
+         pr="no single PR: the kit's compiled step under torch._dynamo.config.capture_scalar_outputs=True",
          why=_WHY, expected_syncs=1, expected_d2h=1, helpers=(token_count_read_back_captured,)),
 )

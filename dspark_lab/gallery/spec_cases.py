@@ -160,7 +160,7 @@ SPEC_CASES = (
         pr="SGLang #26171 (an issue, closed as inactive: EAGLE-3 on Blackwell; the PR it proposed, #26462, was closed unmerged)",
         why="On the draft side the host read `torch.sum(batch.seq_lens).item()` once the draft forward was queued, "
             "so it waited for the verify and the draft both. The issue proposed `int(batch.seq_lens_cpu.sum())`, the "
-            "host mirror the scheduler already keeps, and reported 1.00 -> 1.38x on humaneval; the PR that made the "
+            "host mirror the scheduler already keeps, as the fix, and reported 1.00 -> 1.38x on humaneval; the PR that made the "
             "change was closed without merging. Here the sum is read after the draft is queued, as there.",
         expected_syncs=1, expected_d2h=1,
     ),
@@ -169,7 +169,7 @@ SPEC_CASES = (
         step=page_table_width_read_back, fix=page_table_width_static_bound,
         pr="SGLang #28480 (closed; B300, TP4: seq_lens_cpu.max().item() replaced by max_context_len)",
         why="The host read the lengths' maximum to size the page table each verify cycle, a copy to the host that "
-            "waits for the queued forward. Any upper bound would do, and the engine has a static one, "
+            "waits for the queued forward. Any upper bound would do, and the fix uses the engine's static one, "
             "`max_context_len`: the table is wider, its entries past each request's pages are -1, and nothing is "
             "read back. The PR reports 458 -> 521 tok/s and syncs per verify cycle 4 -> 3; it was closed.",
         expected_syncs=1, expected_d2h=1,
@@ -181,7 +181,7 @@ SPEC_CASES = (
            "entries); the closed SGLang #27177 fell back to a GPU .max()",
         why="Sizing a buffer by `n_pages.max()` looks sync-free because no line says `.item()`, but a tensor "
             "passed as a size is converted to a Python int, a read-back and a stream sync: the GPU `.max()` of "
-            "#27177 kept the sync it meant to remove. #28106 sizes the buffer from a static upper bound and lets a "
+            "SGLang #27177 kept the sync it meant to remove. The fix of SGLang #28106 sizes the buffer from a static upper bound and lets a "
             "device kernel fill the entries. Lint cannot see the disguise (no `.item()` on the line); the guard can.",
         expected_syncs=1, expected_d2h=1,
     ),
@@ -201,7 +201,7 @@ SPEC_CASES = (
         step=next_lens_after_read_back, fix=next_lens_assumed_accepted,
         pr="vLLM #32951 (the CPU assumes every draft accepted, the GPU corrects)",
         why="To plan the next step the host read how many draft tokens each request accepted (`.tolist()`), "
-            "waiting for the verify. The PR lets the host plan as if every draft were accepted, an upper bound it "
+            "waiting for the verify. The PR's fix lets the host plan as if every draft were accepted, an upper bound it "
             "knows without a read, and has the GPU subtract the rejected count in stream order. It reports TPOT "
             "9.19 -> 8.90 ms.",
         expected_syncs=1, expected_d2h=1,
@@ -212,7 +212,7 @@ SPEC_CASES = (
         pr="vLLM #20078 (closed unmerged: EAGLE input preparation moved to the GPU)",
         why="The host copied the accepted counts back (`.cpu()`), computed each request's last accepted token "
             "and copied the indices to the device with `torch.tensor(list, device=)`: a read-back and a blocking "
-            "copy, two syncs. Made by device kernels from the device counts, the same indices need no host. The "
+            "copy, two syncs. The fix makes the same indices with device kernels from the device counts: no host. The "
             "PR reports about 4-5% for two optimisations together and about 2.5% from the fused kernels alone; "
             "it was closed unmerged.",
         expected_syncs=2, expected_d2h=1,

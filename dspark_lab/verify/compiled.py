@@ -8,7 +8,7 @@ must show one sync per step to the guard and to the trace, and a charge within C
 HOST_MS; the compiled forms must show their graph breaks as `torch._dynamo.explain` counts them.
 
 And pytorch #182190's shape: a non-blocking device-to-host copy followed by `.item()` inside compiled
-code, behind queued GPU work. Where Inductor orders it (the fix of #185252 adds an event sync), the
+code, behind queued GPU work. Where Inductor orders it (the fix of pytorch #185252 adds an event sync), the
 values are right and the guard sees the event sync; where it does not, the values are stale and
 there is no sync to see. Either is consistent and recorded with the torch checked; right values
 without a sync, or stale ones with one, would be a surprise (the check fails).
