@@ -183,10 +183,15 @@ def test_load_refuses_what_is_not_a_gallery(tmp_path):
 def test_gpu_stage_runs_on_cpu_and_writes_the_format_the_notebook_reads(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path), PYTHONPATH=str(ROOT))
     p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_gallery.py"), "--steps", "2", "--trials", "1",
-                        "--cases", "list_to_device,host_plan"], env=env, capture_output=True, text=True, timeout=300)
+                        "--rounds", "2", "--cases", "list_to_device,host_plan"], env=env, capture_output=True, text=True,
+                       timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
-    rec = report.load(tmp_path / "gallery.json")
+    [path] = (tmp_path / "data" / "gallery").glob("*-gallery-*.json")
+    rec = report.load(path)
     assert [c["name"] for c in rec["cases"]] == ["list_to_device", "host_plan"]
+    assert all(set(c["change"]) >= {"pct", "ci_low", "ci_high"} for c in rec["cases"])
+    [verify] = (tmp_path / "data" / "verify").glob("*-verify-compiled-*.json")
+    assert {c["group"] for c in json.loads(verify.read_text())["checks"]} == {"compiled", "capture"}
     assert rec["fingerprint"]["torch"] == torch.__version__
     assert p.stdout.strip().splitlines()[-1].split()[0] == "host_plan"  # the table is printed last
 
