@@ -121,3 +121,26 @@ def counts_match(rec: dict) -> pd.DataFrame:
     rows = [{"case": c["name"], "variant": v, "documented": r["expected_syncs"], "measured": r["host_syncs_per_step"],
              "matches": r["matches"]} for c in rec["cases"] for v, r in c["variants"].items()]
     return pd.DataFrame(rows, columns=["case", "variant", "documented", "measured", "matches"])
+
+
+def _row_line(r: dict) -> str:
+    change = "" if r["change %"] != r["change %"] else (f"{r['change %']:+.1f}% (95% CI {r['CI low %']:+.1f}% to "
+                                                        f"{r['CI high %']:+.1f}%, {r['compared']}): ")
+    return f"  {r['case']} ({r['from']}): {change}{r['why']}"
+
+
+def lines(rec: dict) -> list[str]:
+    """Each group with its cases (a group empty on this recording says so; the unmeasured one is left
+    out when empty), then the counter-examples with the group the measurement put each in."""
+    g = groups(rec)
+    out = []
+    for group in GROUP_ORDER:
+        rows = g[g["group"] == group]
+        if group == UNMEASURED and not len(rows):
+            continue
+        out.append(f"{group}:" + ("" if len(rows) else " none in this recording"))
+        out += [_row_line(r) for r in rows.to_dict("records")]
+    counter = g[g["counter-example"]]
+    out.append("counter-examples, where this recording puts them:" + ("" if len(counter) else " none recorded"))
+    out += [f"  {r['case']}: {r['group']}" for r in counter.to_dict("records")]
+    return out
