@@ -16,13 +16,18 @@ import torch
 from dspark_lab.gallery.cases import State, draft, host_prep, read_back, target_verify
 
 
-def _copy_accepted(s: State) -> Optional[torch.cuda.Event]:
-    """The accepted counts copied into the pinned buffer, and the event recorded after the copy."""
-    s.d2h_pinned.copy_(s.accept.sum(1), non_blocking=True)
+def _to_pinned(s: State, values: torch.Tensor) -> Optional[torch.cuda.Event]:
+    """`values` copied into the pinned buffer, and the event recorded after the copy (None off CUDA)."""
+    s.d2h_pinned.copy_(values, non_blocking=True)
     done = torch.cuda.Event() if s.device.type == "cuda" else None
     if done is not None:
         done.record()
     return done
+
+
+def _copy_accepted(s: State) -> Optional[torch.cuda.Event]:
+    """The accepted counts copied into the pinned buffer, and the event recorded after the copy."""
+    return _to_pinned(s, s.accept.sum(1))
 
 
 def _wait(done: Optional[torch.cuda.Event]) -> None:
@@ -57,11 +62,7 @@ def _summaries(s: State) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 def stats_read_after_drain(s: State) -> list[int]:
     h = target_verify(s)
     n_acc, longest, shortest = _summaries(s)
-    s.d2h_pinned.copy_(s.accept.sum(1), non_blocking=True)
-    done = torch.cuda.Event() if s.device.type == "cuda" else None
-    if done is not None:
-        done.record()
-    read_back(s.d2h_pinned, done)  # the by-design wait: the queue is drained after it
+    read_back(s.d2h_pinned, _copy_accepted(s))  # the by-design wait: the queue is drained after it
     a = n_acc.item()  # sync: a read-back with nothing left queued
     b = longest.item()  # sync: a read-back with nothing left queued
     c = shortest.item()  # sync: a read-back with nothing left queued
@@ -74,11 +75,7 @@ def stats_from_one_read_back(s: State) -> list[int]:
     h = target_verify(s)
     n_acc, longest, shortest = _summaries(s)
     packed = torch.nn.functional.pad(torch.stack([n_acc, longest, shortest]), (0, s.d2h_pinned.numel() - 3))
-    s.d2h_pinned.copy_(packed, non_blocking=True)
-    done = torch.cuda.Event() if s.device.type == "cuda" else None
-    if done is not None:
-        done.record()
-    vals = read_back(s.d2h_pinned, done)[:3]  # the three values ride the one by-design wait
+    vals = read_back(s.d2h_pinned, _to_pinned(s, packed))[:3]  # the three values ride the one by-design wait
     host_prep(s)
     draft(s, h)
     return [int(v) for v in vals]
