@@ -5,10 +5,11 @@ verify's compiled-code and capture-witness groups into $OUT/data/verify/<gpu>-ve
 and print a table last (case, syncs as expected?, charge, change [CI], group). Runs on CPU too (tiny
 sizes; every count is zero there by construction, and verify's groups say they need CUDA).
 
-    python scripts/gpu_gallery.py [--scale queued|gpu|smoke] [--steps 10] [--trials 3] [--rounds 6] [--cases a,b]
+    python scripts/gpu_gallery.py [--scale queued|gpu|smoke] [--steps 8] [--trials 2] [--rounds 5] [--cases a,b]
 
-About 130 s on an H200 at the defaults. Exit status 1 when a measured count differs from the
-documented one or a verify check fails (on CUDA only).
+About 135 s on an H200 at the defaults (24 cases, each about 4.5 s; verify's two groups about
+15 s). Exit status 1 when a measured count differs from the documented one or a verify check fails
+(on CUDA only).
 """
 from __future__ import annotations
 
@@ -73,9 +74,9 @@ def table_text(rec: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", default=default_scale(), choices=sorted(SCALES))
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=6, help="paired rounds per case for the fix's step-time change")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5, help="paired rounds per case for the fix's step-time change")
     ap.add_argument("--cases", default="", help=f"comma-separated subset of: {', '.join(names())}")
     ap.add_argument("--no-verify", action="store_true", help="skip verify's compiled and capture groups")
     a = ap.parse_args(argv)
