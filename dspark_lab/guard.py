@@ -18,6 +18,16 @@ Three witnesses, because none sees everything:
   device-to-host copy into pageable memory whose ATen op made no sync call, which blocks the host
   although it was asked to be non-blocking.
 
+A fourth witness, opt-in (`capture=True`): the block runs once under CUDA graph capture
+(`torch.cuda.CUDAGraph`), so its GPU work is recorded, not run (guard a step whose outputs the
+block does not read, warmed up once before, as any capture needs). A sync during capture fails
+the capture: in the global capture mode (the default, `capture_error_mode="global"`) a sync from
+any thread of the process does, and "thread_local" and "relaxed" narrow what fails it (see CUDA's
+cudaStreamCaptureMode; rocm-systems #4508 on HIP). PyTorch also refuses a copy between a CUDA
+tensor and an unpinned CPU tensor during capture. The guard turns that failure into a record at
+the line that made it; the first sync ends the capture, so this witness sees one sync per block
+(the other witnesses see the block up to that line).
+
 What none of the three sees: a host-to-device `non_blocking=True` copy from pageable memory that the
 driver stages synchronously. It makes no sync call and its ATen op and memcpy look asynchronous, yet
 the host waits for the queued work; where that happens depends on the machine and the copy's size
@@ -44,6 +54,7 @@ import fnmatch
 import linecache
 import re
 import sys
+import traceback
 import warnings
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Optional, Sequence
@@ -62,6 +73,8 @@ DEBUG_MARK = "dspark_lab.guard.debug_sync"
 # Marks this close with no sync call between them are one call's warnings, delivered together.
 ONE_CALL_MARKS_US = 100.0
 DEBUG_MODE, CUPTI, TRACE = "sync debug mode", "CUDA sync events", "trace copies"
+CAPTURE = "graph capture"  # the opt-in fourth witness
+CAPTURE_MODES = ("global", "thread_local", "relaxed")
 # CUPTI synchronization records that block the host ("Stream Wait Event" is a device-side wait).
 CUPTI_KINDS = {"Stream Sync": "stream", "Event Sync": "event", "Context Sync": "device"}
 # Calls that return at once whatever the GPU's state. On an H200 (CUDA 13) CUPTI files an "Event Sync"
@@ -93,7 +106,7 @@ class HostSync:
 
     site: str  # "path/file.py:LINE function": the exact line when a witness has it (sync debug mode)
     kind: str  # stream | event | device | memcpy | pageable_copy | sync (debug mode does not say)
-    witnesses: tuple  # DEBUG_MODE | CUPTI | TRACE, in that order
+    witnesses: tuple  # DEBUG_MODE | CUPTI | TRACE | CAPTURE, in that order
     allowed: bool = False
     # (witness, site) for each witness: CUPTI names the enclosing function's def line
     witness_sites: tuple = ()
@@ -119,7 +132,7 @@ def _record(site: str, kind: str, witness: str, allow: tuple) -> HostSync:
 def merged(records: Sequence[HostSync]) -> HostSync:
     """The witnesses' records of one sync as one record: the exact line where a witness has it,
     the most specific kind, every witness; allowed when any witness's site is allowed."""
-    order = (DEBUG_MODE, CUPTI, TRACE)
+    order = (DEBUG_MODE, CUPTI, TRACE, CAPTURE)
     recs = sorted(records, key=lambda r: order.index(r.witnesses[0]) if r.witnesses[0] in order else len(order))
     witness_sites = tuple(ws for r in recs for ws in r.witness_sites)
     witnesses = tuple(dict.fromkeys(w for r in recs for w in r.witnesses))
@@ -353,26 +366,100 @@ def one_record_per_sync(debug: Sequence[HostSync], marks: Sequence[tuple], seen:
     return [r for _, r in sorted(timed, key=lambda x: x[0])]
 
 
-# --- the guard ------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def no_host_syncs(*, allow: Iterable[str] = (), count: bool = False, strict: bool = False,
-                  debug_mode: bool = True, cupti: bool = True) -> Iterator[SyncReport]:
-    """Fail (HostSyncError) if the block makes a host sync that `allow` does not list.
+# --- the capture witness ----------------------------------------------------------------------------
+CAPTURE_UNATTRIBUTED = "(the capture was invalidated with no line to name: a sync from this or another thread)"
 
-    Yields a SyncReport, filled on exit. count=True: never fail, just fill the report.
-    strict=True: raise NoCudaError without CUDA instead of warning. debug_mode / cupti: turn a
-    witness off (cupti=False where another profiler is already running; it also drops the trace
-    copies)."""
+
+def capture_error_kind(message: str) -> Optional[str]:
+    """The kind of host sync a failed capture's error names ("pageable_copy" for PyTorch's refusal of
+    an unpinned copy, "sync" for a call the capture forbids), or None for an error of another kind."""
+    m = message.lower()
+    if "captur" not in m:
+        return None
+    return "pageable_copy" if "pinned" in m else "sync"
+
+
+def from_capture_error(exc: BaseException, allow: Iterable[str] = ()) -> Optional[HostSync]:
+    """The record of a capture that `exc` failed, at the innermost line outside torch; None when
+    `exc` is not a capture's error."""
+    kind = capture_error_kind(str(exc))
+    if kind is None:
+        return None
+    site = _syncs.site_of(traceback.extract_tb(exc.__traceback__))
+    if site == _syncs.UNATTRIBUTED_SITE or site.split(" ")[0].startswith("dspark_lab/guard.py"):
+        site = CAPTURE_UNATTRIBUTED
+    return _record(site, kind, CAPTURE, tuple(allow))
+
+
+@contextlib.contextmanager
+def _captured(out: list, allow: tuple, mode: str) -> Iterator[None]:
+    """Run the block under CUDA graph capture on a side stream; a capture error becomes a record in
+    `out` (and is not raised), any other error propagates. The graph is discarded."""
+    graph = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    failed = []
+    with torch.cuda.stream(side):
+        graph.capture_begin(capture_error_mode=mode)
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 -- only a capture's error is turned into a record
+            rec = from_capture_error(e, allow)
+            if rec is None:
+                raise
+            failed.append(rec)
+        finally:
+            try:
+                graph.capture_end()
+            except Exception as e:  # noqa: BLE001 -- a capture invalidated without an error in the block
+                if not failed:
+                    failed.append(from_capture_error(e, allow) or _record(CAPTURE_UNATTRIBUTED, "sync", CAPTURE, allow))
+    torch.cuda.current_stream().wait_stream(side)
+    del graph
+    out.extend(failed)
+
+
+def with_capture(syncs: list, captured: Sequence[HostSync]) -> list:
+    """The other witnesses' records with the capture's: merged into the record at the same site."""
+    out = list(syncs)
+    for rec in captured:
+        i = next((k for k, s in enumerate(out) if s.site == rec.site), None)
+        if i is None:
+            out.append(rec)
+        else:
+            out[i] = merged([out[i], rec])
+    return out
+
+
+def _check_flags(allow, count, strict, capture, capture_error_mode) -> tuple:
     # A bare string would be iterated character by character, and its lone "*" would allow every
     # site: the guard would silently check nothing. strict="no" would count as true.
     if isinstance(allow, (str, bytes)) or not isinstance(allow, (list, tuple)) \
             or not all(isinstance(a, str) for a in allow):
         raise TypeError(f"allow must be a list or tuple of site patterns (strings), e.g. [\"lib/x.py:99\"]; "
                         f"got {type(allow).__name__} {allow!r:.80}")
-    for name, flag in (("count", count), ("strict", strict)):
+    for name, flag in (("count", count), ("strict", strict), ("capture", capture)):
         if not isinstance(flag, bool):
             raise TypeError(f"{name} must be True or False; got {type(flag).__name__} {flag!r:.40}")
-    allow = tuple(allow)
+    if capture_error_mode not in CAPTURE_MODES:
+        raise ValueError(f"capture_error_mode must be one of {', '.join(CAPTURE_MODES)}; got {capture_error_mode!r:.40}")
+    return tuple(allow)
+
+
+# --- the guard ------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def no_host_syncs(*, allow: Iterable[str] = (), count: bool = False, strict: bool = False,
+                  debug_mode: bool = True, cupti: bool = True, capture: bool = False,
+                  capture_error_mode: str = "global") -> Iterator[SyncReport]:
+    """Fail (HostSyncError) if the block makes a host sync that `allow` does not list.
+
+    Yields a SyncReport, filled on exit. count=True: never fail, just fill the report.
+    strict=True: raise NoCudaError without CUDA instead of warning. debug_mode / cupti: turn a
+    witness off (cupti=False where another profiler is already running; it also drops the trace
+    copies). capture=True: the fourth witness, the block run once under CUDA graph capture in
+    `capture_error_mode` (its GPU work recorded, not run)."""
+    allow = _check_flags(allow, count, strict, capture, capture_error_mode)
     report = SyncReport()
     if not torch.cuda.is_available():
         if strict:
@@ -380,12 +467,16 @@ def no_host_syncs(*, allow: Iterable[str] = (), count: bool = False, strict: boo
         warnings.warn(NO_CUDA_MESSAGE, NoCudaWarning, stacklevel=3)
         yield report
         return
-    report.checked = tuple(w for w, on in ((DEBUG_MODE, debug_mode), (CUPTI, cupti), (TRACE, cupti)) if on)
+    report.checked = tuple(w for w, on in ((DEBUG_MODE, debug_mode), (CUPTI, cupti), (TRACE, cupti),
+                                           (CAPTURE, capture)) if on)
+    captured: list = []
     with contextlib.ExitStack() as stack:
         # Python stacks for attribution; the closing sync inside the session, outside the block's range,
         # so the copies' GPU records are complete.
         prof = (stack.enter_context(_trace.profiled(with_stack=True, profile_memory=False, sync=torch.cuda.synchronize))
                 if cupti else None)
+        if capture:  # entered before sync debug mode: the capture's own synchronize is not the block's
+            stack.enter_context(_captured(captured, allow, capture_error_mode))
         fired: list = []  # sync debug mode's sites in firing order, each marked in the trace
 
         def on_sync(site: str) -> None:
@@ -402,5 +493,6 @@ def no_host_syncs(*, allow: Iterable[str] = (), count: bool = False, strict: boo
         report.syncs = one_record_per_sync(debug, debug_marks(tr), sightings(tr, allow))
     else:
         report.syncs = debug
+    report.syncs = with_capture(report.syncs, captured)
     if report.violations and not count:
         raise HostSyncError(report.error_message())

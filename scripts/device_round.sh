@@ -9,7 +9,11 @@
 # Other stages, named explicitly (studies/ and scripts/): readme, cudaN (any N: one more CUDA-suite invocation),
 # card (doctor --card --compare), gallery, blocked (the known-idle cases' syncs timed without a profiler), reference, traces, cold, where, live_stream, live_stream_alt,
 # card_hazards, interference, inspect, torchrun, ep (two GPUs), field (the gallery at the queued scale, the
-# hazards, notebook 06's step), order (three randomised-order reference runs), run_ahead.
+# hazards, notebook 06's step), order (three randomised-order reference runs), run_ahead,
+# headroom (each gallery case's and the draft step's headroom beside its charge, and the race forms),
+# trace_roundtrip (known-cost and draft-step traces read back through `dspark-lab trace`),
+# card_waits (the card with its wait and launch cells, compared with the recorded card), cuda_new (the CUDA
+# tests named in NEW_CUDA_TESTS, default the wait/launch cells' and the races').
 #   OUT=/tmp/o bash scripts/device_round.sh               # the round
 #   OUT=/tmp/o bash scripts/device_round.sh cuda1 gallery # chosen stages
 # Wheels under .whl/ (jupyter, plotly: the GPU machines lack them) are installed first where present.
@@ -37,11 +41,13 @@ notebooks=01_onboarding.ipynb,02_tuning_new_gpu.ipynb,04_sync_gallery.ipynb,05_y
 declare -A LIMIT=([verify]=400 [cuda]=400 [notebooks]=300 [sweep]=200 [readme]=600 [card_hazards]=130 [interference]=300
   [inspect]=110 [live_stream]=180 [live_stream_alt]=180 [torchrun]=70 [traces]=120 [where]=120 [card]=90
   [gallery]=150 [reference]=200 [cold]=220 [ep]=330
-  [field]=200 [blocked]=240 [order]=200 [run_ahead]=120)
+  [field]=200 [blocked]=240 [order]=200 [run_ahead]=120 [headroom]=160 [trace_roundtrip]=120 [card_waits]=120)
 run_stage() {  # stage: its command, under its limit, output in $log
   local stage=$1
   case $stage in
     verify) timeout "${LIMIT[verify]}" python3 -m dspark_lab.cli verify --out "$W/verify/$(date -u +%Y%m%d-%H%M)-verify.json" ;;
+    cuda_new) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m cuda -p no:cacheprovider --junitxml "$W/junit-$stage.xml" \
+             ${NEW_CUDA_TESTS:-tests/test_card_primitives_cuda.py tests/test_races_cuda.py} ;;
     cuda*) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m "cuda and not readme_job" -p no:cacheprovider \
              --junitxml "$W/junit-$stage.xml" ${CUDA_PYTEST_ARGS:-} ${CUDA_TESTS:-tests} ;;
     notebooks) DSPARK_NOTEBOOKS=$notebooks timeout "${LIMIT[notebooks]}" python3 scripts/gpu_session.py notebooks ;;
@@ -65,6 +71,11 @@ run_stage() {  # stage: its command, under its limit, output in $log
     ep) OUT=$W timeout "${LIMIT[ep]}" python3 -m studies.ep.real_ranks ;;
     field) OUT=$W timeout "${LIMIT[field]}" python3 -m studies.field.record_field --scale queued --budget-s "${FIELD_BUDGET_S:-120}" ;;
     order) OUT=$W timeout "${LIMIT[order]}" python3 -m studies.order.randomised_reference --time-cap "${ORDER_TIME_CAP_S:-10}" ;;
+    headroom) OUT=$W timeout "${LIMIT[headroom]}" python3 -m studies.headroom.gallery_and_draft ;;
+    trace_roundtrip) OUT=$W timeout "${LIMIT[trace_roundtrip]}" python3 -m studies.trace.known_cost_roundtrip ;;
+    card_waits) mkdir -p "$W/data/machines" && timeout "${LIMIT[card_waits]}" python3 -m dspark_lab.cli doctor --card \
+            --compare "${CARD_REF:-data/machines/h200-card-20261201-1406.json}" \
+            --card-out "$W/data/machines/h200-card-$(date -u +%Y%m%d-%H%M).json" ;;
     run_ahead) mkdir -p "$W/run_ahead" && timeout "${LIMIT[run_ahead]}" python3 -m studies.run_ahead.reference_point --out "$W/run_ahead" ;;
     *) echo "unknown stage $stage (see the head of scripts/device_round.sh)"; false ;;
   esac

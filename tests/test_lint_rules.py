@@ -40,6 +40,10 @@ CASES = [
     ("data_dependent_shape", "i = torch.where(s.accept)\n", "i = torch.where(s.accept, x, 0)\n"),
     ("boolean_mask", "y = x.cuda()\nkept = y[y > 0]\n", "kept = x[0:3]\n"),
     ("boolean_mask", "m = x.cuda() > 0\nkept = s.logits[m]\n", "m = torch.arange(3) > 0\nkept = s.logits[m]\n"),
+    ("host_mask_on_device", "m = s.seq_lens_cpu.cuda() >= 2048\nkept = s.logits[m]\n",
+     "m = s.seq_lens_cpu >= 2048\nkept = s.logits[m]\n"),
+    ("host_mask_on_device", "lens = s.seq_lens_cpu.to(dev)\nkept = s.logits[lens > 3]\n",
+     "lens = s.seq_lens.to(dev)\nkept = s.logits[lens > 3]\n"),
     ("unpinned_non_blocking", "t = torch.tensor(n).to(dev, non_blocking=True)\n",
      "t = torch.tensor(n, pin_memory=True).to(dev, non_blocking=True)\n"),
     ("unpinned_non_blocking", "h = torch.from_numpy(a)\nh2 = h * 2\nd = h2.to(dev, non_blocking=True)\n",
@@ -166,3 +170,28 @@ def test_the_copy_fixes_state_when_a_pinned_source_may_be_refilled():
     assert "refill a pinned buffer only after the copy that reads it has run" in h2d and "event" in h2d
     blocking = fix_of("h = torch.tensor(values)\nd = h.cuda()\n", "blocking_to_device")
     assert "keep that source alive" not in blocking and "do not refill that source until the copy has run" in blocking
+
+
+# --- a mask on the host is no sync (PyTorch #156384); a device mask made from host values gets that fix ---
+@pytest.mark.parametrize("body", [
+    "mask = s.seq_lens_cpu >= 2048\nkept = s.logits[mask]\n",  # a comparison of the host mirror
+    "kept = s.logits[s.seq_lens_cpu >= 2048]\n",  # the same, inline
+    "mask = torch.tensor([True, False, True])\nkept = s.logits[mask]\n",  # a CPU tensor from a list, no device
+    "mask_cpu = s.accept.cpu()\nkept = s.logits[mask_cpu]\n",  # .cpu() of a device mask (that copy is its own finding)
+    "kept = s.logits[s.accept_cpu]\n",  # a `_cpu` mirror
+])
+def test_indexing_with_a_mask_known_to_be_on_the_host_is_not_flagged(body):
+    assert not {"boolean_mask", "host_mask_on_device"} & rules(body), found(body)
+
+
+def test_a_device_mask_made_from_host_values_is_offered_the_host_mask_fix():
+    f = [x for x in lint_source("import torch\n\ndef step(s, flags, dev):\n"
+                                "    mask = torch.tensor(flags, dtype=torch.bool).to(dev)\n"
+                                "    return s.logits[~mask]\n") if x.rule.endswith("mask_on_device")]
+    assert [x.line for x in f] == [5] and "x[mask_cpu]" in f[0].fix and "PyTorch #156384" in f[0].fix
+
+
+def test_a_mask_from_device_values_keeps_the_fixed_shape_fix():
+    body = "lens = s.seq_lens_cpu.to(dev)\nkept = s.logits[(lens > 3) & (x.cuda() > 0)]\n"
+    assert "boolean_mask" in rules(body) and "host_mask_on_device" not in rules(body), found(body)
+    assert RULES["boolean_mask"].fix != RULES["host_mask_on_device"].fix

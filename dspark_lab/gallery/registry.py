@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Callable
 
 from dspark_lab.gallery import cases as C
-from dspark_lab.gallery import field_cases
+from dspark_lab.gallery import compiled_cases, counter_cases, field_cases, spec_cases
+from dspark_lab.gallery.race_cases import CASES as RACE_CASES  # noqa: F401 -- the races a fix can cause (their own step shape)
 from dspark_lab.results.facts.citations import cite
 
 SYNC_MARK = re.compile(r"#\s*sync:\s*(?P<what>.*)$")
@@ -144,6 +145,7 @@ _CASES = (
 )
 
 _CASES += tuple(Case(**d) for d in field_cases.FIELD_CASES)  # the cases from the field
+_CASES += tuple(Case(**d) for d in spec_cases.SPEC_CASES + counter_cases.COUNTER_CASES + compiled_cases.COMPILED_CASES)
 CASES: dict[str, Case] = {c.name: c for c in _CASES}
 
 

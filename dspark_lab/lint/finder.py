@@ -83,7 +83,7 @@ class _Walker:
                 self.call(n)
             elif isinstance(n, ast.Subscript) and isinstance(n.ctx, ast.Load):
                 if self.is_tensor_mask(n.slice) and self.flow.origin(n.value) not in _HOST_SIDE:
-                    self.add(n, "boolean_mask")
+                    self.add(n, "host_mask_on_device" if self.flow.is_host_sourced(n.slice) else "boolean_mask")
             elif isinstance(n, ast.IfExp):
                 self.condition(n.test)
 

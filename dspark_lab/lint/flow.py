@@ -5,6 +5,10 @@ a list), or None
 line a sync: `.item()` of a host tensor is not one, `.to(dev, non_blocking=True)` of `torch.tensor(x)`
 is a pageable copy.
 
+A device tensor made from host values (`.to(dev)` / `.cuda()` of a host tensor, `torch.tensor(<host
+values>, device=)`) is also marked host-sourced, and so is a mask computed from one: the host holds
+the same values, so it could hold the mask (`host_sourced`).
+
 Names say where a value lives when nothing else does (the convention the gallery and SGLang follow):
 `*_cpu`, `host_*` and `*pageable*` are host memory, `*pinned*` is pinned; `*mask*` is a boolean mask.
 """
@@ -15,6 +19,7 @@ import re
 from typing import Optional
 
 DEVICE, HOST, PINNED, PYTHON = "device", "host", "pinned", "python"
+_HOST_SIDE = (HOST, PINNED, PYTHON)
 _HOST_NAME = re.compile(r"(^|_)(cpu|host|pageable)(_|$)|pageable")
 _PINNED_NAME = re.compile(r"pinned|(^|_)pin(_|$)")
 _MASK_NAME = re.compile(r"mask")
@@ -77,10 +82,12 @@ class Flow:
     def __init__(self) -> None:
         self.names: dict[str, Optional[str]] = {}
         self.masks: set[str] = set()
+        self.host_sourced: set[str] = set()  # device tensors made from host values, and masks of them
 
     def assign(self, target: ast.AST, value: ast.AST) -> None:
         if isinstance(target, ast.Name):
             self.names[target.id] = self.origin(value)
+            (self.host_sourced.add if self.is_host_sourced(value) else self.host_sourced.discard)(target.id)
             if self.is_mask(value):
                 self.masks.add(target.id)
             else:
@@ -139,6 +146,31 @@ class Flow:
         if dev is None or (isinstance(dev, ast.Attribute) and getattr(dev.value, "id", None) == "torch"):
             return base  # .to(torch.int32): a dtype, same place
         return HOST if is_cpu_literal(dev) else DEVICE
+
+    def is_host_sourced(self, node: ast.AST) -> bool:
+        """A device value made from host values (a copy up, a factory given host data), or a mask or
+        view computed from such values and no other device value."""
+        if isinstance(node, ast.Name):
+            return node.id in self.host_sourced
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("to", "cuda"):
+            moved = self.origin(node) == DEVICE and self.origin(node.func.value) in _HOST_SIDE
+            return moved or (node.func.attr == "to" and self.is_host_sourced(node.func.value) and self.origin(node) == DEVICE)
+        if isinstance(node, ast.Call) and is_torch(node.func, *FROM_DATA):
+            return factory_origin(node) == DEVICE and bool(node.args) and self.origin(node.args[0]) in _HOST_SIDE
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _MASK_METHODS:
+            return self._only_host_sourced([node.func.value] + list(node.args))
+        if isinstance(node, ast.Compare):
+            return self._only_host_sourced([node.left] + node.comparators)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
+            return self.is_host_sourced(node.operand)
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr, ast.BitXor)):
+            return self._only_host_sourced([node.left, node.right])
+        return False
+
+    def _only_host_sourced(self, parts: list) -> bool:
+        """Some part is host-sourced and every other part is too, or a host or Python value."""
+        sourced = [self.is_host_sourced(p) for p in parts]
+        return any(sourced) and all(s or self.origin(p) in _HOST_SIDE for p, s in zip(parts, sourced))
 
     def is_mask(self, node: ast.AST) -> bool:
         if isinstance(node, ast.Compare) and not any(isinstance(o, (ast.In, ast.NotIn, ast.Is, ast.IsNot)) for o in node.ops):

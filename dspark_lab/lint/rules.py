@@ -51,6 +51,11 @@ _RULES = (
          "a D2H copy of the output size and a stream sync", True),
     Rule("boolean_mask", "boolean-mask indexing `x[mask]`", "keep the shape fixed: (x * mask).sum(...) or "
          "torch.where(mask, x, 0)", "a D2H copy of the output size and a stream sync", True),
+    Rule("host_mask_on_device", "boolean-mask indexing `x[mask]` with a device mask made from host values "
+         "(`.to(device)` / `.cuda()` of a host tensor, or a comparison of one)", "index with the host mask itself, "
+         "x[mask_cpu]: since PyTorch #156384 a CPU mask's indices can be copied up without a stream sync "
+         "(vLLM #38047 relies on it for indexing; the gallery's host_bool_mask measures whether it syncs on the "
+         "recorded torch)", "a D2H copy of the output size and a stream sync", True),
     Rule("unpinned_non_blocking", "`.to(device, non_blocking=True)` / `.copy_(..., non_blocking=True)` to or from "
          "pageable host memory (torch.from_numpy, torch.tensor, a CPU op chain)", "copy through pinned memory "
          "(pin_memory=True). To the device: refill a pinned buffer only after the copy that reads it has run "

@@ -1,9 +1,11 @@
 """`dspark-lab verify`: the kit checks itself against truths it builds, on this machine.
 
-Six groups (results.record.verify_record.GROUPS): sync counts and lines of step functions whose
+Eight groups (results.record.verify_record.GROUPS): sync counts and lines of step functions whose
 syncs are known (verify.known_syncs); the cost rule on steps whose caused idle is known
 (gallery.known_idle); the card's verdict rule on cells whose answer is known; the hazards (the
-race reproduces, each fix gives 0); the katas' reference solutions; the clocks. Each check's
+race reproduces, each fix gives 0); the katas' reference solutions; the clocks; the guard, the
+counts and the cost rule on torch.compile'd code (verify.compiled); the guard's capture witness on
+the sync zoo (verify.capture). Each check's
 verdict comes from results.analyses.verification, where its rule is tested on CPU.
 
     from dspark_lab.verify import run

@@ -20,6 +20,8 @@ from dspark_lab.results.record import sync_sites
 from dspark_lab.results.record.verify_record import Check
 from dspark_lab.results.rules.stats import median_ci
 from dspark_lab.verify import known_syncs as KS
+from dspark_lab.verify.capture import capture_checks
+from dspark_lab.verify.compiled import compiled_checks
 
 
 def _line_of(site: str) -> int:
@@ -206,4 +208,4 @@ def clock_checks(asked=(1.0, 5.0), reps: int = 20) -> list[Check]:
 
 
 GROUP_RUNNERS = {"syncs": sync_checks, "cost": cost_checks, "card": card_checks, "hazards": hazard_checks,
-                 "katas": kata_checks, "clocks": clock_checks}
+                 "katas": kata_checks, "clocks": clock_checks, "compiled": compiled_checks, "capture": capture_checks}

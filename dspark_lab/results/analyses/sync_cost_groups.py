@@ -4,13 +4,18 @@ same record. Torch-free: it reads a recorded gallery (gallery/report.py's format
 
 The step-time change is the case's `change` (fix against case, trials paired per round, written by
 studies/field/record_field.py) where present; otherwise the two variants' 95% CIs: apart, it costs;
-overlapping, no measurable difference.
+overlapping, no measurable difference. A fix measurably slower than its case is a fix that costs
+(a wait added to close a race, a wait moved where it waits longer): the counter-examples' group
+where the data puts them there. A case is a counter-example where its shape says so (registry).
 """
 from __future__ import annotations
 
 import pandas as pd
 
 COSTS, FREE, UNMEASURED = "syncs that cost", "syncs that cost nothing here", "not measurable here"
+PRICED = "fixes that cost"  # the fix is measurably slower than the case
+GROUP_ORDER = (COSTS, FREE, PRICED, UNMEASURED)
+COUNTER = "counter-example"  # how a counter-example's shape begins
 GPU_BUSY_SHARE = 0.05  # a sync that starves the GPU for less than 5% of the step left it busy
 
 
@@ -69,13 +74,21 @@ def _why_costs(c: dict, pct: float) -> str:
     return f"{text}; {kept}" if kept else text
 
 
+def _why_priced(c: dict, pct: float) -> str:
+    a, b = c["variants"]["case"], c["variants"]["fix"]
+    kept = _fix_keeps(b) or "the fix keeps no wait of its own"
+    return (f"the case's waits caused {_caused(a):.3f} ms of GPU idle per step; {kept}; the fix is {pct:.1f}% "
+            f"slower")
+
+
 def groups(rec: dict) -> pd.DataFrame:
     """One row per case: group, the step-time change (fix vs case) with its CI, how it was compared, why."""
     rows = []
     for c in rec["cases"]:
         a, b = c["variants"]["case"], c["variants"]["fix"]
         row = {"case": c["name"], "from": c["pr"].split(" (")[0], "syncs case": a["host_syncs_per_step"],
-               "syncs fix": b["host_syncs_per_step"]}
+               "syncs fix": b["host_syncs_per_step"], "counter-example": str(c.get("shape", "")).startswith(COUNTER),
+               "charge ms": _caused(a) if a["status"] == "ok" else None}
         if a["status"] != "ok" or b["status"] != "ok" or not a["step_ms"] or not b["step_ms"]:
             rows.append({**row, "group": UNMEASURED, "why": a["error"] or b["error"] or "no step time"})
             continue
@@ -85,11 +98,22 @@ def groups(rec: dict) -> pd.DataFrame:
             row.update(group=UNMEASURED, why="recorded without CUDA: nothing can sync, every count is zero by construction")
         elif hi < 0:
             row.update(group=COSTS, why=_why_costs(c, pct))
+        elif lo > 0:
+            row.update(group=PRICED, why=_why_priced(c, pct))
         else:
-            row.update(group=FREE, why=_why_free(c) if lo <= 0 else "the fix is measurably slower here")
+            row.update(group=FREE, why=_why_free(c))
         rows.append(row)
-    cols = ["group", "case", "from", "syncs case", "syncs fix", "change %", "CI low %", "CI high %", "compared", "why"]
-    return pd.DataFrame(rows, columns=cols).sort_values("group", kind="stable").reset_index(drop=True)
+    cols = ["group", "case", "from", "counter-example", "syncs case", "syncs fix", "charge ms", "change %", "CI low %",
+            "CI high %", "compared", "why"]
+    out = pd.DataFrame(rows, columns=cols)
+    order = out["group"].map({g: i for i, g in enumerate(GROUP_ORDER)})
+    return out.iloc[order.argsort(kind="stable")].reset_index(drop=True)
+
+
+def counter_examples(rec: dict) -> pd.DataFrame:
+    """The counter-examples' rows of `groups(rec)`: where the measurement put each, and why."""
+    g = groups(rec)
+    return g[g["counter-example"]].reset_index(drop=True)
 
 
 def counts_match(rec: dict) -> pd.DataFrame:
@@ -97,3 +121,26 @@ def counts_match(rec: dict) -> pd.DataFrame:
     rows = [{"case": c["name"], "variant": v, "documented": r["expected_syncs"], "measured": r["host_syncs_per_step"],
              "matches": r["matches"]} for c in rec["cases"] for v, r in c["variants"].items()]
     return pd.DataFrame(rows, columns=["case", "variant", "documented", "measured", "matches"])
+
+
+def _row_line(r: dict) -> str:
+    change = "" if r["change %"] != r["change %"] else (f"{r['change %']:+.1f}% (95% CI {r['CI low %']:+.1f}% to "
+                                                        f"{r['CI high %']:+.1f}%, {r['compared']}): ")
+    return f"  {r['case']} ({r['from']}): {change}{r['why']}"
+
+
+def lines(rec: dict) -> list[str]:
+    """Each group with its cases (a group empty on this recording says so; the unmeasured one is left
+    out when empty), then the counter-examples with the group the measurement put each in."""
+    g = groups(rec)
+    out = []
+    for group in GROUP_ORDER:
+        rows = g[g["group"] == group]
+        if group == UNMEASURED and not len(rows):
+            continue
+        out.append(f"{group}:" + ("" if len(rows) else " none in this recording"))
+        out += [_row_line(r) for r in rows.to_dict("records")]
+    counter = g[g["counter-example"]]
+    out.append("counter-examples, where this recording puts them:" + ("" if len(counter) else " none recorded"))
+    out += [f"  {r['case']}: {r['group']}" for r in counter.to_dict("records")]
+    return out

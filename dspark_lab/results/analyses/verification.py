@@ -215,6 +215,8 @@ NEEDS_CUDA = {
     "hazards": "the races: need pinned memory, copies queued behind GPU work and CUDA graphs",
     "katas": "the katas' guard and speed criteria: need syncs to find and remove",
     "clocks": "CUDA events against the host clock: need CUDA events",
+    "compiled": "the guard, the counts and the cost rule on torch.compile'd code: need CUDA and Inductor",
+    "capture": "the guard's capture witness: needs CUDA graph capture",
 }
 
 

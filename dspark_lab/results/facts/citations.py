@@ -29,6 +29,7 @@ PROJECTS = {
     "onnxruntime": "microsoft/onnxruntime", "TraceLens": "", "HTA": "facebookresearch/HolisticTraceAnalysis",
     "lupine": "", "HIP": "ROCm/HIP", "traceml": "", "rf-detr": "", "CuPy": "cupy/cupy", "tutorials": "pytorch/tutorials",
     "CUDA.jl": "JuliaGPU/CUDA.jl",
+    "colibri": "", "vibesys": "", "rocm-systems": "ROCm/rocm-systems",
 }
 DEFAULT_PROJECT = "SGLang"
 _ALIASES = {p.lower(): p for p in PROJECTS} | {"sglang's": "SGLang", "pytorch's": "PyTorch", "torch": "PyTorch"}
@@ -116,7 +117,8 @@ _ROWS = (
        "a pin_memory() every step serialised on the caching host allocator", "as vLLM #49780"),
     _c("SGLang", 29075, "the decode read-back moved onto a copy stream",
        "moved the decode D2H onto a copy stream; on ROCm the added cross-stream wait regressed decode 10-20%",
-       "why the card times a cross-stream wait and advice charges it"),
+       "why the card times a cross-stream wait and advice charges it; docs/field.md: moving a wait can regress "
+       "another platform, not reduced to a one-GPU step"),
     _c("SGLang", 29642, "the HIP fix for the copy stream's cross-stream wait",
        "the ROCm fix for the decode regression that the copy stream's cross-stream wait caused (#29075)",
        "beside SGLang #29075"),
@@ -151,8 +153,10 @@ _ROWS = (
        "the copy moved to a runner-owned buffer (as vLLM #53613's description states it)",
        "the race check's pinned_written_in_flight form and the condense race case", NOT_RECHECKED),
     _c("vLLM", 53613, "spec-decode input prep ordered after the previous step's postprocess",
-       "names vLLM #51599's shape: condense() writes the pinned accepted-count tensor while the D2H is in flight",
-       "where the race check's condense shape is described", CHECKED),
+       "names vLLM #51599's shape: condense() writes the pinned accepted-count tensor while the D2H is in flight; "
+       "quotes vLLM #42574's nsys numbers (host time in cudaEventSynchronize 0.041 -> 4.106 s)",
+       "where the race check's condense shape is described, and deferred_event_sync's numbers are quoted", CHECKED,
+       "open"),
     # -- field cases (the field gallery) ------------------------------------------------------------
     _c("TensorRT-LLM", 16680, "select_blocks_from_maxscore: a blocking H2D every step",
        "n_valid_blocks.to(device=, dtype=torch.long) was a blocking host-to-device copy every step; made on the "
@@ -204,6 +208,49 @@ _ROWS = (
        NOT_RECHECKED),
     _c("TraceLens", 620, "GPU gaps classified sync_drain / no_sync", "every GPU gap classified, with what the CPU did",
        "the idle breakdown's neighbour", NOT_RECHECKED, "open"),
+    # -- the field, third round (gallery/spec_cases.py, gallery/counter_cases.py, lint, compile, capture) --
+    _c("SGLang", 26171, "EAGLE-3 on Blackwell: torch.sum(batch.seq_lens).item() on the draft side",
+       "proposes int(batch.seq_lens_cpu.sum()) for torch.sum(batch.seq_lens).item(); reports 1.00 -> 1.38x on humaneval",
+       "draft_sum_item's shape and fix; an issue, closed as inactive", NOT_RECHECKED, "closed"),
+    _c("SGLang", 28480, "every seq_lens_cpu.max().item() replaced by the static bound max_context_len",
+       "B300, TP4: 458 -> 521 tok/s, syncs per verify cycle 4 -> 3", "max_len_static_bound's shape and fix",
+       NOT_RECHECKED, "closed"),
+    _c("SGLang", 28106, "metadata sized from a static upper bound, a device-side kernel filling the entries",
+       "sizes the metadata from a static upper bound and fills the entries with a device-side kernel",
+       "size_from_device_max's fix", NOT_RECHECKED, "merged"),
+    _c("SGLang", 27177, "an earlier attempt that fell back to a GPU .max()",
+       "sized the metadata by a GPU .max(): a sync in disguise", "size_from_device_max's case", NOT_RECHECKED, "closed"),
+    _c("vLLM", 38047, "GDNAttentionMetadata.build: CPU boolean masks during speculative decoding",
+       "switches to CPU boolean masks (async since PyTorch #156384) and fixes repeat_interleave's output_size; the "
+       "syncs gone in a torch profile, 7% more throughput and 20% lower TTFT in a quick benchmark",
+       "host_bool_mask's shape and fix; lint's host-mask rule", CHECKED, "merged"),
+    _c("PyTorch", 156384, "no cudaStreamSynchronize when a GPU tensor is indexed with a CPU boolean mask",
+       "the mask's nonzero() indices copied to the GPU without a sync when the mask is on the CPU (the stored "
+       "text describes index_put, target[mask] = src)",
+       "lint does not flag x[mask] of a host mask; the gallery's host_bool_mask measures it on the recorded torch",
+       CHECKED, "closed"),
+    _c("vLLM", 32951, "the CPU assumes every draft accepted, the GPU corrects", "TPOT 9.19 -> 8.90 ms",
+       "assume_accepted's shape and fix", NOT_RECHECKED),
+    _c("vLLM", 20078, "EAGLE input preparation moved to the GPU",
+       "~4-5% for two optimisations together, ~2.5% from the fused kernels alone",
+       "draft_inputs_prep's shape and fix", NOT_RECHECKED, "closed"),
+    _c("vLLM", 42574, "an event.synchronize() deferred",
+       "host time in cudaEventSynchronize 0.041 -> 4.106 s in its own nsys numbers, as quoted in vLLM #53613",
+       "deferred_event_sync: a deferred wait is not a removed one", NOT_RECHECKED),
+    _c("colibri", 431, "a sum of API time is not a cost", "a profile's summed sync-call time is not what the syncs cost",
+       "api_time_sum's lesson", NOT_RECHECKED),
+    _c("vLLM", 36013, "a race fix", "mean TTFT 67.7 -> 76.3 ms", "race_fix_price: a race fix has a price",
+       NOT_RECHECKED),
+    _c("vibesys", 421, "run-ahead against first-token latency", "p95 TTFT -24% with overlap off",
+       "docs/field.md: run-ahead can cost first-token latency; not reduced to a one-GPU step", NOT_RECHECKED),
+    _c("PyTorch", 182190, "non-blocking DtH/HtD not ordered properly under compile",
+       "a non-blocking D2H copy followed by .item() was not ordered under torch.compile (Inductor emitted no wait)",
+       "verify's compiled check runs the shape and records the torch it checked", CHECKED, "closed"),
+    _c("PyTorch", 185252, "Inductor synchronizes non-blocking D2H copies",
+       "fixes PyTorch #182190: an event recorded after a pinned non-blocking D2H copy and synchronized", "as PyTorch #182190",
+       CHECKED, "closed"),
+    _c("rocm-systems", 4508, "capture_error_mode", "a sync during capture fails it in the global mode, from any "
+       "thread; thread-local and relaxed modes narrow it", "the guard's capture witness", NOT_RECHECKED),
 )
 
 CITATIONS: dict[tuple[str, int], Citation] = {}

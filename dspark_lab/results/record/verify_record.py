@@ -16,7 +16,7 @@ from dspark_lab.results.record.paths import machine_file_name
 
 VERIFY_KIND = "dspark-lab verify record"
 VERIFY_SCHEMA = 1
-GROUPS = ("syncs", "cost", "card", "hazards", "katas", "clocks")
+GROUPS = ("syncs", "cost", "card", "hazards", "katas", "clocks", "compiled", "capture")
 
 
 @dataclass(frozen=True)
