@@ -97,6 +97,19 @@ def test_the_graph_launch_is_fitted_per_node_and_the_costlier_shape_named():
     assert "the linear shape costs more" in P.graph_fits_in_words(f2)[-1]
 
 
+def test_a_graph_launch_that_does_not_grow_with_its_nodes_is_given_no_per_node_cost():
+    card = card_with(per_node_linear=0.005, per_node_decode=0.05)
+    for c in card["primitives"]:  # the decode shape's launch flat and noisy: every node count alike
+        if c["name"] == "graph_decode":
+            c["host_us"] = [30.0, 10.0, 50.0, 12.0, 11.0] if c["param"] == min(
+                x["param"] for x in card["primitives"] if x["name"] == "graph_decode") else [9.0, 40.0, 11.0, 13.0, 10.0]
+    words = P.graph_fits_in_words(P.frame(card))
+    decode = [w for w in words if w.startswith("graph_decode (queue empty)")]
+    assert decode and "does not grow measurably" in decode[0], words
+    assert words[-1] == "per node: only the linear shape's launch grows measurably here"
+    assert not any("costs more" in w for w in words)
+
+
 def test_a_line_needs_two_distinct_points():
     with pytest.raises(ValueError, match="two or more distinct x"):
         P.fit_line([5, 5], [1.0, 2.0])

@@ -51,8 +51,11 @@ MOVED_RATIO = 1.5
 MOVED_RULE = (f"a cell's time moved between two cards when one median is at least {MOVED_RATIO:g}x the other and "
               "the two cards' repeats do not overlap (the slowest of the faster card under the fastest of the "
               "slower); the verdict may stay the same.")
+GROWS_RULE = ("a graph's launch costs per node when the largest graph's repeats run above the smallest's: its "
+              "lower quartile over the smallest graph's upper quartile; otherwise the launch time does not grow "
+              "measurably with the node count and no per-node cost is stated (the fitted slope is shown as measured).")
 FRAME_COLUMNS = ("name", "group", "how", "param", "param_label", "queued_ms", "queue", "host_us", "host_us_min",
-                 "host_us_max", "reps", "inner", "cpu_us", "cpu_share", "verdict", "spins", "edge", "gpu_us",
+                 "host_us_max", "host_us_q1", "host_us_q3", "reps", "inner", "cpu_us", "cpu_share", "verdict", "spins", "edge", "gpu_us",
                  "gpu_one_stream_us", "error")
 
 
@@ -141,6 +144,13 @@ def has_primitives(card: dict) -> bool:
     return bool(card.get("primitives"))
 
 
+def _quartiles(xs: Sequence[float]) -> tuple[float, float]:
+    """(lower, upper) quartile: the medians of the lower and upper halves (the middle value in neither)."""
+    s = sorted(float(x) for x in xs)
+    half = len(s) // 2
+    return (_median(s[:half]), _median(s[-half:])) if half else (float("nan"), float("nan"))
+
+
 def _row(c: dict, empty_med: float) -> dict:
     xs = [float(x) for x in c.get("host_us") or []]
     cpu = [float(x) for x in c.get("cpu_us") or []]
@@ -150,7 +160,8 @@ def _row(c: dict, empty_med: float) -> dict:
     return dict(
         name=c["name"], group=PRIMITIVES[c["name"]][0], how=PRIMITIVES[c["name"]][1], param=int(c.get("param", 0)),
         param_label=param_label(c["name"], int(c.get("param", 0))), queued_ms=q, queue=queue_name(q), host_us=med,
-        host_us_min=min(xs) if xs else float("nan"), host_us_max=max(xs) if xs else float("nan"), reps=len(xs),
+        host_us_min=min(xs) if xs else float("nan"), host_us_max=max(xs) if xs else float("nan"),
+        host_us_q1=_quartiles(xs)[0], host_us_q3=_quartiles(xs)[1], reps=len(xs),
         inner=int(c.get("inner", 1)), cpu_us=cpu_med, cpu_share=cpu_med / med if ok and med > 0 else float("nan"),
         verdict=verdict(med, q, empty_med) if ok else None, spins=bool(ok and spins(med, cpu_med, q, empty_med)),
         edge=edge(xs, q, empty_med) if ok else "", gpu_us=_median(c.get("gpu_us") or []),
@@ -187,24 +198,37 @@ def graph_fits(f: pd.DataFrame) -> pd.DataFrame:
             slope, icpt = fit_line(part["param"], part["host_us"])
         except ValueError:
             continue
+        first, last = part.iloc[0], part.iloc[-1]
         rows.append(dict(name=name, queue=queue, how=PRIMITIVES[name][1], nodes=[int(n) for n in part["param"]],
-                         per_node_us=slope, intercept_us=icpt, largest_us=float(part["host_us"].iloc[-1])))
-    return pd.DataFrame(rows, columns=["name", "queue", "how", "nodes", "per_node_us", "intercept_us", "largest_us"])
+                         per_node_us=slope, intercept_us=icpt, smallest_us=float(first["host_us"]),
+                         largest_us=float(last["host_us"]), grows=bool(last["host_us_q1"] > first["host_us_q3"])))
+    return pd.DataFrame(rows, columns=["name", "queue", "how", "nodes", "per_node_us", "intercept_us", "smallest_us",
+                                       "largest_us", "grows"])
 
 
 def graph_fits_in_words(f: pd.DataFrame) -> list[str]:
-    """Each shape's fit, and which shape costs more per node (queue empty)."""
+    """Each shape's fit (GROWS_RULE: a per-node cost only where the launch grows measurably), and which
+    shape costs more per node (queue empty) where both grow."""
     fits = graph_fits(f)
-    out = [f"{r.name} ({'queue empty' if r.queue == 'empty' else 'GPU work queued'}): {r.intercept_us:.1f} µs + "
-           f"{r.per_node_us * 1e3:.1f} ns per node "
-           f"(fit over {', '.join(map(str, r.nodes))} nodes; {r.largest_us:.1f} µs at {r.nodes[-1]})"
-           for r in fits.itertuples()]
+    out = []
+    for r in fits.itertuples():
+        where = "queue empty" if r.queue == "empty" else "GPU work queued"
+        measured = (f"{r.smallest_us:.1f} µs at {r.nodes[0]} nodes, {r.largest_us:.1f} µs at {r.nodes[-1]}; "
+                    f"fit {r.intercept_us:.1f} µs + {r.per_node_us * 1e3:.1f} ns per node")
+        said = "grows with its node count" if r.grows else "does not grow measurably with its node count (the repeats overlap)"
+        out.append(f"{r.name} ({where}): {said}: {measured}")
     empty = fits[fits["queue"] == "empty"].set_index("name")
     if set(GRAPH_SHAPES) <= set(empty.index):
-        a, b = (empty.loc[s, "per_node_us"] for s in GRAPH_SHAPES)
-        costlier = GRAPH_SHAPES[int(b > a)]
-        out.append(f"per node, the {costlier.split('_')[1]} shape costs more to launch here "
-                   f"({max(a, b) * 1e3:.1f} vs {min(a, b) * 1e3:.1f} ns per node)")
+        growing = [s for s in GRAPH_SHAPES if empty.loc[s, "grows"]]
+        if len(growing) == 2:
+            a, b = (empty.loc[s, "per_node_us"] for s in GRAPH_SHAPES)
+            costlier = GRAPH_SHAPES[int(b > a)]
+            out.append(f"per node, the {costlier.split('_')[1]} shape costs more to launch here "
+                       f"({max(a, b) * 1e3:.1f} vs {min(a, b) * 1e3:.1f} ns per node)")
+        else:
+            out.append("per node: " + (f"only the {growing[0].split('_')[1]} shape's launch grows measurably here"
+                                       if growing else "neither shape's launch grows measurably with its node count "
+                                       "here, so neither is said to cost more per node"))
     return out
 
 
