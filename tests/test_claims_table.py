@@ -1,6 +1,7 @@
 """The claims table (docs/claims.md): every row points at a file that exists and at text that is still
-there (a moved or edited claim fails here, asking for its row to be checked again), every row has a
-status from the allowed set, and no row is wrong or unsafe."""
+there (an edited or removed claim fails here, asking for its row to be checked again; a claim that
+only moved is found where it went, and `python tests/test_claims_table.py --refresh` writes its new
+place into the table), every row has a status from the allowed set, and no row is wrong or unsafe."""
 import json
 import re
 from pathlib import Path
@@ -49,6 +50,25 @@ def rows(text: str) -> list[dict]:
     return out
 
 
+def moved_to(where: str, fragment: str, root: Path = ROOT) -> str:
+    """Where `fragment` stands now in the file `where` names ('path:LINE' or 'nb.ipynb#cellN', its first
+    place), or '' when it is nowhere in that file."""
+    m = _CELL.match(where) or _LINE.match(where)
+    path = root / m["path"] if m else None
+    if path is None or not path.is_file():
+        return ""
+    want = _norm(fragment)
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        hits = [i for i, c in enumerate(cells) if want in _norm("".join(c["source"]))]
+        return f"{m['path']}#cell{hits[0]}" if hits else ""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    on_one = [n for n, line in enumerate(lines, 1) if want in _norm(line)]
+    spread = [n for n in range(1, len(lines) + 1) if want in _norm(" ".join(lines[n - 1: n + NEAR]))]
+    hits = on_one or spread  # the line that holds it, else the first of the lines it starts within
+    return f"{m['path']}:{hits[0]}" if hits else ""
+
+
 def locate(where: str, fragment: str, root: Path = ROOT) -> str:
     """'' when `fragment` is found at `where` (`path:LINE` within NEAR lines, or `nb.ipynb#cellN`), else why not."""
     m = _CELL.match(where)
@@ -86,7 +106,8 @@ def test_the_table_has_rows_with_unique_ids():
 @pytest.mark.parametrize("row", TABLE_ROWS, ids=lambda r: r["id"])
 def test_each_row_points_at_its_text(row):
     assert row["fragment"], row["id"]
-    assert locate(row["where"], row["fragment"]) == ""
+    why = locate(row["where"], row["fragment"])
+    assert why == "" or moved_to(row["where"], row["fragment"]), why  # moved only: --refresh writes its place
 
 
 @pytest.mark.parametrize("row", TABLE_ROWS, ids=lambda r: r["id"])
@@ -115,6 +136,9 @@ def test_the_checker_finds_moved_and_missing_text(tmp_path):
     assert "no cell" in locate("n.ipynb#cell1", "x", tmp_path)
     assert "fragment not in" in locate("n.ipynb#cell0", "another", tmp_path)
     assert "where must be" in locate("a.md", "x", tmp_path)
+    assert moved_to("a.md:15", "the claim", tmp_path) == "a.md:3"  # moved: found where it went
+    assert moved_to("n.ipynb#cell4", "over lines", tmp_path) == "n.ipynb#cell0"
+    assert moved_to("a.md:3", "edited away", tmp_path) == "" and moved_to("b.md:1", "x", tmp_path) == ""
 
 
 def test_the_parser_reads_escaped_pipes_and_rejects_short_rows():
@@ -123,3 +147,26 @@ def test_the_parser_reads_escaped_pipes_and_rejects_short_rows():
     assert rows(text)[0]["fragment"] == "x | y"
     with pytest.raises(ValueError, match="cells"):
         rows(text + "| C2 | a.md:1 | x |\n")
+
+
+def refresh(table: Path = TABLE) -> int:
+    """Writes each moved row's new place into the table; returns how many rows moved."""
+    lines, moved = table.read_text(encoding="utf-8").split("\n"), 0
+    for k, line in enumerate(lines):
+        if not line.startswith("| C"):
+            continue
+        cells = re.split(r"(?<!\\)\|", line)
+        row = dict(zip(COLUMNS, (c.strip().replace("\\|", "|") for c in cells[1:-1])))
+        if locate(row["where"], row["fragment"]) and (now := moved_to(row["where"], row["fragment"])):
+            cells[2] = f" {now} "
+            lines[k], moved = "|".join(cells), moved + 1
+    table.write_text("\n".join(lines), encoding="utf-8")
+    return moved
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--refresh"]:
+        sys.exit("usage: python tests/test_claims_table.py --refresh")
+    print(f"{refresh()} rows moved")

@@ -95,6 +95,8 @@ HOW = {
     "dspark-lab inspect dspark_lab.gallery.targets:scalar_item":
         How(Run(("dspark_lab.gallery.targets:scalar_item", "host syncs per step", "record: "),
                 extra=("--steps", "3", "--trials", "3", "--warmup", "1", "--out", "{tmp}/inspect"))),
+    "dspark-lab trace tests/fixtures/foreign_traces/cuda_event_sync.json.gz --html":
+        How(Run(("an event wait (cudaEventSynchronize)", "record: ", "page: "), extra=("--out", "{tmp}/trace"))),
     "dspark-lab diff dspark_lab.gallery.targets:scalar_item dspark_lab.gallery.targets:scalar_item_fix":
         How(Run(("sync sites",), extra=("--steps", "3", "--trials", "3", "--warmup", "1", "--out", "{tmp}/diff"))),
 }

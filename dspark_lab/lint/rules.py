@@ -25,9 +25,11 @@ class Rule:
 _RULES = (
     Rule("item", "`.item()` on a tensor", "read the host's own copy (sum the scheduler's seq_lens_cpu mirror) "
          "or keep the value on the device", "a D2H copy and a stream sync", True),
-    Rule("tolist", "`.tolist()` on a tensor", "keep the sizes on the device: fixed-capacity buffers (worst case "
-         "per expert) instead of host split sizes", "a D2H copy and a stream sync", True),
-    Rule("to_host", "`.cpu()`, `.to('cpu')`, `.numpy()` of a device tensor", "build the metadata on the host from "
+    Rule("tolist", "`.tolist()` on a tensor", "keep the values on the device (for split sizes: fixed-capacity "
+         "buffers, worst case per expert), or read the host's own mirror; where the host needs the values, read "
+         "them once after the next work is queued and keep that wait with `# sync-ok: <reason>`",
+         "a D2H copy and a stream sync", True),
+    Rule("to_host", "`.cpu()`, `.to('cpu')`, `.numpy(force=True)` of a device tensor (plain `.numpy()` raises on one)", "build the metadata on the host from "
          "the scheduler's mirror and hand host tensors to the planner", "a blocking D2H copy", True),
     Rule("python_scalar", "`int()` / `float()` / `bool()` of a tensor", "read the host mirror, or keep the value a "
          "tensor", "a D2H copy and a stream sync", True),
@@ -44,8 +46,9 @@ _RULES = (
                     "of that many masked passes replace it; else keep its wait with `# sync-ok: <reason>`"))),
     Rule("tensor_from_host_data", "`torch.tensor(<list or name>, device=...)`", "torch.full(..., device=) for uniform "
          "values; else a fresh pinned tensor per step copied with non_blocking=True (never refill one pinned buffer "
-         "while its copy may be queued: keep two, each refilled after its last copy's event)",
-         "a pageable H2D copy that waits for the stream", False),
+         "while its copy may be queued: keep one more than the steps the host may run ahead (two for one step), "
+         "each refilled only after waiting on its last copy's event)",
+         "a blocking H2D copy: cudaMemcpyAsync, then cudaStreamSynchronize, whatever the source memory", False),
     Rule("data_dependent_shape", "`nonzero()`, `masked_select`, `unique`, one-argument `torch.where`",
          "keep the shape fixed: multiply by the mask, or torch.where(mask, x, 0)",
          "a D2H copy of the output size and a stream sync", True),
