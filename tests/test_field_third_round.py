@@ -193,3 +193,16 @@ def test_the_capture_witness_joins_the_others_on_one_record():
     [rec] = [r for r in g.syncs if guard.CAPTURE in r.witnesses]
     assert guard.CAPTURE in g.checked and guard.DEBUG_MODE in rec.witnesses, g.summary()
     assert rec.site.split(" ")[0].endswith(f":{KS.CASES[0].lines()[0]}")
+
+
+def test_dynamo_counts_the_item_graph_break_of_the_compiled_form_and_none_with_scalar_capture():
+    """The break at `.item()` ends the function, so Dynamo's graph_break_count can say 0 while its
+    break_reasons name it: the check reads both (an H200 under torch 2.11 failed verify on the count)."""
+    import torch
+
+    from dspark_lab.verify import compiled as V
+
+    x = torch.ones(4)
+    assert V.graph_breaks("compiled", x) == 1
+    assert V.graph_breaks("compiled, capture_scalar_outputs", x) == 0
+    assert V.graph_breaks("eager", x) is None
