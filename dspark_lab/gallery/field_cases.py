@@ -194,9 +194,9 @@ FIELD_CASES = (
         step=valid_blocks_copied_per_call, fix=valid_blocks_on_device,
         pr="NVIDIA/TensorRT-LLM #16680 (select_blocks_from_maxscore's n_valid_blocks)",
         why="`n_valid_blocks.to(device=device, dtype=torch.long)` looks like a cast, but the tensor lives on the "
-            "host: `.to()` without `non_blocking` is a blocking copy, so the host waits for the stream to drain "
-            "before the copy runs, every call. The PR's fix makes the counts on the device once per step, from "
-            "the lengths already there; the thread reports request latency P50 298.2 -> 269.6 ms. Here the "
+            "host: `.to()` without `non_blocking` is a blocking copy, so the host queues the copy and then waits "
+            "until the stream has run everything before it and the copy, every call. The PR's fix creates the "
+            "tensor on the device once per step; the thread reports request latency P50 298.2 -> 269.6 ms. Here the "
             "counts are computed on the device from `seq_lens`: the same mask, no host copy.",
         expected_syncs=1, expected_d2h=0,
     ),
@@ -251,10 +251,12 @@ FIELD_CASES = (
         name="redundant_stream_sync", shape="counter-example: a stream sync right before a by-design read-back",
         step=accept_lens_after_stream_sync, fix=accept_lens_read_back_only,
         pr="gittensor-ai-lab/sparkinfer #725 (a post-verify stream sync removed)",
-        why="After the verify the host needs the accepted lengths anyway: it copies them into pinned memory and "
-            "waits on the copy's event (the by-design read-back). An explicit stream sync just before that wait "
-            "waits for the same work, so removing it removes a sync and almost no time: the PR measured +0.28% "
-            "on a decode loop about 94% GPU-busy. The fix keeps the read-back (allowed) and drops the extra "
+        why="In the PR a stream sync followed the post-verify commit kernels although the host read nothing they "
+            "produced (stream order already ordered their consumers); removing it together with pinning a staging "
+            "buffer measured +0.28% on a decode loop about 94% GPU-busy. Here the extra stream sync sits just "
+            "before the by-design read-back (the accepted lengths copied into pinned memory, then a wait on the "
+            "copy's event), which waits for the same work, so removing it removes a sync and only a small part "
+            "of the step time. The fix keeps the read-back (allowed) and drops the extra "
             "sync; whether that is worth anything is what the step time says.",
         expected_syncs=1, expected_d2h=1, fix_expected_d2h=1, allow=("read_back",), helpers=(_sync_stream,),
     ),

@@ -1,5 +1,6 @@
-"""Katas for onboarding, one per gallery case: a step with a sync; you rewrite one function;
-`check(name, your_step)` grades it.
+"""Katas for onboarding, one for each of the gallery's first seven cases (none for the
+field, speculative-decoding, counter-example and compiled cases after them): a step with a sync;
+you rewrite one function; `check(name, your_step)` grades it.
 
     from dspark_lab.gallery import katas
     print(katas.starter("scalar_item"))      # the step with the sync, to paste and edit
@@ -8,7 +9,9 @@
 A solution takes the case's state (`s`) and returns what the pitfall step returns. The grade has
 three checks: the output equals the reference (the gallery's fix, on the same state); the guard
 sees no host sync outside the case's allow-list; and the step is measurably faster than the
-pitfall (interleaved rounds, paired per round, 95% CI of the difference below zero). Without CUDA
+pitfall (interleaved rounds, paired per round, 95% CI of the difference below zero), except
+`pageable_copy`, which asks only that it be no slower. The output is checked on one call, so a
+solution that refills a host buffer its copy still reads can pass. Without CUDA
 nothing can sync, so only correctness can be checked there, and the grade says so. The reference
 solutions are the gallery's fixes (`solution(name)`).
 """

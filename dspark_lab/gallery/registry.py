@@ -134,8 +134,9 @@ _CASES = (
         "no PR of this exact shape checked; on the same path "
         f"{cite('SGLang', 26128)} / {cite('SGLang', 30365)} / {cite('SGLang', 31364)} removed a per-step pinned device-to-host copy plus a stream "
         "sync (a sync the counters do see)",
-        "`host.copy_(dev, non_blocking=True)` into pageable memory returns only once the copy has run, "
-        "so the host waits for all work queued before it, with no sync call anywhere: neither "
+        "`host.copy_(dev, non_blocking=True)` into pageable memory returns only once the copy has run "
+        "(CUDA 11 documents it; 12.x says only 'might be synchronous'; the H200's card shows it at every "
+        "size), so the host waits for all work queued before it, with no sync call anywhere: neither "
         "PyTorch's sync debug mode nor the profiler's sync events see it, only the copy's "
         "'Device -> Pageable' kind in the trace does. The fix copies into a pinned buffer (truly "
         "asynchronous), records an event, queues the next work, and waits on the event only where the "
