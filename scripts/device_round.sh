@@ -45,7 +45,7 @@ declare -A LIMIT=([verify]=400 [cuda]=400 [notebooks]=300 [sweep]=200 [readme]=6
 run_stage() {  # stage: its command, under its limit, output in $log
   local stage=$1
   case $stage in
-    verify) timeout "${LIMIT[verify]}" python3 -m dspark_lab.cli verify --out "$W/verify/$(date -u +%Y%m%d-%H%M)-verify.json" ;;
+    verify) timeout "${LIMIT[verify]}" python3 -m dspark_lab.cli verify ${VERIFY_ONLY:+--only $VERIFY_ONLY} --out "$W/verify/$(date -u +%Y%m%d-%H%M)-verify.json" ;;
     cuda_new) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m cuda -p no:cacheprovider --junitxml "$W/junit-$stage.xml" \
              ${NEW_CUDA_TESTS:-tests/test_card_primitives_cuda.py tests/test_races_cuda.py} ;;
     cuda*) timeout "${LIMIT[cuda]}" python3 -m pytest -q -m "cuda and not readme_job" -p no:cacheprovider \
