@@ -410,3 +410,22 @@ def test_sweep_resume_of_a_file_with_a_forged_name_prints_it_escaped(tmp_path, c
     assert code == cli.EXIT_OK
     _no_forged_line(stdout + err)
     assert any(line.startswith("resume: 1 of 1 points already recorded in ") for line in err.splitlines())
+
+
+def test_an_output_path_that_cannot_be_written_is_refused_in_one_line_whatever_its_name_holds(tmp_path):
+    """A folder named with a newline and a file name too long for the file system: the error names the
+    path escaped, on one line (a path can otherwise print a forged "dspark-lab: ..." line)."""
+    from dspark_lab.results.record.output import OutputError, write_text_safely
+
+    (tmp_path / "a\nb").mkdir()
+    with pytest.raises(OutputError) as e:
+        write_text_safely(tmp_path / "a\nb" / ("x" * 300), "<html></html>")
+    assert "\n" not in str(e.value) and "a\\nb" in str(e.value)
+
+
+def test_inspect_prints_a_target_s_error_escaped_on_one_line(capsys):
+    from dspark_lab.cli import inspect as inspect_cli
+
+    inspect_cli.err("target failed:\ndspark-lab: forged line \x1b[2J")
+    said = capsys.readouterr().err
+    assert said.count("\n") == 1 and "\x1b" not in said and "\\ndspark-lab: forged" in said

@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from dspark_lab.cli.exits import output_status
+from dspark_lab.printable import one_line
 from dspark_lab.cli.lint import lint_beside
 from dspark_lab.cli.options import HelpFormatter, file_stem, float_in, int_in
 from dspark_lab.results.analyses import verdict as verdict_line
@@ -81,8 +82,8 @@ def add_inspect_parser(sub) -> None:
 
 
 def err(msg: str) -> None:
-    """One line on stderr, as every dspark-lab error."""
-    print(f"dspark-lab: {msg}", file=sys.stderr)
+    """One line on stderr, as every dspark-lab error (a target's own message escaped: printable.one_line)."""
+    print(f"dspark-lab: {one_line(msg)}", file=sys.stderr)
 
 
 def stem(label: str, name=None) -> str:

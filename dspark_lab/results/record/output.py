@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from dspark_lab.printable import one_line
 from dspark_lab.results.record.paths import resolved_parent, runs_dir
 from dspark_lab.results.record.records import RUN_SUFFIX
 from dspark_lab.results.record.regular_files import open_regular
@@ -29,7 +30,7 @@ class OutputError(Exception):
     """The output cannot or must not be written; `refused` is True when writing would harm data."""
 
     def __init__(self, message: str, refused: bool = False):
-        super().__init__(message)
+        super().__init__(one_line(message))  # a path may hold a newline or an escape: the error stays one line
         self.refused = refused
 
 
