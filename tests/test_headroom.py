@@ -115,6 +115,26 @@ def test_charges_match_by_line_and_the_agreement_is_the_ci():
     assert unseen[-1]["site"] == "app/m.py(20): g" and not unseen[-1]["stubbed"] and unseen[-1]["why_not"] == H.UNSEEN
 
 
+def test_a_charge_over_the_headroom_by_the_profiler_s_host_time_is_put_down_to_the_profiler():
+    """One wait, nothing moved: the charge (from the profiled step) exceeds the profiler-free headroom by
+    the real step's profiled time over its profiler-free time, the split's profiler term."""
+    base = inspect_record("b", [("app/m.py:10 f", 1.0, True, 0.5, 0.4, None)])
+    stub = inspect_record("s", [])
+    stub["parts"] = {**base["parts"], "gpu_idle_sync_caused_ms": 0.0, "gpu_idle_ms": base["parts"]["gpu_idle_ms"] - 0.4}
+    row = H.with_charges([_row("app/m.py:10 f", 0.28, 0.26, 0.30)], base)[0]
+    profiled = base["parts"]["profiled_step_ms"]
+    why = H.explain(base, stub, row, step_ms=profiled - 0.11)
+    assert why["terms"]["profiler"] == pytest.approx(-0.11) and why["reason"] == "profiler"
+    assert sum(why["terms"].values()) == pytest.approx(why["gap_ms"])
+    assert "the profiler's own host time" in H.verdict({**row, "why": why})
+    # a record made before the term existed gets it from its own numbers, the rest smaller by as much
+    old = {**why, "terms": {k: v for k, v in why["terms"].items() if k != "profiler"}}
+    old["terms"]["rest"] += why["terms"]["profiler"]
+    again = H.with_profiler_term(old, profiled, profiled - 0.11)
+    assert again["terms"] == pytest.approx(why["terms"]) and again["reason"] == "profiler"
+    assert H.profiler_term(1.0, 1.2) == 0.0 and H.profiler_term(None, 1.0) == 0.0
+
+
 def test_a_disagreement_is_split_and_a_moved_wait_named():
     base = inspect_record("b", [("app/m.py:10 f", 1.0, True, 0.5, 0.4, None), ("app/m.py:30 k", 1.0, True, 0.1, 0.0, None)])
     stub = inspect_record("s", [("app/m.py:30 k", 1.0, True, 0.45, 0.35, None)])
@@ -263,3 +283,16 @@ def test_which_calls_are_device_reads_or_waits():
     cpu = R.ReadStub(devices=("cpu",))
     assert R._mask_kind(cpu, (host, host > 0), {}) == "mask" and R._mask_kind(cpu, (host, (slice(None), host > 0)), {}) == "mask"
     assert R._mask_kind(cpu, (host, torch.tensor([0])), {}) is None  # an integer index: the shape is known
+
+
+def test_a_stubbed_step_that_runs_ahead_has_its_window_artefact_read_as_one_term():
+    """GPU busy and the rest of opposite signs, each larger than the gap: the stubbed step's profiled
+    window is the host's; they become one term, never the reason while another term pulls the gap's way."""
+    why = {"gap_ms": -0.42, "terms": {"moved": 0.01, "gpu_work": 3.5, "host_after": 0.0, "rest": -3.93},
+           "reason": "rest", "reason_text": "", "new_waits": [], "host_wait_ms": {}}
+    fixed = H.with_profiler_term(why, profiled_step_ms=5.6, step_ms=5.22)
+    assert set(fixed["terms"]) == {"moved", "host_after", "profiler", "window"}
+    assert fixed["reason"] == "profiler" and fixed["terms"]["profiler"] == pytest.approx(-0.38)
+    assert sum(fixed["terms"].values()) == pytest.approx(sum(why["terms"].values()))
+    near = {**why, "terms": {"moved": -0.3, "gpu_work": 0.1, "host_after": 0.0, "rest": -0.22}}
+    assert "window" not in H.with_profiler_term(near, 5.0, 5.0)["terms"]  # small, same-size terms stay apart

@@ -87,10 +87,10 @@ def headroom(fn: Callable[[], object], *, target: str = "(a Python callable)", l
     base, rows, real, stubbed = measure(fn, devices=devices, steps=steps, trials=trials, warmup=warmup,
                                         explain=explain, inspect_opts=dict(target=target, label=label,
                                                                            source_root=source_root))
+    med, lo, hi = median_ci(real)
     for r in rows:
         if r["site"] in stubbed:
-            r["why"] = results.explain(base, stubbed[r["site"]], r)
-    med, lo, hi = median_ci(real)
+            r["why"] = results.explain(base, stubbed[r["site"]], r, step_ms=med)
     return results.validate({
         "kind": results.KIND, "schema": results.SCHEMA, "target": target, "label": label,
         "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

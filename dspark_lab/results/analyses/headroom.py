@@ -29,7 +29,11 @@ TERMS = (  # key -> what it says, in the split of headroom minus charge
     ("moved", "the wait moved: GPU idle now charged to other waits"),
     ("gpu_work", "the GPU's own work changed"),
     ("host_after", "GPU idle charged to no wait changed (the host's work after the read)"),
+    ("profiler", "the profiler's own host time, which the charge (taken from the profiled step) includes: the "
+                 "real step's profiled time over its profiler-free time"),
     ("rest", "the rest: profiled against profiler-free time"),
+    ("window", "the profiled windows differ (the stubbed step runs ahead: its window is the host's), so its "
+               "GPU busy change and the rest cancel and say nothing apart"),
 )
 
 
@@ -74,24 +78,66 @@ def with_unseen(rows: list, base: dict) -> list:
     return list(rows) + extra
 
 
-def explain(base: dict, stubbed: dict, row: dict) -> dict:
+def _reason(terms: dict, gap: float) -> str:
+    """The largest term pulling the same way as the gap (any term where none does); the windows'
+    artefact only where no other term does."""
+    same_sign = {k: v for k, v in terms.items() if v * gap > 0 and k != "window"}
+    same_sign = same_sign or {k: v for k, v in terms.items() if v * gap > 0} or terms
+    return max(same_sign, key=lambda k: abs(same_sign[k]))
+
+
+def _windows_apart(terms: dict, gap: float) -> dict:
+    """GPU busy and the rest of opposite signs, each larger than the gap itself: the stubbed step ran
+    ahead and its profiled window held less of the GPU's work; the two are read as one term, `window`."""
+    g, r = terms.get("gpu_work", 0.0), terms.get("rest", 0.0)
+    if g * r < 0 and min(abs(g), abs(r)) > abs(gap):
+        terms = {k: v for k, v in terms.items() if k not in ("gpu_work", "rest")}
+        terms["window"] = g + r
+    return terms
+
+
+def profiler_term(profiled_step_ms: Optional[float], step_ms: Optional[float]) -> float:
+    """Minus the profiler's host time per step: the real step's profiled time over its profiler-free
+    median (0 where it is not over, or either is missing)."""
+    if _num(profiled_step_ms) is None or _num(step_ms) is None:
+        return 0.0
+    return -max(0.0, profiled_step_ms - step_ms)
+
+
+def with_profiler_term(why: dict, profiled_step_ms: Optional[float], step_ms: Optional[float]) -> dict:
+    """A split recorded without the profiler term, with it: taken out of the rest, the reason chosen again."""
+    if "profiler" in why["terms"]:
+        return why
+    terms = dict(why["terms"])
+    terms["profiler"] = profiler_term(profiled_step_ms, step_ms)
+    terms["rest"] -= terms["profiler"]
+    terms = _windows_apart(terms, why["gap_ms"])
+    reason = _reason(terms, why["gap_ms"])
+    return {**why, "terms": terms, "reason": reason, "reason_text": dict(TERMS)[reason]}
+
+
+def explain(base: dict, stubbed: dict, row: dict, step_ms: Optional[float] = None) -> dict:
     """Headroom minus charge split in TERMS (ms per step; each term's share of the difference), from the
-    real step's and the stubbed step's inspect records, and the largest term as the reason.
+    real step's and the stubbed step's inspect records and the real step's profiler-free median
+    `step_ms`, and the largest term as the reason.
 
     With the profiled step = GPU busy + GPU idle, and the idle split into charged and charged to no wait:
     -(change in profiled step) = charge - moved - change in GPU busy - change in uncharged idle, where
-    moved = charged idle of the stubbed step minus the real step's other than this site's. The rest is
-    the profiler-free headroom minus the profiled change."""
+    moved = charged idle of the stubbed step minus the real step's other than this site's. The charge is
+    taken from the profiled step, so it holds the profiler's own host time where that time lies in the
+    charged gap: on the H200's gallery the one-wait cases' charges exceeded their headroom by about the
+    real step's profiled-over-profiler-free time. The rest is what none of these accounts for."""
     pb, ps = base["parts"], stubbed["parts"]
     charge = row["charge_ms"] or 0.0
     moved = ps["gpu_idle_sync_caused_ms"] - (pb["gpu_idle_sync_caused_ms"] - charge)
     uncharged = lambda p: p["gpu_idle_ms"] - p["gpu_idle_sync_caused_ms"]  # noqa: E731
     terms = {"moved": -moved, "gpu_work": -(ps["gpu_busy_ms"] - pb["gpu_busy_ms"]),
-             "host_after": -(uncharged(ps) - uncharged(pb))}
+             "host_after": -(uncharged(ps) - uncharged(pb)),
+             "profiler": profiler_term(pb.get("profiled_step_ms"), step_ms)}
     terms["rest"] = row["headroom_ms"] - charge - sum(terms.values())
     gap = row["headroom_ms"] - charge
-    same_sign = {k: v for k, v in terms.items() if v * gap > 0} or terms
-    reason = max(same_sign, key=lambda k: abs(same_sign[k]))
+    terms = _windows_apart(terms, gap)
+    reason = _reason(terms, gap)
     before = {x["site"]: x["host_blocked_ms"] for x in base["sites"]}
     new_waits = [{"site": x["site"], "blocked_ms": x["host_blocked_ms"], "before_ms": before.get(x["site"])}
                  for x in stubbed["sites"] if x["site"] != row.get("charged_site")
@@ -170,7 +216,16 @@ def load_study(path) -> dict:
     for r in rec.get("headroom") or []:
         if "error" not in r:
             validate(r, f"{p}: headroom[{r.get('case')!r}]")
+            _split_with_the_profiler(r)
     return {**rec, "path": str(p)}
+
+
+def _split_with_the_profiler(r: dict) -> None:
+    """A record made before the split had its profiler term gets it, from its own numbers."""
+    profiled = ((r.get("inspect") or {}).get("parts") or {}).get("profiled_step_ms")
+    for site in r.get("sites") or []:
+        if site.get("why"):
+            site["why"] = with_profiler_term(site["why"], profiled, r.get("step_ms"))
 
 
 def recorded_study(data_dir=None) -> Optional[dict]:
