@@ -21,8 +21,9 @@ Three witnesses, because none sees everything:
 A fourth witness, opt-in (`capture=True`): the block runs once under CUDA graph capture
 (`torch.cuda.CUDAGraph`), so its GPU work is recorded, not run (guard a step whose outputs the
 block does not read, warmed up once before, as any capture needs). A sync during capture fails
-the capture: in the global capture mode (the default, `capture_error_mode="global"`) a sync from
-any thread of the process does, and "thread_local" and "relaxed" narrow what fails it (see CUDA's
+the capture: in the global capture mode (the default, `capture_error_mode="global"`) CUDA forbids
+its "potentially unsafe" calls from every thread of the process, so a sync from another thread can
+fail it too, and "thread_local" and "relaxed" narrow what fails it (see CUDA's
 cudaStreamCaptureMode; rocm-systems #4508 on HIP). PyTorch also refuses a copy between a CUDA
 tensor and an unpinned CPU tensor during capture. The guard turns that failure into a record at
 the line that made it; the first sync ends the capture, so this witness sees one sync per block

@@ -77,8 +77,9 @@ _WHY = ("Inside a `torch.compile`d function `.item()` still reads a number back.
         "graph there and runs the `.item()` eagerly; with `torch._dynamo.config.capture_scalar_outputs = True` the "
         "read happens inside the compiled code and the graph break is gone, but the host still needs the value, "
         "so it still waits for the queued work. The fix keeps the sum on the device and takes the count from the "
-        "host mirror. The guard, inspect and the cost rule see compiled code as they see eager code: they watch "
-        "the CUDA calls, not the Python lines.")
+        "host mirror. The guard, inspect and the cost rule count and charge a compiled step's syncs as they do an "
+        "eager step's, since they watch the CUDA calls; the line they name is where the read ran, which with "
+        "capture_scalar_outputs is a line of Inductor's generated module, not the compiled function's.")
 COMPILED_CASES = (
     dict(name="compiled_item", shape="compiled code: .item() in a torch.compile'd function (a graph break)",
          step=compiled_item_graph_break, fix=compiled_sum_host_mirror,

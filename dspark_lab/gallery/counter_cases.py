@@ -137,7 +137,9 @@ COUNTER_CASES = (
         why="The host refills one pinned staging buffer each step and copies it up non-blocking; under run-ahead "
             "the previous copy from it may still be queued, so it can read the new values (a race: the hazards "
             "table counts them). Waiting for the queued work before the refill closes the race and makes the "
-            "host wait again; vLLM #36013 reports mean TTFT 67.7 -> 76.3 ms for its fix. Here the 'fix' is the wait: "
+            "host wait again. vLLM #36013 closed a race of the other direction (the host read a pinned buffer before "
+            "its non-blocking device-to-host copy had landed) with an event's wait, and reports mean TTFT 67.7 -> "
+            "76.3 ms for that fix. Here the 'fix' is the wait: "
             "the measurement says what it costs. The race-free form without the wait keeps two buffers (or a "
             "fresh pinned tensor per step), as the list_to_device case teaches.",
         expected_syncs=0, expected_d2h=0, fix_expected_syncs=1, fix_expected_d2h=0,

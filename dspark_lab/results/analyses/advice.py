@@ -260,8 +260,9 @@ def _card_evidence(cards: Sequence[dict], mine: Optional[dict]) -> list[str]:
 
 
 WAIT_CHARGE_RULE = ("cross-stream waits: a strategy that adds a cross-stream wait is charged, per wait, this machine's "
-                    "card's measured cost of one (the host time of side.wait_event(e) with GPU work queued, plus the "
-                    "GPU time a hand-off between two streams adds over one stream); without a card, 'no card'.")
+                    "card's measured cost of one (the host time of side.wait_event(e) with GPU work queued, or with the "
+                    "queue empty where the card has only that cell, plus the GPU time a hand-off between two streams "
+                    "adds over one stream, none where it adds none); without a card, 'no card'.")
 
 
 def stream_wait_charges(strategies: Sequence[str], mine: Optional[dict]) -> list[str]:

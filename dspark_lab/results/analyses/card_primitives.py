@@ -46,7 +46,7 @@ SPIN_SHARE = 0.5
 PRIMITIVE_RULE = (f"verdict of a wait/launch cell, from the median wall time of one call over its repeats: '{WAITS}' "
                   f"when GPU work was queued (Q ms) and the call took more than Q/2 longer than with the queue empty; "
                   f"else '{HOST_TIME}' when the call took at least {CHEAP_US:g} µs of host time; else '{CHEAP}'. A call "
-                  f"that waits 'spins' when the process burnt CPU time for at least {SPIN_SHARE:.0%} of the wait.")
+                  f"that waits 'spins' when the process burnt CPU time for at least {SPIN_SHARE:.0%} of the call's wall time.")
 MOVED_RATIO = 1.5
 MOVED_RULE = (f"a cell's time moved between two cards when one median is at least {MOVED_RATIO:g}x the other and "
               "the two cards' repeats do not overlap (the slowest of the faster card under the fastest of the "

@@ -54,6 +54,6 @@ ANCHORS = (
            None, "", "vLLM tensor parallel", (("event_sync_spin", 0, "queued"), ("event_sync_blocking", 0, "queued"))),
     Anchor("vLLM", 49780, "a pin_memory() every step serialises on the host allocator (also vLLM #37006)", None, "",
            "vLLM", (("pin_fresh", 1 << 20, "empty"), ("pin_cached", 1 << 20, "empty"))),
-    Anchor("SGLang", 29075, "a copy stream's cross-stream wait regressed decode 10-20% on ROCm (fixed in #29642)",
+    Anchor("SGLang", 29075, "a copy stream's cross-stream wait regressed decode 10-20% on ROCm (as its fix, #29642, states)",
            None, "", "SGLang decode on ROCm", (("wait_event", 0, "queued"), ("wait_stream", 0, "queued"))),
 )
