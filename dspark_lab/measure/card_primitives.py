@@ -8,8 +8,8 @@ Per repeat: the device is synchronized, the cell's untimed set-up runs, the queu
 operands are made (an event recorded behind the queued work), then the call alone is timed by wall
 clock (perf_counter) and by process CPU time (process_time, every thread of the process). A call that
 returns without waiting (stream bookkeeping, a launch) is timed `inner` times in a row and divided. The budget: about
-(cells x queue depths x reps) x (queued ms + a sync), so 25 cells (and the cross-stream hand-off) x 2 x 21 x ~10 ms ≈ 6 s with
-10 ms queued.
+cells x reps x queued ms, since only the queued depth runs the busy kernel (the card records its own wall time,
+`primitive_wall_s`).
 """
 from __future__ import annotations
 

@@ -116,7 +116,8 @@ _ROWS = (
     _c("vLLM", 37006, "per-step pin_memory() on the host allocator (the earlier report)",
        "a pin_memory() every step serialised on the caching host allocator", "as vLLM #49780"),
     _c("SGLang", 29075, "the decode read-back moved onto a copy stream",
-       "moved the decode D2H onto a copy stream; on ROCm the added cross-stream wait regressed decode 10-20%",
+       "moved the decode D2H onto a copy stream; on ROCm the added cross-stream wait regressed decode (10-20% as "
+       "its fix, #29642, states)",
        "why the card times a cross-stream wait and advice charges it; docs/field.md: moving a wait can regress "
        "another platform, not reduced to a one-GPU step"),
     _c("SGLang", 29642, "the HIP fix for the copy stream's cross-stream wait",
