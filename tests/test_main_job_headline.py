@@ -183,3 +183,22 @@ def test_the_main_job_measures_the_reference_point_to_the_headline_s_standard(tm
     header = next(h for h in runs.headers if h["run_id"] == ref)
     assert header["adaptive"] == {"target_ci_pct": sweep_spec.REFERENCE_TARGET_CI_PCT,
                                   "time_cap_s": sweep_spec.REFERENCE_TIME_CAP_S}
+
+
+def test_a_cpu_only_run_is_not_headlined_unless_asked_and_is_named():
+    """A CPU run copied in among the recorded ones: its step times say nothing of a GPU's syncs, so the
+    headline leaves its machine out and names the run; asked with cpu_runs=True, it is headlined."""
+    from helpers import synthetic_runs
+
+    rows, tl, headers = synthetic_runs(runs=(("run-a", "SYNTH-GPU-A", "1.0"), ("run-cpu", "none", "none")))
+    runs = Runs(rows, tl, headers)
+    head = runs.headline()
+    labels = [e["label"] for e in head.entries]
+    assert len(labels) == 1 and "SYNTH-GPU-A" in labels[0]
+    assert len(head.cpu_only) == 1 and "CPU only" in head.cpu_only[0]
+    text = head.text()
+    assert "1 CPU-only run(s) not headlined" in text and "cpu_runs=True" in text
+    asked = runs.headline(cpu_runs=True)
+    assert len(asked.entries) == 2 and asked.cpu_only == []
+    alone = Runs(*synthetic_runs(runs=(("run-cpu", "none", "none"),))).headline()
+    assert alone.entries == [] and "no recorded run holds" not in alone.text() and alone.cpu_only

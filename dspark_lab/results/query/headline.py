@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Optional
 from dspark_lab.results.rules import noise
 from dspark_lab.results.rules import summaries
 from dspark_lab.results.rules import sync_penalty
-from dspark_lab.results.rules.labels import point_label
+from dspark_lab.results.rules.labels import CPU_ONLY, gpu_name, point_label
 from dspark_lab.results.record.schema import MACHINE_KEYS
 from dspark_lab.results.rules.selection import REFERENCE, one_process
 from dspark_lab.results.facts import strategy_table
@@ -47,6 +47,7 @@ class Headline:
     entries: list = field(default_factory=list)  # per machine: dict(run_id, label, point, strategies, comparison, ...)
     # machines whose every run holding the point is disturbed as a whole: dict(label, skipped_runs)
     withheld: list = field(default_factory=list)
+    cpu_only: list = field(default_factory=list)  # labels of CPU-only runs left out (headline(cpu_runs=False))
 
     def lines(self) -> list[str]:
         """Every machine's block (`blocks`), one after another."""
@@ -60,7 +61,11 @@ class Headline:
             first = (f"headline: {w['label']}: no headline, every run of this machine holding the reference point "
                      "is disturbed as a whole")
             out.append([first] + [f"{DETAIL}skipped {sk['label']}: {sk['reason']}" for sk in w["skipped_runs"]])
-        if not self.entries and not self.withheld:
+        if self.cpu_only:
+            out.append([f"headline: {len(self.cpu_only)} CPU-only run(s) not headlined: a CPU's step times say "
+                         "nothing of a GPU's syncs (Runs.headline(cpu_runs=True) shows them)"]
+                        + [f"{DETAIL}left out: {label}" for label in self.cpu_only])
+        if not self.entries and not self.withheld and not self.cpu_only:
             out.append(["headline: no recorded run holds a successful point of the reference workload"])
         return out
 
@@ -142,9 +147,10 @@ def _check_baseline(runs: "RunData", baseline) -> None:
         raise ValueError(f"baseline must be a strategy name, got {baseline!r:.60}; allowed: {', '.join(sorted(known))}")
 
 
-def headline(runs: "RunData", baseline: str = BASELINE) -> Headline:
+def headline(runs: "RunData", baseline: str = BASELINE, cpu_runs: bool = False) -> Headline:
     """The reference point's numbers by HEADLINE_RULE (printed with them): per machine, its newest
-    run holding the point that is not disturbed as a whole there (noise.RUN_RULE)."""
+    run holding the point that is not disturbed as a whole there (noise.RUN_RULE). A machine without a
+    GPU is left out and named unless `cpu_runs` (a CPU run copied in among the recorded ones)."""
     _check_baseline(runs, baseline)
     head = Headline(HEADLINE_RULE)
     ok = one_process(runs.ok)
@@ -164,6 +170,9 @@ def headline(runs: "RunData", baseline: str = BASELINE) -> Headline:
     alone = {(str(r), p) for r, p, why in zip(rd["run_id"], rd["point_id"], rd["run_disturbed_reason"])
              if why == noise.CANNOT_JUDGE_ALONE}
     for _, m in machines.groupby(list(MACHINE_KEYS), sort=True):
+        if not cpu_runs and gpu_name(m["gpu"].iloc[0]) == CPU_ONLY:
+            head.cpu_only += [runs.label_of(rid) for rid in runs.newest_started(m["run_id"])]
+            continue
         skipped, candidates = [], []
         for rid in runs.newest_started(m["run_id"]):
             rows = _reference_rows(runs, rid, ref_ep)

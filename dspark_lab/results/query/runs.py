@@ -80,6 +80,7 @@ class Runs(RunData):
         return summaries.cross_run(rows, self._labels, baseline)
 
     # -- the headline (results.query.headline) ---------------------------------------------------------
-    def headline(self, baseline: str = BASELINE) -> Headline:
-        """The reference point's numbers by HEADLINE_RULE (printed with them)."""
-        return _headline(self, baseline)
+    def headline(self, baseline: str = BASELINE, cpu_runs: bool = False) -> Headline:
+        """The reference point's numbers by HEADLINE_RULE (printed with them); CPU-only runs left out
+        and named unless `cpu_runs`."""
+        return _headline(self, baseline, cpu_runs)

@@ -45,10 +45,13 @@ def rank_case_name(case: str) -> str:
     return "; ".join([name, *late])
 
 
+CPU_ONLY = "CPU only (no GPU)"
+
+
 def gpu_name(gpu) -> str:
     """The GPU column as shown: a CPU-only run records gpu "none"."""
     g = "" if gpu is None or (isinstance(gpu, float) and math.isnan(gpu)) else str(gpu)
-    return "CPU only (no GPU)" if g.lower() in ("", "none", "cpu") else g
+    return CPU_ONLY if g.lower() in ("", "none", "cpu") else g
 
 
 def _run_facts(headers: Sequence[dict], rows: pd.DataFrame) -> dict:
