@@ -350,7 +350,8 @@ def synthetic_hazards(gpu="NVIDIA H200", driver="1", wrong=None, strategies=None
     names = strategies if strategies is not None else strategy_table.names()
     return {"kind": hazards.HAZARDS_KIND, "schema": hazards.HAZARDS_SCHEMA, "recorded": recorded,
             "fingerprint": {"gpu": gpu, "driver": driver, "cuda": "12.0", "torch": "2.0-synth"},
-            "steps": n, "queued_ms_per_step": 0.2, "forms": [],
+            "steps": n, "queued_ms_per_step": 0.2,
+            "forms": [{"form": "graph_device_buffer", "wrong": 0, "n": n}, {"form": "graph_python_value", "wrong": n, "n": n}],
             "strategies": [{"strategy": s, "wrong": int(wrong.get(s, 0)), "n": n} for s in names]}
 
 

@@ -264,3 +264,25 @@ def test_a_portability_claim_counts_the_distinct_gpu_driver_cards_behind_it():
 def test_wrong_arguments_get_an_error_naming_the_argument(call, exc, words):
     with pytest.raises(exc, match=words):
         call(_rows({"device_direct": 8.0, "non_blocking": 6.0}))
+
+
+def test_a_strategy_that_writes_a_device_buffer_passes_the_gate_only_with_its_graph_form_safe_and_a_condition():
+    """persistent_fill is safe under graph replay only as the kit updates it (fill_ before each replay):
+    the gate needs 0 wrong in that form, and says that a fill_ captured in the graph replays its value."""
+    from dspark_lab.results.analyses import advice as A
+    from helpers import synthetic_hazards
+
+    rec = synthetic_hazards()
+    passed, lines = A.gate(["persistent_fill", "non_blocking"], rec, mine=None)
+    assert passed == set()  # no card: nothing is sync-free, whatever the hazards say
+    with_card = {"persistent_fill": A.card_results.AT_ONCE, "non_blocking": A.card_results.AT_ONCE}
+    reason = A._gate_reason("persistent_fill", {h["strategy"]: h for h in rec["strategies"]}, rec, with_card, {})
+    assert reason is None
+    assert "graph_python_value: 200 of 200 wrong" in A._graph_condition("persistent_fill", rec)
+    racy = {**rec, "forms": [{"form": "graph_device_buffer", "wrong": 3, "n": 200}]}
+    assert "3 of 200 values wrong in its graph form" in A._gate_reason(
+        "persistent_fill", {h["strategy"]: h for h in rec["strategies"]}, racy, with_card, {})
+    bare = {**rec, "forms": []}
+    assert "no count of its graph form" in A._gate_reason(
+        "persistent_fill", {h["strategy"]: h for h in rec["strategies"]}, bare, with_card, {})
+    assert A._gate_reason("non_blocking", {h["strategy"]: h for h in rec["strategies"]}, bare, with_card, {}) is None

@@ -8,7 +8,9 @@ The rule, in the order it is applied:
   GATE_RULE  a strategy may be recommended only when it is known to be correct and known to be
              sync-free here: 0 wrong values under run-ahead in this machine's hazards record
              (results.analyses.hazards) and a cell of its copy on this machine's card that returns at
-             once. A strategy without a hazards count or a card cell is unknown, never sync-free.
+             once; one that writes a persistent device buffer also 0 wrong in its graph form (updated
+             before each replay), recommended on the condition that the update stays outside the graph.
+             A strategy without a hazards count or a card cell is unknown, never sync-free.
   RULE       at each EP regime of the run, a strategy is good when it has 0 syncs per step outside the
              readback and is not slower than the fastest by EQUIVALENCE_MARGIN_PCT or more, measurably
              (paired by trial round, 95% CI); the probe rules out pageable copies where they block.
@@ -42,9 +44,16 @@ from dspark_lab.results.rules.selection import ok_rows, one_process
 # trial order gave strategies doing the same work 1.3-3.4% apart; below that a ranking is the bench's.
 EQUIVALENCE_MARGIN_PCT = 3.0
 
+# A strategy that writes a caller-owned device buffer (persistent_fill) is safe under CUDA-graph replay only
+# as the kit updates it: fill_ before each replay, outside the graph (the hazards' graph_device_buffer form);
+# a fill_ captured inside the graph replays its captured value (graph_python_value).
+GRAPH_SAFE_FORM, GRAPH_UNSAFE_FORM = "graph_device_buffer", "graph_python_value"
 GATE_RULE = ("gate: only strategies with 0 wrong values under run-ahead in this machine's hazards record and a "
-             "card cell on this machine that returns at once can be recommended; no hazards count or no card "
-             "cell is unknown, not safe or sync-free.")
+             "card cell on this machine that returns at once can be recommended; a strategy that writes a "
+             f"persistent device buffer also needs 0 wrong in the record's {GRAPH_SAFE_FORM} form (updated before "
+             f"each replay), and is recommended with the condition that its update stays outside the graph (the "
+             f"record's {GRAPH_UNSAFE_FORM} count beside); no hazards count or no card cell is unknown, not safe "
+             "or sync-free.")
 RULE = ("rule: at each EP regime of the run (EP > 1, where the MoE top-k reads the scalar; EP 1, where nothing "
         f"reads it), keep the strategies with 0 syncs per step there that are not slower than the fastest by "
         f"{EQUIVALENCE_MARGIN_PCT:g}% or more, measurably (paired by trial round, 95% CI); where the probe says "
@@ -305,12 +314,33 @@ def _gate_reason(s: str, wrong: dict, hazards_rec: Optional[dict], verdicts: dic
         return "no count in this machine's hazards record (unknown, not safe)"
     if h.get("wrong"):
         return f"{h['wrong']} of {h['n']} values wrong under run-ahead in this machine's hazards record"
+    graph = _form(hazards_rec, GRAPH_SAFE_FORM) if _writes_a_buffer(s) else {}
+    if graph is None:
+        return f"no count of its graph form ({GRAPH_SAFE_FORM}) in this machine's hazards record (unknown, not safe)"
+    if graph.get("wrong"):
+        return f"{graph['wrong']} of {graph['n']} values wrong in its graph form ({GRAPH_SAFE_FORM})"
     if mine is None:
         return "no platform card for this machine (dspark-lab doctor --card)"
     v = verdicts.get(s)
     if v is None:
         return "no cell of its copy on this machine's card (unknown, not sync-free)"
     return None if v == card_results.AT_ONCE else f"its copy {v} on this machine's card"
+
+
+def _writes_a_buffer(s: str) -> bool:
+    return s in strategy_table.names() and strategy_table.row(s).needs_persistent_buffer
+
+
+def _form(hazards_rec: Optional[dict], form: str) -> Optional[dict]:
+    """The hazards record's count of one form (results.analyses.hazards.FORMS), or None."""
+    return next((c for c in (hazards_rec or {}).get("forms") or [] if c.get("form") == form), None)
+
+
+def _graph_condition(s: str, hazards_rec: Optional[dict]) -> str:
+    bad = _form(hazards_rec, GRAPH_UNSAFE_FORM)
+    told = f"{bad['wrong']} of {bad['n']} wrong" if bad else "not counted here"
+    return (f"  {s}: passes as the kit updates it (fill_ before each graph replay); a fill_ captured inside "
+            f"the graph replays its captured value ({GRAPH_UNSAFE_FORM}: {told})")
 
 
 def gate(strategies: Sequence[str], hazards_rec: Optional[dict], mine: Optional[dict]) -> tuple[set, list[str]]:
@@ -322,6 +352,8 @@ def gate(strategies: Sequence[str], hazards_rec: Optional[dict], mine: Optional[
         why = _gate_reason(s, wrong, hazards_rec, verdicts, mine)
         if why is None:
             passed.add(s)
+            if _writes_a_buffer(s):
+                out.append(_graph_condition(s, hazards_rec))
         else:
             out.append(f"  {s}: {why}")
     where = f"hazards record of {hazards_rec.get('recorded', '?')}" if hazards_rec else "no hazards record"
