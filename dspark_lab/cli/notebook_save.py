@@ -3,7 +3,7 @@ without its outputs and execution counts, through the same filter git's clean fi
 (nbstripout, scripts/ensure_env.sh). Git compares a file's size before it runs a clean filter, so a
 notebook saved with its outputs shows as modified in `git status` although `git diff` is empty; saved
 stripped, its size is the committed one and `git status` tells the truth. The outputs stay on screen
-until the page is reloaded; running the notebook draws them again from the recorded data."""
+until the page is reloaded; running the notebook draws them again."""
 from __future__ import annotations
 
 from pathlib import PurePosixPath

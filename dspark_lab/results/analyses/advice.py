@@ -8,8 +8,9 @@ The rule, in the order it is applied:
   GATE_RULE  a strategy may be recommended only when it is known to be correct and known to be
              sync-free here: 0 wrong values under run-ahead in this machine's hazards record
              (results.analyses.hazards) and a cell of its copy on this machine's card that returns at
-             once; one that writes a persistent device buffer also 0 wrong in its graph form (updated
-             before each replay), recommended on the condition that the update stays outside the graph.
+             once; one that writes a persistent device buffer also 0 wrong in the record's graph form of
+             that pattern (a graph reading a device buffer filled before each replay, not the strategy
+             itself), recommended on the condition that the update stays outside the graph.
              A strategy without a hazards count or a card cell is unknown, never sync-free.
   RULE       at each EP regime of the run, a strategy is good when it has 0 syncs per step outside the
              readback and is not slower than the fastest by EQUIVALENCE_MARGIN_PCT or more, measurably
@@ -44,15 +45,17 @@ from dspark_lab.results.rules.selection import ok_rows, one_process
 # trial order gave strategies doing the same work 1.3-3.4% apart; below that a ranking is the bench's.
 EQUIVALENCE_MARGIN_PCT = 3.0
 
-# A strategy that writes a caller-owned device buffer (persistent_fill) is safe under CUDA-graph replay only
-# as the kit updates it: fill_ before each replay, outside the graph (the hazards' graph_device_buffer form);
+# A strategy that writes a caller-owned device buffer (persistent_fill) gave right values under CUDA-graph
+# replay in the hazards' graph_device_buffer form, the pattern as the kit runs it (the buffer filled on the
+# replay's stream before each replay, outside the graph; the form's own graph, not the strategy, reads it);
 # a fill_ captured inside the graph replays its captured value (graph_python_value).
 GRAPH_SAFE_FORM, GRAPH_UNSAFE_FORM = "graph_device_buffer", "graph_python_value"
 GATE_RULE = ("gate: only strategies with 0 wrong values under run-ahead in this machine's hazards record and a "
              "card cell on this machine that returns at once can be recommended; a strategy that writes a "
-             f"persistent device buffer also needs 0 wrong in the record's {GRAPH_SAFE_FORM} form (updated before "
-             f"each replay), and is recommended with the condition that its update stays outside the graph (the "
-             f"record's {GRAPH_UNSAFE_FORM} count beside); no hazards count or no card cell is unknown, not safe "
+             f"persistent device buffer also needs 0 wrong in the record's {GRAPH_SAFE_FORM} form (a graph reading a "
+             f"device buffer filled before each replay: the pattern, not the strategy itself), and is recommended "
+             f"with the condition that its update stays outside the graph (the record's {GRAPH_UNSAFE_FORM} count "
+             f"beside); no hazards count or no card cell is unknown, not safe "
              "or sync-free.")
 RULE = ("rule: at each EP regime of the run (EP > 1, where the MoE top-k reads the scalar; EP 1, where nothing "
         f"reads it), keep the strategies with 0 syncs per step there that are not slower than the fastest by "
@@ -339,7 +342,8 @@ def _form(hazards_rec: Optional[dict], form: str) -> Optional[dict]:
 def _graph_condition(s: str, hazards_rec: Optional[dict]) -> str:
     bad = _form(hazards_rec, GRAPH_UNSAFE_FORM)
     told = f"{bad['wrong']} of {bad['n']} wrong" if bad else "not counted here"
-    return (f"  {s}: passes as the kit updates it (fill_ before each graph replay); a fill_ captured inside "
+    return (f"  {s}: passes as the kit updates it (fill_ before each graph replay; {GRAPH_SAFE_FORM}, the "
+            f"pattern, not this strategy, was counted); a fill_ captured inside "
             f"the graph replays its captured value ({GRAPH_UNSAFE_FORM}: {told})")
 
 

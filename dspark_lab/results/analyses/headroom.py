@@ -29,11 +29,11 @@ TERMS = (  # key -> what it says, in the split of headroom minus charge
     ("moved", "the wait moved: GPU idle now charged to other waits"),
     ("gpu_work", "the GPU's own work changed"),
     ("host_after", "GPU idle charged to no wait changed (the host's work after the read)"),
-    ("profiler", "the profiler's own host time, which the charge (taken from the profiled step) includes: the "
-                 "real step's profiled time over its profiler-free time"),
+    ("profiler", "the profiler's own host time, taken as the real step's profiled time over its profiler-free "
+                 "time; the charge (taken from the profiled step) holds it where it lies in the charged gap"),
     ("rest", "the rest: profiled against profiler-free time"),
-    ("window", "the profiled windows differ (the stubbed step runs ahead: its window is the host's), so its "
-               "GPU busy change and the rest cancel and say nothing apart"),
+    ("window", "GPU busy change and the rest of opposite signs, each larger than the gap: read as the profiled "
+               "windows differing (a stubbed step that runs ahead has the host's window); they say nothing apart"),
 )
 
 
@@ -125,8 +125,10 @@ def explain(base: dict, stubbed: dict, row: dict, step_ms: Optional[float] = Non
     -(change in profiled step) = charge - moved - change in GPU busy - change in uncharged idle, where
     moved = charged idle of the stubbed step minus the real step's other than this site's. The charge is
     taken from the profiled step, so it holds the profiler's own host time where that time lies in the
-    charged gap: on the H200's gallery the one-wait cases' charges exceeded their headroom by about the
-    real step's profiled-over-profiler-free time. The rest is what none of these accounts for."""
+    charged gap: on the H200's gallery, in six one-wait cases (tensor_bool, list_to_device, host_split_sizes,
+    blocks_to_device, max_item_mirror, decode_output_ids) the real step's profiled-over-profiler-free time
+    was 53-97% of the charge's excess over the headroom (not in redundant_stream_sync, the seventh one-wait
+    case charged above its CI). The rest is what none of these accounts for."""
     pb, ps = base["parts"], stubbed["parts"]
     charge = row["charge_ms"] or 0.0
     moved = ps["gpu_idle_sync_caused_ms"] - (pb["gpu_idle_sync_caused_ms"] - charge)

@@ -63,7 +63,8 @@ class Headline:
             out.append([first] + [f"{DETAIL}skipped {sk['label']}: {sk['reason']}" for sk in w["skipped_runs"]])
         if self.cpu_only:
             out.append([f"headline: {len(self.cpu_only)} CPU-only run(s) not headlined: a CPU's step times say "
-                         "nothing of a GPU's syncs (Runs.headline(cpu_runs=True) shows them)"]
+                         "nothing of a GPU's syncs (Runs.headline(cpu_runs=True) headlines each such machine "
+                         "by the rule)"]
                         + [f"{DETAIL}left out: {label}" for label in self.cpu_only])
         if not self.entries and not self.withheld and not self.cpu_only:
             out.append(["headline: no recorded run holds a successful point of the reference workload"])
@@ -149,8 +150,9 @@ def _check_baseline(runs: "RunData", baseline) -> None:
 
 def headline(runs: "RunData", baseline: str = BASELINE, cpu_runs: bool = False) -> Headline:
     """The reference point's numbers by HEADLINE_RULE (printed with them): per machine, its newest
-    run holding the point that is not disturbed as a whole there (noise.RUN_RULE). A machine without a
-    GPU is left out and named unless `cpu_runs` (a CPU run copied in among the recorded ones)."""
+    run holding the point that is not disturbed as a whole there (noise.RUN_RULE). A machine whose runs
+    record no GPU (gpu "none", "cpu" or empty: labels.gpu_name) is left out and its runs named unless
+    `cpu_runs`."""
     _check_baseline(runs, baseline)
     head = Headline(HEADLINE_RULE)
     ok = one_process(runs.ok)
