@@ -149,6 +149,21 @@ def test_tensor_conditions_fix_is_not_offered_on_an_assert_or_a_while(body):
     assert fix.startswith("none offered") and "torch.where" not in fix
 
 
+@pytest.mark.parametrize("body", ["assert (\n    n > 0\n    and (s.positions >= 0).all()\n), 'bad positions'\n",
+                                  "y = x.cuda()\nwhile (n > 0 and\n       y.any()):\n    y = y - 1\n",
+                                  "if n:\n    assert (s.positions\n            >= 0).all()\n"])
+def test_the_fix_is_withheld_for_a_test_continued_onto_later_lines_of_an_assert_or_a_while(body):
+    """The finding's line holds only part of the test (the statement opened lines above): the finder
+    reads the statement from the tree, not from the finding's line."""
+    fix = fix_of(body, "tensor_condition")
+    assert fix.startswith("none offered") and "torch.where" not in fix
+
+
+def test_an_if_whose_test_spans_lines_still_gets_the_rules_fix():
+    fix = fix_of("if (n > 0 and\n        (s.positions >= s.limit).any()):\n    pass\n", "tensor_condition")
+    assert "torch.where" in fix
+
+
 @pytest.mark.parametrize("body", ["if (s.positions >= s.limit).any():\n    pass\n",
                                   "y = x.to(dev)\nz = 1 if y.any() else 2\n"])
 def test_tensor_conditions_fix_is_offered_on_an_if_and_says_when_it_applies(body):

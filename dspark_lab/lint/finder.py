@@ -58,10 +58,8 @@ class _Walker:
         if isinstance(s, ast.ClassDef):
             self.body(s.body)
             return
-        if isinstance(s, (ast.If, ast.While)):
-            self.condition(s.test)
-        if isinstance(s, ast.Assert):
-            self.condition(s.test)
+        if isinstance(s, (ast.If, ast.While, ast.Assert)):
+            self.condition(s.test, statement=type(s).__name__.lower())
         for child in _own_expressions(s):
             self.expressions(child)
         if isinstance(s, ast.Assign):
@@ -74,8 +72,10 @@ class _Walker:
         for h in getattr(s, "handlers", None) or []:
             self.body(h.body)
 
-    def add(self, node: ast.AST, rule: str) -> None:
-        self.out.append((node.lineno, node.col_offset, rule, self.function))
+    def add(self, node: ast.AST, rule: str, statement: str = "") -> None:
+        """A finding at `node`; `statement`: the keyword of the statement whose test it is ("if",
+        "while", "assert"), read from the tree, so a test continued onto later lines keeps it."""
+        self.out.append((node.lineno, node.col_offset, rule, self.function, statement))
 
     def expressions(self, node: ast.AST) -> None:
         for n in ast.walk(node):
@@ -87,15 +87,15 @@ class _Walker:
             elif isinstance(n, ast.IfExp):
                 self.condition(n.test)
 
-    def condition(self, test: ast.AST) -> None:
+    def condition(self, test: ast.AST, statement: str = "") -> None:
         """`if t:` / `while t:` / `assert t` / `a if t else b`: Python calls bool() on a tensor test."""
         if isinstance(test, ast.BoolOp):
             for v in test.values:
-                self.condition(v)
+                self.condition(v, statement)
         elif isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            self.condition(test.operand)
+            self.condition(test.operand, statement)
         elif self.is_tensor(test):
-            self.add(test, "tensor_condition")
+            self.add(test, "tensor_condition", statement)
 
     def is_tensor_mask(self, node: ast.AST) -> bool:
         """A boolean mask that is a tensor: a comparison with a tensor side, a mask name, `~`/`&` of them

@@ -19,6 +19,7 @@ class Finding:
     function: str  # the enclosing function ("<module>" at top level)
     code: str  # the line's source, stripped
     exempt_reason: str = ""  # the reason of a `# sync-ok: <reason>` on the line; "" when not exempt
+    statement: str = ""  # a condition's statement keyword ("if", "while", "assert"), from the tree
 
     @property
     def exempt(self) -> bool:
@@ -27,7 +28,7 @@ class Finding:
     @property
     def fix(self) -> str:
         """The rule's fix for this line, or why none is offered here (rules.fix_for)."""
-        return fix_for(self.rule, self.code)
+        return fix_for(self.rule, self.code, self.statement)
 
     def describe(self) -> str:
         r = get(self.rule)
@@ -35,4 +36,6 @@ class Finding:
 
     def to_dict(self) -> dict:
         r = get(self.rule)
-        return {**asdict(self), "fix": self.fix, "finds": r.finds, "runtime": r.runtime, "graph_break": r.graph_break}
+        d = asdict(self)
+        d.pop("statement")  # read into the fix; the record's fields stay as documented
+        return {**d, "fix": self.fix, "finds": r.finds, "runtime": r.runtime, "graph_break": r.graph_break}

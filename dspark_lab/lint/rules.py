@@ -93,13 +93,13 @@ _RULES = (
 RULES: dict[str, Rule] = {r.id: r for r in _RULES}
 
 
-def fix_for(rule_id: str, code: str) -> str:
-    """The fix to offer on a line of source `code`: the rule's fix, or why none is offered where the
-    line opens with a keyword the rule withholds its fix for (read from the finding's line itself: a
-    test continued onto later lines, or an `assert` after `if ...:` on one line, still gets the rule's fix)."""
+def fix_for(rule_id: str, code: str, statement: str = "") -> str:
+    """The fix to offer for a finding: the rule's fix, or why none is offered where its statement is one
+    the rule withholds its fix for. `statement` is the keyword the finder read from the tree (a test
+    continued onto later lines keeps it); without it, the first word of the line `code`."""
     rule = get(rule_id)
     words = code.lstrip().replace("(", " ").replace(":", " ").split()
-    first = words[0] if words else ""
+    first = statement or (words[0] if words else "")
     return next((why for keyword, why in rule.withheld if keyword == first), rule.fix)
 
 

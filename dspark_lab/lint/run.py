@@ -30,9 +30,9 @@ def _findings(tree: ast.Module, source: str, path: str) -> list[Finding]:
     starts = _statement_starts(tree)
     code = lambda n: lines[n - 1].strip() if 0 < n <= len(lines) else ""  # noqa: E731
     out = []
-    for line, col, rule, function in finder.find(tree):
+    for line, col, rule, function, statement in finder.find(tree):
         reason = marks.get(line) or marks.get(starts.get(line, line)) or ""
-        out.append(Finding(path, line, col, rule, function, code(line), reason))
+        out.append(Finding(path, line, col, rule, function, code(line), reason, statement))
     functions = _functions(tree)
     for line, reason in sorted(marks.items()):
         if not reason:
