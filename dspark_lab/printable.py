@@ -20,7 +20,15 @@ def printable(text: object) -> str:
     return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+# On one line every control is shown: newline, tab and carriage return too, by their usual escapes.
+_ONE_LINE_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
 def one_line(text: object) -> str:
-    """printable(text) that stays on one line: newlines shown as \\n too (a file name, a run's name or
-    a warning, where a newline would start a line of its own, such as a forged "dspark-lab: ...")."""
-    return printable(text).replace("\n", "\\n")
+    """`text` made safe and kept on one line (a file name, a run's name, a field echoed in a warning,
+    where a newline would start a line of its own, such as a forged "dspark-lab: ..."): every control
+    and reordering character shown as an escape (\\n, \\t, \\x1b, \\u202e), lone surrogates as \\udcNN."""
+    s = _ONE_LINE_UNSAFE.sub(lambda m: _NAMED.get(m.group()) or (
+        f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}"), str(text))
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")

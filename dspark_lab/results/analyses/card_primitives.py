@@ -155,13 +155,13 @@ def _row(c: dict, empty_med: float) -> dict:
     xs = [float(x) for x in c.get("host_us") or []]
     cpu = [float(x) for x in c.get("cpu_us") or []]
     med, q = _median(xs), float(c["queued_ms"])
-    cpu_med = _median(cpu)
+    cpu_med, (q1, q3) = _median(cpu), _quartiles(xs)
     ok = bool(xs) and not c.get("error")
     return dict(
         name=c["name"], group=PRIMITIVES[c["name"]][0], how=PRIMITIVES[c["name"]][1], param=int(c.get("param", 0)),
         param_label=param_label(c["name"], int(c.get("param", 0))), queued_ms=q, queue=queue_name(q), host_us=med,
         host_us_min=min(xs) if xs else float("nan"), host_us_max=max(xs) if xs else float("nan"),
-        host_us_q1=_quartiles(xs)[0], host_us_q3=_quartiles(xs)[1], reps=len(xs),
+        host_us_q1=q1, host_us_q3=q3, reps=len(xs),
         inner=int(c.get("inner", 1)), cpu_us=cpu_med, cpu_share=cpu_med / med if ok and med > 0 else float("nan"),
         verdict=verdict(med, q, empty_med) if ok else None, spins=bool(ok and spins(med, cpu_med, q, empty_med)),
         edge=edge(xs, q, empty_med) if ok else "", gpu_us=_median(c.get("gpu_us") or []),

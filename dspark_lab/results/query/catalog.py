@@ -9,7 +9,7 @@ import pandas as pd
 
 from dspark_lab.results.rules.labels import gpu_name
 from dspark_lab.results.record.schema import MACHINE_KEYS
-from dspark_lab.results.record.shown import one_line
+from dspark_lab.printable import one_line
 from dspark_lab.results.rules.selection import failed_rows
 
 MAX_COMPARED = 4  # runs drawn side by side by default (report, panel "all selected"); the rest in tables

@@ -6,7 +6,7 @@ from typing import Optional, Sequence
 
 import pandas as pd
 
-from dspark_lab.results.record.shown import one_line
+from dspark_lab.printable import one_line
 
 EP_MODE_LABELS = {"real": "real ranks", "predicate_only": "one GPU, predicate only", "predicted": "predicted"}
 
