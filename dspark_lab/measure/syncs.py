@@ -80,7 +80,21 @@ def _site_path(path: str, roots: tuple, cwd: str) -> str:
 
 
 def _step_ranges(ev: pd.DataFrame) -> pd.DataFrame:
-    return ev[(ev.name == STEP_RANGE) & (ev.ph == "X") & (ev.cat == HOST_RANGE_CAT)]
+    """The kit's step ranges, outermost only: a step already wrapped in the kit's range and then run
+    under it again holds two nested ranges, which are one step (counted twice, its syncs and idle
+    would be split between them)."""
+    s = ev[(ev.name == STEP_RANGE) & (ev.ph == "X") & (ev.cat == HOST_RANGE_CAT)]
+    if len(s) < 2:
+        return s
+    s = s.assign(_neg=-s.dur).sort_values(["pid", "tid", "ts", "_neg"], kind="stable")
+    keep, outer = [], {}  # per thread: the end of the outermost range still open
+    for i, r in zip(s.index, s.itertuples()):
+        key = (r.pid, r.tid)
+        if key in outer and r.end <= outer[key]:
+            continue
+        outer[key] = r.end
+        keep.append(i)
+    return s.loc[keep].drop(columns="_neg").sort_values("ts", kind="stable")
 
 
 def host_events(ev: pd.DataFrame) -> pd.DataFrame:
