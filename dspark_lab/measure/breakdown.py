@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from dspark_lab.measure.ranges import PHASE_PREFIX
-from dspark_lab.measure import idle_causes, profiler_cost, run_ahead
+from dspark_lab.measure import idle_causes, run_ahead
 from dspark_lab.measure import intervals as iv
 from dspark_lab.measure.syncs import (ASYNC_COPY_APIS, HOST_AHEAD_US, host_events, host_waits, other_thread_waits,
                                       step_windows, sync_calls)
@@ -39,8 +39,7 @@ SYNC_COST_RULE = ("GPU idle caused by a host wait (a sync call, or a copy call t
                   "follow each other while the host never gets ahead form a chain, whose gaps are charged up to the "
                   "summed host time of the framework calls that made its waits (each gap to the wait that drained the "
                   "queue before it); a launch made by the framework call that then waits (.item()'s copy) does not "
-                  "put the host ahead; where the trace carries the machine's measured profiler cost per recorded "
-                  "host event, each gap and cap is first shortened by the profiler's own host time in it")
+                  "put the host ahead")
 
 
 def host_sets(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None) -> dict[str, list]:
@@ -111,22 +110,18 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None,
     too (call_spans_us). The bare cudaStreamSynchronize under-charges a host-bound step: the profiler's
     own host time before each sync (in launches and the op's preamble) shortens the wait it records
     (verify's cost group holds the op's span against the loss timed without a profiler).
-    Where the trace carries the machine's profiler cost per recorded host event (measure/profiler_cost.py), each
-    gap and cap is first shortened by it times the host events recorded there on the wait's thread (`profiler`:
-    µs off the gap): without the profiler the launch that ends the gap comes that much sooner.
     `caps_us`: each sync's cap (µs, one per row of `calls`) where it was measured some other way."""
     calls = sync_calls(ev) if calls is None else calls
-    cols = ["start", "end", "gap_end", "sync", "sync_name", "sync_site", "sync_step", "profiler"]
+    cols = ["start", "end", "gap_end", "sync", "sync_name", "sync_site", "sync_step"]
     wins = step_windows(ev)
     if not wins:
         return pd.DataFrame(columns=cols)
     lau = launches(ev)
     cause_of_launch, end_cause, chain_of, _ = _causes_of_launches(ev, lau, calls, wins[-1][1])
-    own = profiler_cost.OwnTime.of(ev)
-    blocked = own.caps(calls, call_spans_us(ev, calls)) if caps_us is None else np.asarray(caps_us, float)
+    blocked = call_spans_us(ev, calls) if caps_us is None else np.asarray(caps_us, float)
     if len(blocked) != len(calls):
         raise ValueError(f"caps_us must give one cap per sync call: {len(calls)} calls, {len(blocked)} caps")
-    rows = _charged_gaps(ev, lau, calls, blocked, (cause_of_launch, end_cause, chain_of), own, wins[0][0], wins[-1][1])
+    rows = _charged_gaps(ev, lau, calls, blocked, cause_of_launch, end_cause, chain_of, wins[0][0], wins[-1][1])
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -225,12 +220,11 @@ WHY_NOTHING = {
 }
 
 
-def _charged_gaps(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame, blocked: np.ndarray, causes: tuple,
-                  own: "profiler_cost.OwnTime", lo: float, hi: float) -> list[list]:
+def _charged_gaps(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame, blocked: np.ndarray,
+                  cause_of_launch: dict, end_cause: Optional[int], chain_of: dict, lo: float, hi: float) -> list[list]:
     """Each idle gap in [lo, hi): did the GPU wait for the host (the op after it started right after
-    its launch returned), and which sync was in charge of that launch? Charged, less the profiler's
-    own host time in it, up to the cap of that sync's chain. `causes`: _causes_of_launches' first three."""
-    cause_of_launch, end_cause, chain_of = causes
+    its launch returned), and which sync was in charge of that launch? Charged up to the cap of
+    that sync's chain."""
     g = ev[ev.cat.isin(GPU_CATS)]
     starts = g.sort_values("ts", kind="stable")
     op_ts, op_corr = starts.ts.to_numpy(), starts.correlation.to_numpy()
@@ -254,11 +248,10 @@ def _charged_gaps(ev: pd.DataFrame, lau: pd.DataFrame, calls: pd.DataFrame, bloc
         # The cap (see sync_caused_gaps): no more idle than the host was blocked in the chain's syncs.
         c, head = calls.iloc[who], chain_of.get(who, who)
         budget.setdefault(head, float(blocked[who]))
-        profiler = own.in_span(c, a, b)
-        charged = min(b - a - profiler, budget[head])
-        budget[head] -= max(charged, 0.0)
+        charged = min(b - a, budget[head])
+        budget[head] -= charged
         if charged > 0:
-            rows.append([a, a + charged, b, who, c["name"], c["site"], int(c["step"]), profiler])
+            rows.append([a, a + charged, b, who, c["name"], c["site"], int(c["step"])])
     return rows
 
 
@@ -297,9 +290,7 @@ def per_step(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None, *, caused: 
         row.update({f"host_{p}_ms": iv.length(v) / 1e3 for p, v in host.items()})
         row.update(gpu_busy_ms=iv.length(busy) / 1e3, gpu_idle_ms=iv.length(gaps) / 1e3,
                    gpu_idle_after_sync_ms=iv.length(after_sync) / 1e3,
-                   gpu_idle_sync_caused_ms=iv.length(iv.clip(caused_spans, lo, hi)) / 1e3,
-                   gpu_idle_profiler_ms=float(caused.profiler[(caused.start >= lo) & (caused.start < hi)].sum()) / 1e3
-                   if "profiler" in caused else 0.0)
+                   gpu_idle_sync_caused_ms=iv.length(iv.clip(caused_spans, lo, hi)) / 1e3)
         row.update(idle_causes.per_window(by_cause, lo, hi))
         row.update(ahead[i])
         rows.append(row)
@@ -335,7 +326,7 @@ def wait_charges(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None, *, caus
         _, _, _, found = _causes_of_launches(ev, launches(ev), calls, wins[-1][1], waits)
     caused = sync_caused_gaps(ev, calls) if caused is None else caused
     charged = (caused.end - caused.start).groupby(caused["sync"]).sum() if len(caused) else pd.Series(dtype=float)
-    caps = profiler_cost.OwnTime.of(ev).caps(calls, call_spans_us(ev, calls))
+    caps = call_spans_us(ev, calls)
     rows = []
     for i, r in enumerate(calls.itertuples()):
         wait = getattr(r, "wait", None) or wait_kinds.of_api(getattr(r, "kind", None))

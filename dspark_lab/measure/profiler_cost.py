@@ -1,21 +1,23 @@
 """The profiler's own host time per event it records, measured on this machine.
 
-A charge is read from a profiled step: the GPU idle gap after a wait holds the profiler's own host
-time for every event the host records before its next launch, and without the profiler that launch
-comes sooner (on an H200 the gallery's one-wait charges exceeded their profiler-free headroom by
-0.08-0.51 ms, nearly all of it the step's profiled-minus-unprofiled time). `calibrate` times a loop
-of small launches with the GPU busy ahead (the host never waits) with and without the profiler,
-counts the host events the profiler recorded per iteration, and fits one cost per event over two loop
-bodies of different event mixes (each repeat's profiled loop paired with an unprofiled one just
-before it). It is a model: one cost per recorded event, whatever its kind; the record keeps each
-body's own figure so it shows how far that holds. `OwnTime` applies it to a trace that carries it.
+A charge is read from a profiled step, so the GPU idle gap after a wait can hold the profiler's own
+host time for the events the host records before its next launch. `calibrate` times a loop of small
+launches with the GPU busy ahead (the host never waits) with and without the profiler, counts the
+host events the profiler recorded per iteration, and fits one cost per event over two loop bodies of
+different event mixes (each repeat's profiled loop paired with an unprofiled one just before it). It
+is a model: one cost per recorded event, whatever its kind; the record keeps each body's own figure.
+The kit does not take it off the charge: on an H200, this cost times the host events recorded in each
+charged gap came to more than the step's whole profiled-over-profiler-free time in 9 of the 15 gallery
+cases measured (data/machines/h200-headroom-profiler-taken-off-20261204.json, parts'
+gpu_idle_profiler_ms against profiled_step_ms less step_ms); the study records the cost itself under
+data/machines/<gpu>-profiler-cost-<stamp>.json.
 """
 from __future__ import annotations
 
 import contextlib
 import statistics
 import time
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -24,12 +26,10 @@ import numpy as np
 HOST_EVENT_CATS = ("cpu_op", "cuda_runtime", "cuda_driver", "user_annotation", "python_function",
                    "cpu_instant_event")
 CALIBRATION_RANGE = "dspark:profiler-calibration"
-TRACE_KEY = "dspark_profiler_cost"  # where a captured trace carries its calibration
 GPU_AHEAD_CYCLES = 200_000_000  # about 0.1 s of GPU spin queued ahead: the loop never waits for the GPU
 ITERS = 100
 REPEATS = 5
 PYTHON_DEPTH = 8  # nested Python calls per iteration of the Python-heavy body (frames under stacks)
-_CACHE: dict = {}  # (with_stack, profile_memory) -> calibrate(...) for this process
 
 
 def _bodies(torch) -> dict[str, Callable[[], None]]:
@@ -97,11 +97,11 @@ def fit(pairs: dict[str, list[tuple[float, float, float]]]) -> dict:
 def calibrate(with_stack: bool = False, profile_memory: bool = True, iters: int = ITERS,
               repeats: int = REPEATS) -> dict:
     """On CUDA: the profiler's host cost per recorded event under the kit's profiler settings
-    (measure.session.profiled), fitted over both bodies, each repeat's profiled loop paired with an
+    (measure.trace.profiled), fitted over both bodies, each repeat's profiled loop paired with an
     unprofiled one just before it."""
     import torch
 
-    from dspark_lab.measure import session
+    from dspark_lab.measure import trace
 
     if not torch.cuda.is_available():
         raise RuntimeError("calibrating the profiler's cost needs CUDA")
@@ -111,7 +111,7 @@ def calibrate(with_stack: bool = False, profile_memory: bool = True, iters: int 
         _timed_loop(torch, body, iters)  # warm: the first launches and the allocator's first blocks
         for _ in range(repeats):
             free = _timed_loop(torch, body, iters)
-            with session.profiled(with_stack=with_stack, profile_memory=profile_memory) as got:
+            with trace.profiled(with_stack=with_stack, profile_memory=profile_memory) as got:
                 prof = _timed_loop(torch, body, iters, marked=True)
             k = events_in_ranges(got["trace"], CALIBRATION_RANGE)
             pairs.setdefault(name, []).append((free, prof, (k[0] if k else 0) / iters))
@@ -119,53 +119,3 @@ def calibrate(with_stack: bool = False, profile_memory: bool = True, iters: int 
     out.update(with_stack=with_stack, profile_memory=profile_memory, iters=iters, repeats=repeats,
                seconds=time.perf_counter() - t0)
     return out
-
-
-def for_session(with_stack: bool, profile_memory: bool) -> Optional[dict]:
-    """This process's calibration for one profiler setting (measured once), None without CUDA."""
-    import torch
-
-    if not torch.cuda.is_available():
-        return None
-    key = (with_stack, profile_memory)
-    if key not in _CACHE:
-        _CACHE[key] = calibrate(with_stack, profile_memory)
-    return _CACHE[key]
-
-
-class OwnTime:
-    """The profiler's own host time in a span of a trace: the host events recorded in it on one
-    thread times the trace's measured cost per event (0 where the trace carries none)."""
-
-    def __init__(self, us_per_event: float, host_ts: dict):
-        self.us_per_event = max(float(us_per_event), 0.0)
-        self._ts = host_ts  # (pid, tid) -> sorted start times (µs) of its host events
-
-    @classmethod
-    def of(cls, ev) -> "OwnTime":
-        cost = (getattr(ev, "attrs", {}) or {}).get(TRACE_KEY) or {}
-        p = float(cost.get("us_per_event") or 0.0)
-        if p <= 0 or ev.empty:
-            return cls(0.0, {})
-        host = ev[ev.cat.isin(HOST_EVENT_CATS)]
-        return cls(p, {k: np.sort(g.ts.to_numpy(float)) for k, g in host.groupby(["pid", "tid"])})
-
-    def in_span(self, where, lo: float, hi: float) -> float:
-        """µs of `where`'s thread (a row with pid, tid) between lo and hi that were the profiler's."""
-        if not self.us_per_event:
-            return 0.0
-        ts = self._ts.get((where["pid"], where["tid"]))
-        if ts is None:
-            return 0.0
-        n = int(np.searchsorted(ts, hi, side="left") - np.searchsorted(ts, lo, side="left"))
-        return min(n * self.us_per_event, max(hi - lo, 0.0))
-
-    def caps(self, calls, spans) -> np.ndarray:
-        """Each wait's cap (its framework call's host time) less the profiler's own time inside it."""
-        spans = np.asarray(spans, float).copy()
-        if not self.us_per_event:
-            return spans
-        lo = calls["op_ts"] if "op_ts" in calls else calls["ts"]
-        for i, (r, a) in enumerate(zip(calls.to_dict("records"), lo)):
-            spans[i] -= self.in_span(r, float(a), float(a) + spans[i])
-        return spans

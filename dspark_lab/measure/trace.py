@@ -5,17 +5,19 @@ so a live capture and a trace recorded on a GPU and committed as a test fixture 
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import os
 import re
+import sys
+import tempfile
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, Iterator, Optional, Union
 
 import pandas as pd
 
-from dspark_lab.measure import profiler_cost
-from dspark_lab.measure.session import _default_sync, profiled, read_exported  # noqa: F401 (the kit's one session)
+from dspark_lab.measure.native_noise import native_stderr_filtered
 
 GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 # record_function ranges on the host. A range that launched GPU work is mirrored on the GPU
@@ -23,6 +25,81 @@ GPU_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 HOST_RANGE_CAT = "user_annotation"
 HOST_API_CATS = ("cuda_runtime", "cuda_driver")
 _PY_FRAME = re.compile(r"^(?P<file>.*)\((?P<line>\d+)\): (?P<func>.*)$")
+
+
+def _experimental_config():
+    """Ask for CUDA sync events where this torch has the option (2.4+)."""
+    try:  # a private module of torch's: absent or different on some versions
+        from torch._C._profiler import _ExperimentalConfig
+
+        return _ExperimentalConfig(enable_cuda_sync_events=True)
+    except (ImportError, TypeError):
+        return None
+
+
+def _default_sync() -> None:
+    import torch  # torch is imported where a trace is made, not where one is read (the analysis worker)
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def profiled(*, with_stack: bool = False, profile_memory: bool = True,
+             sync: Optional[Callable[[], None]] = None, keep_file: bool = False) -> Iterator[dict]:
+    """One profiler session around the block: CPU, plus CUDA and its sync events where there is a
+    GPU; Python stacks on request. `sync` (default: the device's) runs inside the session at the
+    block's end, so the GPU's records are complete. Yields a dict that holds the Chrome-trace JSON
+    under "trace" after exit (the one capture the lab's measurement and the guard share), or with
+    `keep_file` the path of the exported JSON file under "path" (the caller removes it)."""
+    import torch
+    from torch.autograd import profiler as autograd_profiler
+
+    cuda = torch.cuda.is_available()
+    # torch.autograd.profiler.profile with Kineto is the session torch.profiler.profile wraps. Used
+    # directly because torch.profiler.profile's start probes hasattr(torch, "_inductor"), which
+    # imports the compiler stack on first use (2.5 s of imports on this CPU machine; the first live
+    # update waited for it); its only use there is the inductor cudagraphs setting, which
+    # the lab never turns on (its graphs are torch.cuda.CUDAGraph, not torch.compile's).
+    kwargs = dict(use_kineto=True, use_cpu=True, use_device="cuda" if cuda else None,
+                  record_shapes=False, profile_memory=profile_memory, with_stack=with_stack)
+    cfg = _experimental_config() if cuda else None
+    if cfg is not None:
+        kwargs["experimental_config"] = cfg
+    out: dict = {}
+    prof = autograd_profiler.profile(**kwargs)
+    with native_stderr_filtered():  # the profiler's own start-up messages (measure/native_noise.py)
+        prof.__enter__()
+    try:
+        yield out
+        (sync or _default_sync)()
+    finally:
+        with native_stderr_filtered():
+            prof.__exit__(*sys.exc_info())
+    fd, path = tempfile.mkstemp(prefix="dspark-trace-", suffix=".json")
+    os.close(fd)
+    kept = False
+    try:
+        prof.export_chrome_trace(path)
+        if keep_file:
+            out["path"], kept = path, True
+        else:
+            out["trace"] = read_exported(path)
+    finally:
+        if not kept:
+            os.unlink(path)
+
+
+def read_exported(path: str) -> dict:
+    """The trace the profiler exported to `path`. A file cut short is the disk's fault, not the
+    trace's: OSError saying so (a JSONDecodeError there once read as a broken measurement)."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except ValueError as e:
+        size = os.path.getsize(path)
+        raise OSError(f"the profiler's trace at {path} is incomplete ({size} bytes, {type(e).__name__}): "
+                      "the disk is full or a file size limit (ulimit -f) was reached") from None
 
 
 def capture(step: Callable[[], None], steps: int, *, warmup: int = 2, with_stack: bool = False,
@@ -34,36 +111,10 @@ def capture(step: Callable[[], None], steps: int, *, warmup: int = 2, with_stack
     for _ in range(warmup):
         step()
     sync()
-    # The profiler's cost per recorded event on this machine, for the charge (measure/profiler_cost.py):
-    # measured before the session, once per process and setting, and carried in the trace.
-    cost = profiler_cost.for_session(with_stack, True)
     with profiled(with_stack=with_stack, sync=sync, keep_file=keep_file) as out:
         for _ in range(steps):
             step()
-    if keep_file:
-        return _carry_in_file(out["path"], cost)
-    if cost is not None:
-        out["trace"][profiler_cost.TRACE_KEY] = cost
-    return out["trace"]
-
-
-def _carry_in_file(path: str, cost: Optional[dict]) -> str:
-    """Add the profiler's cost to an exported trace file as one more top-level key, in place (the
-    file is the kit's own temporary export): its closing brace replaced by the key and a brace."""
-    if cost is None:
-        return path
-    with open(path, "rb+") as f:
-        f.seek(0, os.SEEK_END)
-        size = f.tell()
-        f.seek(max(size - 256, 0))
-        tail = f.read()
-        k = tail.rfind(b"}")
-        if k < 0:
-            raise OSError(f"the profiler's trace at {path} does not end with a JSON object")
-        f.seek(max(size - 256, 0) + k)
-        f.truncate()
-        f.write(b', "' + profiler_cost.TRACE_KEY.encode() + b'": ' + json.dumps(cost).encode() + b"}\n")
-    return path
+    return out["path"] if keep_file else out["trace"]
 
 
 def load_json(src: Union[str, Path, dict]) -> dict:
@@ -79,8 +130,7 @@ def events(trace: Union[str, Path, dict]) -> pd.DataFrame:
     """One row per complete ("X") or instant ("i") event: name, cat, ts/dur/end (µs), pid, tid,
     correlation, bytes, device_type, and the raw args."""
     rows = []
-    whole = load_json(trace)
-    for e in whole.get("traceEvents", []):
+    for e in load_json(trace).get("traceEvents", []):
         ph = e.get("ph")
         if ph not in ("X", "i"):
             continue
@@ -96,11 +146,7 @@ def events(trace: Union[str, Path, dict]) -> pd.DataFrame:
             )
         )
     df = pd.DataFrame(rows, columns=["name", "cat", "ph", "ts", "dur", "end", "pid", "tid", "correlation", "bytes", "device_type", "args"])
-    df = df.sort_values("ts", kind="stable").reset_index(drop=True)
-    cost = whole.get(profiler_cost.TRACE_KEY)
-    if cost:
-        df.attrs[profiler_cost.TRACE_KEY] = cost
-    return df
+    return df.sort_values("ts", kind="stable").reset_index(drop=True)
 
 
 def python_frame(name: str) -> Optional[tuple[str, int, str]]:

@@ -63,7 +63,7 @@ def report_text(rec: dict) -> str:
              f"device-to-host copies per step {_f(c.get('d2h_per_step'), 2)} (into pageable memory "
              f"{_f(c.get('d2h_pageable_per_step'), 2)}); host-to-device pageable {_f(c.get('h2d_pageable_per_step'), 2)}",
              f"host blocked {_f(p.get('host_blocked_ms'))} ms per step; GPU idle the syncs caused "
-             f"{_f(p.get('gpu_idle_sync_caused_ms'))} ms per step (profiled steps{_profiler_taken_off(p)})"]
+             f"{_f(p.get('gpu_idle_sync_caused_ms'))} ms per step (profiled steps)"]
     waits = rec.get("waits") or {}  # records from before the kinds of wait were named have none
     if wait_kinds.charges_text(waits.get("charges")):
         lines.append(f"by kind of wait: {wait_kinds.charges_text(waits.get('charges'))}")
@@ -121,12 +121,3 @@ def build_html(rec: dict) -> str:
 
 def write(path, rec: dict) -> Path:
     return write_text_safely(Path(path), build_html(rec))
-
-
-def _profiler_taken_off(parts: dict) -> str:
-    """What the charge had taken off as the profiler's own host time, where the trace measured it."""
-    v = parts.get("gpu_idle_profiler_ms")
-    if not isinstance(v, (int, float)) or v != v:  # a record from before the profiler's cost was measured
-        return ""
-    return f"; less {v:.3f} ms of the profiler's own host time in the charged gaps"
-

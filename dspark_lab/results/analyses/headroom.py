@@ -96,14 +96,12 @@ def _windows_apart(terms: dict, gap: float) -> dict:
     return terms
 
 
-def profiler_term(profiled_step_ms: Optional[float], step_ms: Optional[float], taken_off_ms: float = 0.0) -> float:
-    """Minus the profiler's host time per step still in the charge: the real step's profiled time over its
-    profiler-free median, less what the charge already had taken off (`taken_off_ms`, the parts'
-    gpu_idle_profiler_ms: the trace carried the machine's profiler cost); 0 where it is not over, or
-    either is missing."""
+def profiler_term(profiled_step_ms: Optional[float], step_ms: Optional[float]) -> float:
+    """Minus the profiler's host time per step: the real step's profiled time over its profiler-free
+    median (0 where it is not over, or either is missing)."""
     if _num(profiled_step_ms) is None or _num(step_ms) is None:
         return 0.0
-    return -max(0.0, profiled_step_ms - step_ms - (_num(taken_off_ms) or 0.0))
+    return -max(0.0, profiled_step_ms - step_ms)
 
 
 def with_profiler_term(why: dict, profiled_step_ms: Optional[float], step_ms: Optional[float]) -> dict:
@@ -137,7 +135,7 @@ def explain(base: dict, stubbed: dict, row: dict, step_ms: Optional[float] = Non
     uncharged = lambda p: p["gpu_idle_ms"] - p["gpu_idle_sync_caused_ms"]  # noqa: E731
     terms = {"moved": -moved, "gpu_work": -(ps["gpu_busy_ms"] - pb["gpu_busy_ms"]),
              "host_after": -(uncharged(ps) - uncharged(pb)),
-             "profiler": profiler_term(pb.get("profiled_step_ms"), step_ms, pb.get("gpu_idle_profiler_ms", 0.0))}
+             "profiler": profiler_term(pb.get("profiled_step_ms"), step_ms)}
     terms["rest"] = row["headroom_ms"] - charge - sum(terms.values())
     gap = row["headroom_ms"] - charge
     terms = _windows_apart(terms, gap)

@@ -34,7 +34,6 @@ SUMMARY_ROWS = (  # (label, where, key): where is "counts" or "parts"
     ("device-to-host copies per step", "counts", "d2h_per_step"),
     ("host blocked, ms per step", "parts", "host_blocked_ms"),
     ("GPU idle the syncs caused, ms per step", "parts", "gpu_idle_sync_caused_ms"),
-    ("profiler's own host time taken off that, ms per step", "parts", "gpu_idle_profiler_ms"),
 ) + run_ahead_idle.SUMMARY_ROWS
 
 

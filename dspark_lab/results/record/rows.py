@@ -41,7 +41,7 @@ NONNEGATIVE = ("trial", "rank", "node_rank", "local_rank", "step_ms_p50", "step_
                *(c for c in schema.TRACE_COLUMNS if c.endswith("_per_step")),
                "host_prep_ms", "host_blocked_ms", "host_readback_ms", "host_copy_ms", "host_launch_ms",
                "gpu_busy_ms", "gpu_idle_ms",
-               "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms", "gpu_idle_profiler_ms", "gpu_ms", "host_work_ms", "host_wait_ms",
+               "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms", "gpu_ms", "host_work_ms", "host_wait_ms",
                "offcpu_ms", "ctx_switches_invol", "ctx_switches_vol", "cpu_steal_ms", "sm_clock_mhz",
                "throttle_reasons", "ci_half_width_pct", "target_verify_ms", "host_delay_ms", "host_jitter_ms",
                "gpu_collective_ms")

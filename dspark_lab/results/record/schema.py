@@ -54,9 +54,6 @@ TRACE_COLUMNS = (
     # for the host from a draining sync until the host is ahead again, capped at the time blocked.
     # Recorded runs from before it have only gpu_idle_after_sync_ms (the first such gap).
     "gpu_idle_sync_caused_ms",
-    # The profiler's own host time taken off that charge (measure/profiler_cost.py: host events recorded
-    # in the charged gaps times the machine's measured cost per event); NaN in runs recorded before it.
-    "gpu_idle_profiler_ms",
     # The waits by kind (results.facts.wait_kinds), JSON: {kind: {per_step, blocked_ms, charged_ms}};
     # and each wait outside the readback charged nothing, with why ("" when every one was charged).
     "wait_charges", "wait_note",
