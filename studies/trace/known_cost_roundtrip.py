@@ -1,15 +1,19 @@
 """Does `dspark-lab trace` read a trace the way `inspect` measures the step? On a CUDA machine, for
 steps of known cost (gallery/known_idle.py: host 1 ms, GPU 4 ms, the wait, host 2 ms, with a few
-forms of wait) and the kit's draft step (model/workload.LabStep, the baseline strategy):
+forms of wait) and the kit's draft step (model/workload.LabStep, the baseline strategy), ROUNDS rounds
+each of:
 
 1. `inspect`'s record of the step (run/inspect.inspect_step), its own profiled trace kept and read
    back through `trace` (measure.foreign_read / foreign_record): the same trace, so the same numbers;
 2. a trace recorded the way a user records one (torch.profiler.profile with a schedule and
-   prof.step(): ProfilerStep#N ranges, no kit range), read through `trace`: its charge per step
-   against inspect's, with a 95% CI of inspect's per-step charges (bootstrap of the mean).
+   prof.step(): ProfilerStep#N ranges, no kit range) with the kit's profiler settings (Python stacks,
+   memory, CUDA sync events), read through `trace`: its charge per step against inspect's, with a 95%
+   CI over inspect's captures (one capture's steps vary less than captures do);
+3. the same with torch.profiler's defaults and stacks only (how a user's trace often is): the charge's
+   difference to inspect's, the profiler's own settings' share.
 
-Writes $OUT/data/trace/h200-known-cost-roundtrip-<stamp>.json (the comparison) and the traces under
-$OUT/data/trace/traces/, and prints a table last. About 60 s on an H200 (budget 80 s).
+Writes $OUT/data/trace/h200-known-cost-roundtrip-<stamp>.json (the comparison) and the first round's
+traces under $OUT/data/trace/traces/, and prints a table last. About 70 s on an H200 (budget 120 s).
 
     OUT=/tmp/o python3 -m studies.trace.known_cost_roundtrip            # CUDA
     python3 -m studies.trace.known_cost_roundtrip --dry-run             # CPU: read-back and comparison on
@@ -33,6 +37,7 @@ CASES = ("wait_item", "wait_cpu", "wait_pageable_d2h", "two_syncs")
 DRAFT = "draft_step"
 FIXTURES = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "known_idle_h200"
 KEYS = ("gpu_idle_sync_caused_ms", "host_blocked_ms", "gpu_idle_ms")
+ROUNDS = 3
 
 
 def per_step_charges(path: str) -> list[float]:
@@ -49,33 +54,48 @@ def read_back(path: str) -> dict:
             "abstained": [a["reason"] for a in found["abstained"]], "gpu_share": found["gpu_share"], **parts}
 
 
-def compare(name: str, inspect_parts: dict, kit_trace: str, user_trace: str | None) -> dict:
-    """One case: inspect's parts, `trace` on inspect's own trace (must be equal), `trace` on the
-    user-style trace against inspect's CI of the per-step charge."""
-    per = per_step_charges(kit_trace)
+def capture_charge(path: str) -> float:
+    """One kit capture's charge per step: the mean over its steps after the first, as inspect's."""
+    per = per_step_charges(path)
+    return float(sum(per) / len(per)) if per else 0.0
+
+
+def compare(name: str, inspect_parts: dict, kit_traces: list, user_traces: list, default_traces: list = ()) -> dict:
+    """One case: inspect's parts, `trace` on inspect's own first trace (must be equal), and `trace` on the
+    user-style traces (kit settings) against a 95% CI over inspect's captures (the per-step CI of one
+    capture where there is one capture); the default-settings traces' difference beside it."""
+    kit = [capture_charge(p) for p in kit_traces]
+    per = per_step_charges(kit_traces[0]) if len(kit) == 1 else kit
     mean, lo, hi = mean_ci(per) if len(per) > 1 else (per[0], per[0], per[0])
-    own = read_back(kit_trace)
+    own = read_back(kit_traces[0])
     row = {"case": name, "inspect": {k: inspect_parts.get(k) for k in KEYS}, "inspect_charge_ci": [mean, lo, hi],
-           "inspect_steps": len(per), "trace_of_inspects_trace": own,
+           "inspect_captures": kit, "ci_over": "captures" if len(kit) > 1 else "steps of one capture",
+           "trace_of_inspects_trace": own,
            "same_trace_equal": all(own[k] is not None and abs(own[k] - inspect_parts[k]) < 1e-9 for k in KEYS
                                    if inspect_parts.get(k) is not None)}
-    if user_trace is not None:
-        user = read_back(user_trace)
-        charge = user["gpu_idle_sync_caused_ms"]
-        row.update(trace_of_user_trace=user, user_trace_within_ci=charge is not None and lo <= charge <= hi,
-                   user_minus_inspect_ms=None if charge is None else charge - mean)
+    for key, paths in (("user", user_traces), ("default", default_traces)):
+        reads = [read_back(p) for p in paths]
+        charges = [r["gpu_idle_sync_caused_ms"] for r in reads if r["gpu_idle_sync_caused_ms"] is not None]
+        if not reads:
+            continue
+        m = sum(charges) / len(charges) if charges else None
+        row[f"trace_of_{key}_trace"] = reads[0]
+        row[f"{key}_charges"] = charges
+        row[f"{key}_trace_within_ci"] = m is not None and lo <= m <= hi
+        row[f"{key}_minus_inspect_ms"] = None if m is None else m - mean
     return row
 
 
 def table(rows: list[dict]) -> str:
-    out = [f"{'case':<20} {'inspect ms':>10} {'CI':>15} {'trace(own)':>10} {'equal':>5} {'trace(user)':>11} {'in CI':>5}"]
+    out = [f"{'case':<18} {'inspect ms':>10} {'95% CI':>13} {'own':>5} {'user(kit settings)':>18} {'in CI':>5} "
+           f"{'user(defaults)-inspect':>22}"]
     for r in rows:
         m, lo, hi = r["inspect_charge_ci"]
-        user = r.get("trace_of_user_trace") or {}
-        u = user.get("gpu_idle_sync_caused_ms")
-        out.append(f"{r['case']:<20} {r['inspect']['gpu_idle_sync_caused_ms']:>10.3f} {f'{lo:.3f}-{hi:.3f}':>15} "
-                   f"{r['trace_of_inspects_trace']['gpu_idle_sync_caused_ms']:>10.3f} {str(r['same_trace_equal']):>5} "
-                   f"{'n/a' if u is None else f'{u:.3f}':>11} {str(r.get('user_trace_within_ci', 'n/a')):>5}")
+        u = r.get("user_minus_inspect_ms")
+        d = r.get("default_minus_inspect_ms")
+        out.append(f"{r['case']:<18} {m:>10.3f} {f'{lo:.3f}-{hi:.3f}':>13} {str(r['same_trace_equal']):>5} "
+                   f"{'n/a' if u is None else f'{m + u:.3f}':>18} {str(r.get('user_trace_within_ci', 'n/a')):>5} "
+                   f"{'n/a' if d is None else f'{d:+.3f}':>22}")
     return "\n".join(out)
 
 
@@ -86,19 +106,27 @@ def dry_run() -> int:
     for name in CASES[:2] + ("two_syncs",):
         path = str(FIXTURES / f"{name}.json.gz")
         ev = trace.events(path)
-        rows.append(compare(name, breakdown.summary(ev, calls=syncs.sync_calls(ev)), path, path))
+        rows.append(compare(name, breakdown.summary(ev, calls=syncs.sync_calls(ev)), [path], [path]))
     print(table(rows))
     return 0 if all(r["same_trace_equal"] for r in rows) else 1
 
 
-def _user_trace(step, path: Path, steps: int) -> None:
-    """`steps` steps recorded as a user does: torch.profiler with a schedule, prof.step() per step."""
+def _user_trace(step, path: Path, steps: int, kit_settings: bool) -> None:
+    """`steps` steps recorded as a user does: torch.profiler with a schedule, prof.step() per step; with
+    `kit_settings` the options the kit's own capture uses (measure/trace.py profiled), else torch's
+    defaults with Python stacks."""
     import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
+    extra = {}
+    if kit_settings:
+        extra = dict(profile_memory=True, record_shapes=False)
+        cfg = trace._experimental_config()
+        if cfg is not None:
+            extra["experimental_config"] = cfg
     sched = schedule(wait=1, warmup=2, active=steps, repeat=1)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], schedule=sched, with_stack=True,
-                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(path)), **extra) as prof:
         for _ in range(steps + 3):
             step()
             prof.step()
@@ -145,10 +173,32 @@ def _steps():
     yield DRAFT, lab.step
 
 
+def _case(name: str, step, traces: Path, steps: int, rounds: int) -> dict:
+    """ROUNDS rounds of the three captures, interleaved; the first round's traces kept (gzipped), the
+    others removed once read."""
+    kit, user, default, first = [], [], [], None
+    for k in range(rounds):
+        rec, kit_path = _inspect_keeping_trace(step, name if k == 0 else f"{name}.{k}", traces, steps)
+        first = first or rec
+        kit.append(str(kit_path))
+        for kind, paths, kit_settings in (("profiler", user, True), ("defaults", default, False)):
+            path = traces / f"{name}{'' if k == 0 else f'.{k}'}.{kind}.json"
+            _user_trace(step, path, steps, kit_settings)
+            with open(path, "rb") as src, gzip.open(str(path) + ".gz", "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            path.unlink()
+            paths.append(str(path) + ".gz")
+    row = compare(name, first["parts"], kit, user, default)
+    for p in kit[1:] + user[1:] + default[1:]:
+        Path(p).unlink()
+    return row
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dry-run", action="store_true", help="CPU: read back the committed H200 kit traces only")
     ap.add_argument("--steps", type=int, default=8, help="profiled steps per trace (default 8)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"captures of each kind per case (default {ROUNDS})")
     a = ap.parse_args(argv)
     if a.dry_run:
         return dry_run()
@@ -162,17 +212,10 @@ def main(argv=None) -> int:
     traces.mkdir(parents=True, exist_ok=True)
     rows = []
     for name, step in _steps():
-        rec, kit_path = _inspect_keeping_trace(step, name, traces, a.steps)
-        user_path = traces / f"{name}.profiler.json"
-        _user_trace(step, user_path, a.steps)
-        rows.append(compare(name, rec["parts"], str(kit_path), str(user_path)))
-        with open(user_path, "rb") as src, gzip.open(str(user_path) + ".gz", "wb") as dst:
-            shutil.copyfileobj(src, dst)
-        user_path.unlink()
-        rows[-1]["trace_of_user_trace"]["file"] += ".gz"
+        rows.append(_case(name, step, traces, a.steps, a.rounds))
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     doc = {"kind": "trace_known_cost_roundtrip", "recorded_at": stamp, "gpu": torch.cuda.get_device_name(0),
-           "torch": torch.__version__, "steps": a.steps, "rows": rows}
+           "torch": torch.__version__, "steps": a.steps, "rounds": a.rounds, "rows": rows}
     (out / f"h200-known-cost-roundtrip-{stamp}.json").write_text(json.dumps(doc, indent=1))
     print(table(rows))
     return 0
