@@ -93,3 +93,20 @@ def test_the_investigation_study_runs_on_cpu_writes_its_record_and_prints_its_ta
     without = subprocess.run(cmd[:3], cwd=root, capture_output=True, text=True, timeout=600,
                              env={**os.environ, "OUT": str(tmp_path / "none"), "PYTHONPATH": str(root)})
     assert without.returncode == 2 and "no CUDA device" in without.stdout and not (tmp_path / "none").exists()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("n,max_repeat,slack", [(1, 1, 0), (7, 0, 4), (64, 5, 0), (257, 9, 100)])
+def test_on_cuda_the_device_owner_gives_repeat_interleaves_rows_with_no_sync(n, max_repeat, slack):
+    g = torch.Generator().manual_seed(n)
+    tokens = torch.randint(0, 50_000, (n,), generator=g).cuda()
+    repeats = torch.randint(0, max_repeat + 1, (n,), generator=g).cuda()
+    want = torch.repeat_interleave(tokens, repeats)
+    bound = want.numel() + slack
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # any sync inside the device form raises
+    try:
+        owner = D._owner_of_rows_padded(tokens, repeats, bound)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.equal(owner[: want.numel()], want) and bool((owner[want.numel():] == D.PAD_OWNER).all())
