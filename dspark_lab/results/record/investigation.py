@@ -24,7 +24,7 @@ from dspark_lab.results.record.paths import default_data_dir
 KIND, SCHEMA = "dspark_investigation", 1
 DATA_ENV = "DSPARK_INVESTIGATION_DATA"
 FOLDER = "investigation"
-NO_RECORD = ("no recorded investigation: data/investigation/ holds none (studies/field/record_field.py "
+NO_RECORD = ("no recorded investigation: data/investigation/ holds none (studies/field/record_investigation.py "
              f"records one on a GPU; ${DATA_ENV} may name one)")
 
 
