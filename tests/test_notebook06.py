@@ -23,15 +23,24 @@ SLOW = [("gallery/decode_step.py:56 decode_step_slow", 1.0, True, 1.1, 0.95,
         ("gallery/decode_step.py:52 _count_accepted", 1.0, True, 0.02, 0.01, "return int(s.accept.sum().item())")]
 
 
-def synthetic_investigation() -> dict:
+def synthetic_investigation(fix: str = "device_owner") -> dict:
+    """A made-up investigation. `fix`: "device_owner", the fix the notebook teaches (the fixed step
+    keeps only `_count_accepted`, and its host waits for the forward at the by-design read-back), or
+    "moved_wait", the earlier fix (the wait moved into `_owner_of_rows`)."""
     pair = "synthpair01"
     before = inspect_record("slow_step", SLOW, trials=(3.0, 3.1, 2.9, 3.05, 3.0), pair={"id": pair, "role": "before"})
-    after = inspect_record("fixed_step", SLOW[1:], trials=(2.0, 2.1, 1.95, 2.02, 2.0), pair={"id": pair, "role": "after"})
-    return investigation.validate({"kind": investigation.KIND, "schema": investigation.SCHEMA,
-                                   "fingerprint": dict(before["fingerprint"]), "recorded_at": "2026-01-01T10:00:00+00:00",
-                                   "before": before, "after": after,
-                                   "guard": {"allow": ["read_back", "_owner_of_rows", "_count_accepted"],
-                                             "before": [SLOW[0][0]], "after": [], "note": ""}})
+    kept = SLOW[2:] if fix == "device_owner" else [SLOW[1][:3] + (1.0, 0.6, SLOW[1][5]), SLOW[2]]
+    after = inspect_record("fixed_step", kept, trials=(2.0, 2.1, 1.95, 2.02, 2.0), pair={"id": pair, "role": "after"})
+    rec = {"kind": investigation.KIND, "schema": investigation.SCHEMA,
+           "fingerprint": dict(before["fingerprint"]), "recorded_at": "2026-01-01T10:00:00+00:00",
+           "before": before, "after": after,
+           "guard": {"allow": ["read_back: why", "_count_accepted: why"], "before": [SLOW[0][0]], "after": [], "note": ""}}
+    if fix == "device_owner":
+        after["parts"]["host_readback_ms"] = 0.4  # the host reaches the read-back with its work done
+        rec["races"] = {"checked": True, "note": "", "steps": 17, "queued_ms": 0.2, "races": [], "clean": True}
+        rec["owner_forms"] = {"calls": 9, "rows": 30, "bound": 40, "equal": True, "device": "cuda",
+                              "slow_ms_per_call": 0.123, "fixed_ms_per_call": 0.0456}
+    return investigation.validate(rec)
 
 
 def _run(tmp_path, **env) -> str:
@@ -77,11 +86,25 @@ def test_on_a_synthetic_recording_the_notebook_says_what_it_shows_and_reads_it(t
     assert "verdict: AFTER is" in text and "faster" in text and "next: guard the fixed step in CI" in text
     assert "before (slow_step): FAILS on gallery/decode_step.py:56" in text and "after (fixed_step): passes" in text
     [held] = [ln for ln in text.splitlines() if ln.startswith("recorded fixed step (")]
-    assert held.endswith("syncs in: _count_accepted, _owner_of_rows")  # which fix the recording holds
+    assert held.endswith("syncs in: _count_accepted")  # which fix the recording holds
+    assert "waits: the wait went: host wait 1.170 → 0.020 ms/step" in text  # diff's verdict, from the record
+    assert "rows whose wait grew: the by-design read-back (not a sync site) (+0.400 ms)" in text
+    assert "races: none in 17 steps" in text  # the recording's own race check of its fix
+    assert "9 calls back to back" in text and "0.1230 ms per call (30 rows" in text and "0.0456 ms per call (40 rows)" in text
     md = [o["data"]["text/markdown"] for c in nb.cells for o in c.get("outputs", []) if "text/markdown" in o.get("data", {})]
     assert md and "paired per round" in md[0]
     figs = [o for c in nb.cells for o in c.get("outputs", []) if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert len(figs) == 2  # the timeline and the before/after breakdown
+
+
+def test_on_a_recording_of_the_earlier_fix_it_says_the_wait_moved_and_where_to(tmp_path):
+    path = investigation.save(synthetic_investigation("moved_wait"), tmp_path / "synth-decode-step.json")
+    text, _ = _run(tmp_path, DSPARK_INVESTIGATION_DATA=str(path))
+    [held] = [ln for ln in text.splitlines() if ln.startswith("recorded fixed step (")]
+    assert held.endswith("syncs in: _count_accepted, _owner_of_rows")
+    assert "waits: the wait moved rather than went" in text
+    assert "rows whose wait grew: gallery/decode_step.py:47 _owner_of_rows (+0.950 ms)" in text
+    assert "owner forms: not in this record" in text
 
 
 def test_without_a_recording_it_says_so_and_runs_through(tmp_path):

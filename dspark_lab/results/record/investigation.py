@@ -6,6 +6,9 @@ One JSON object under data/investigation/ (or the file in $DSPARK_INVESTIGATION_
      "before": inspect record (the slow step), "after": inspect record (the fixed step),
      "guard": {"allow": [...], "before": [line not allowed, ...], "after": [...], "note"}}
 `before` and `after` were measured together, their trials interleaved (`pair`): the diff is paired.
+Optional (studies/field/record_investigation.py adds them): "races", the race check of the fixed step
+(measure.races.check's report), and "owner_forms", the two ways of finding each row's owner timed
+alone: {"calls", "rows", "bound", "equal", "slow_ms_per_call", "fixed_ms_per_call"}.
 """
 from __future__ import annotations
 
@@ -21,8 +24,11 @@ from dspark_lab.results.record.paths import default_data_dir
 KIND, SCHEMA = "dspark_investigation", 1
 DATA_ENV = "DSPARK_INVESTIGATION_DATA"
 FOLDER = "investigation"
-NO_RECORD = ("no recorded investigation: data/investigation/ holds none (studies/field/record_field.py "
+NO_RECORD = ("no recorded investigation: data/investigation/ holds none (studies/field/record_investigation.py "
              f"records one on a GPU; ${DATA_ENV} may name one)")
+
+
+OWNER_FORM_KEYS = ("calls", "rows", "bound", "equal", "slow_ms_per_call", "fixed_ms_per_call")
 
 
 def validate(rec: object, source: str = "investigation") -> dict:
@@ -35,6 +41,11 @@ def validate(rec: object, source: str = "investigation") -> dict:
     g = rec.get("guard")
     if not isinstance(g, dict) or not all(isinstance(g.get(k), list) for k in ("allow", "before", "after")):
         raise ValueError(f"{source}: field 'guard' must hold lists 'allow', 'before' and 'after'")
+    if "races" in rec and not (isinstance(rec["races"], dict) and isinstance(rec["races"].get("races"), list)):
+        raise ValueError(f"{source}: field 'races' must be a race check's report (a dict with a list 'races')")
+    forms = rec.get("owner_forms")
+    if forms is not None and not (isinstance(forms, dict) and all(k in forms for k in OWNER_FORM_KEYS)):
+        raise ValueError(f"{source}: field 'owner_forms' must hold {', '.join(OWNER_FORM_KEYS)}")
     return rec
 
 
@@ -91,3 +102,15 @@ def describe(rec, live: bool) -> str:
         return f"LIVE: measured now on {machine}"
     return (f"RECORDED: measured on {machine} at {rec.get('recorded_at')}, read from {rec.get('source')}; "
             "nothing below is measured on this machine")
+
+
+def owner_forms_text(rec) -> str:
+    """The two ways of finding each row's owner, timed alone on the recording's GPU, or why not shown."""
+    f = (rec or {}).get("owner_forms")
+    if not f:
+        return "owner forms: not in this record (studies/field/record_investigation.py times them)"
+    same = "the same rows" if f["equal"] else "DIFFERENT rows"
+    return (f"owner forms, {f['calls']} calls back to back with nothing else queued: repeat_interleave without "
+            f"output_size {f['slow_ms_per_call']:.4f} ms per call ({f['rows']} rows, its size read back each call); "
+            f"cumsum + searchsorted to the bound {f['fixed_ms_per_call']:.4f} ms per call ({f['bound']} rows); {same} "
+            "before the padding")
