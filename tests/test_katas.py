@@ -10,6 +10,7 @@ from dspark_lab.gallery import changing, katas, registry
 from dspark_lab.gallery import targets
 from dspark_lab.gallery.cases import draft, host_prep, target_verify
 from dspark_lab.measure import races
+from helpers import FakeStream, stream_hooks
 
 
 def _define(source: str, name: str):
@@ -88,26 +89,6 @@ def test_on_cuda_the_fix_passes_and_the_pitfall_fails_the_guard_at_its_sync_line
 
 # --- the grade over steps of changing values, and the race check (synthetic steps on the CPU) --------
 
-class FakeStream:
-    """A queue run later: what is enqueued runs when the fake GPU drains it, as a queued copy does."""
-
-    def __init__(self):
-        self.q = []
-
-    def enqueue(self, f):
-        self.q.append(f)
-
-    def drain(self):
-        while self.q:
-            self.q.pop(0)()
-
-
-def _stream_hooks(stream):
-    def snap(v):
-        cell = {}
-        stream.enqueue(lambda: cell.__setitem__("v", v.clone() if isinstance(v, torch.Tensor) else v))
-        return cell
-    return races.Hooks(ahead=lambda: None, sync=stream.drain, snapshot=snap, resolve=lambda c: c["v"])
 
 
 def _staged_lengths(stream, reuse: bool):
@@ -126,11 +107,11 @@ def _staged_lengths(stream, reuse: bool):
 
 def test_a_solution_refilling_a_buffer_its_copy_still_reads_fails_the_race_check_only():
     s = FakeStream()
-    racy = katas.check("pageable_copy", _staged_lengths(s, reuse=True), scale="smoke", hooks=_stream_hooks(s))
+    racy = katas.check("pageable_copy", _staged_lengths(s, reuse=True), scale="smoke", hooks=stream_hooks(s))
     assert racy.results["output"][0] is True, racy  # synchronized, every step is right
     assert racy.results["races"][0] is False and not racy.passed and "races" in racy.failed()
     assert "7 output(s) differ" in racy.results["races"][1] and "step 0" in racy.results["races"][1]
-    fresh = katas.check("pageable_copy", _staged_lengths(s, reuse=False), scale="smoke", hooks=_stream_hooks(s))
+    fresh = katas.check("pageable_copy", _staged_lengths(s, reuse=False), scale="smoke", hooks=stream_hooks(s))
     assert fresh.results["output"][0] is True and fresh.results["races"][0] is True, fresh
 
 

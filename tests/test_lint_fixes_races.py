@@ -20,6 +20,7 @@ from dspark_lab.gallery import registry
 from dspark_lab.gallery.registry import Case
 from dspark_lab.lint import RULES, lint_source
 from dspark_lab.measure import races
+from helpers import FakeStream, stream_hooks
 
 ROOT = Path(__file__).resolve().parents[1]
 PAIRS = L.pairings()
@@ -63,26 +64,6 @@ def test_a_case_found_by_several_rules_is_run_once_with_all_its_rules():
         assert p.rule in by_case[p.case]
 
 
-class FakeStream:
-    """What is enqueued runs when the fake GPU drains it, as a queued copy does."""
-
-    def __init__(self):
-        self.q = []
-
-    def enqueue(self, f):
-        self.q.append(f)
-
-    def drain(self):
-        while self.q:
-            self.q.pop(0)()
-
-
-def _hooks(stream):
-    def snap(v):
-        cell = {}
-        stream.enqueue(lambda: cell.__setitem__("v", v.clone()))
-        return cell
-    return races.Hooks(ahead=lambda: None, sync=stream.drain, snapshot=snap, resolve=lambda c: c["v"])
 
 
 def _case(fix) -> Case:
@@ -105,9 +86,9 @@ def test_the_check_counts_the_wrong_values_of_a_fix_that_refills_a_buffer_still_
         stream.enqueue(lambda: out.copy_(buf))
         return out
 
-    bad = L.check_fix(_case(refills), steps=5, scale="smoke", hooks=_hooks(stream))
+    bad = L.check_fix(_case(refills), steps=5, scale="smoke", hooks=stream_hooks(stream))
     assert bad["checked"] and bad["races"] == 4 and bad["wrong"] == 4 * 8 and bad["of"] == 4 * 8
-    good = L.check_fix(_case(fresh), steps=5, scale="smoke", hooks=_hooks(stream))
+    good = L.check_fix(_case(fresh), steps=5, scale="smoke", hooks=stream_hooks(stream))
     assert good["wrong"] == 0 and good["races"] == 0
 
 
