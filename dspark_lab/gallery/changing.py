@@ -2,8 +2,8 @@
 delivers another step's values, so a check whose values never change cannot see one.
 
 `advance(state)` moves every input the cases read to the next step's values, the device tensors by
-kernels queued in stream order (no host wait) and the host mirror in lockstep with them, as a serving
-loop does between decode steps. `steps_of(fn)` is a factory of such steps (a fresh state per call, so
+kernels queued in stream order (no host wait) and the host mirror in lockstep with them (State's
+seq_lens_cpu: the scheduler's mirror, kept in lockstep). `steps_of(fn)` is a factory of such steps (a fresh state per call, so
 the race check's two runs start alike), for `dspark_lab.measure.races.check`.
 """
 from __future__ import annotations
