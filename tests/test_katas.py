@@ -164,3 +164,14 @@ def test_on_cuda_a_racy_solution_fails_the_grade_on_the_race_check():
     assert g.results["output"][0] is True, str(g)  # with every copy waited for, it returns the right values
     assert g.results["races"][0] is False and not g.passed, str(g)
     assert "output(s) differ" in g.results["races"][1]
+
+
+def test_the_steps_the_texts_name_are_the_steps_the_grade_runs():
+    from pathlib import Path
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    word = {6: "six", 8: "eight", 10: "ten", 12: "twelve"}[katas.GRADED_STEPS]
+    assert f"over {word} steps whose values change" in (root / "docs" / "your-own-code.md").read_text()
+    cells = json.loads((root / "notebooks" / "05_your_own_code.ipynb").read_text())["cells"]
+    assert any(f"over {word} steps whose values change" in "".join(c["source"]) for c in cells)

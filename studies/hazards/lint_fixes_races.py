@@ -5,7 +5,7 @@ synchronized, compared with a run that waits for every copy. The result to show:
 
     OUT=/tmp/o python -m studies.hazards.lint_fixes_races [--steps 20] [--budget-s 40] [--cpu-dry-run]
 
-Expected: about 30 s on an H200 (torch's import, 21 fixes x 2 runs x 20 steps of about 5 ms, the
+Expected: about 30 s on an H200 (torch's import, each paired fix x 2 runs x 20 steps of about 5 ms, the
 compiled cases' compilation; a case not reached within --budget-s is listed as skipped).
 File: $OUT/data/hazards/<gpu>-lint-fixes-races-<stamp>.json: {"kind": "dspark_lint_fix_races", "fingerprint",
 "scale", "steps", "pairings": [{rule, case, site, code, lint_fix, fix, source}], "unpaired": {rule: why},
