@@ -173,5 +173,6 @@ def test_the_steps_the_texts_name_are_the_steps_the_grade_runs():
     root = Path(__file__).resolve().parents[1]
     word = {6: "six", 8: "eight", 10: "ten", 12: "twelve"}[katas.GRADED_STEPS]
     assert f"over {word} steps whose values change" in (root / "docs" / "your-own-code.md").read_text()
+    assert f"{word} steps whose values change every" in (root / "docs" / "headroom.md").read_text()
     cells = json.loads((root / "notebooks" / "05_your_own_code.ipynb").read_text())["cells"]
     assert any(f"over {word} steps whose values change" in "".join(c["source"]) for c in cells)
