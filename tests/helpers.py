@@ -388,3 +388,28 @@ def default_sigint() -> None:
     command does, whatever this process inherited (a job started in the background by a shell
     without job control ignores SIGINT, and its children inherit that)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+class FakeStream:
+    """A queue run later: what is enqueued (a 'copy') runs when the fake GPU drains it, as a queued copy does."""
+
+    def __init__(self):
+        self.q = []
+
+    def enqueue(self, f):
+        self.q.append(f)
+
+    def drain(self):
+        while self.q:
+            self.q.pop(0)()
+
+
+def stream_hooks(stream: FakeStream):
+    """The race check's hooks on a FakeStream: outputs taken in stream order (as a device copy), read after the drain."""
+    from dspark_lab.measure import races
+
+    def snap(v):
+        cell = {}
+        stream.enqueue(lambda: cell.__setitem__("v", v.clone() if hasattr(v, "clone") else v))
+        return cell
+    return races.Hooks(ahead=lambda: None, sync=stream.drain, snapshot=snap, resolve=lambda c: c["v"])

@@ -13,8 +13,7 @@ from dspark_lab.measure.read_stub import ReadStub
 from dspark_lab.results.analyses import headroom as H
 from dspark_lab.results.analyses import step_diff
 from dspark_lab.run.headroom import headroom
-
-from helpers import inspect_record
+from helpers import FakeStream, inspect_record, stream_hooks
 
 STATE = {"x": torch.arange(4.0)}
 
@@ -146,26 +145,6 @@ def test_a_disagreement_is_split_and_a_moved_wait_named():
     assert "moved" in H.verdict({**row, "why": why}) and "app/m.py:30 k" in H.verdict({**row, "why": why})
 
 
-class FakeStream:
-    """A queue run later: a 'copy' enqueued runs when the fake GPU drains it, as a queued copy does."""
-
-    def __init__(self):
-        self.q = []
-
-    def enqueue(self, f):
-        self.q.append(f)
-
-    def drain(self):
-        while self.q:
-            self.q.pop(0)()
-
-
-def _hooks(stream):
-    def snap(v):
-        cell = {}
-        stream.enqueue(lambda: cell.__setitem__("v", v.clone()))  # taken in stream order, as a device copy
-        return cell
-    return races.Hooks(ahead=lambda: None, sync=stream.drain, snapshot=snap, resolve=lambda c: c["v"])
 
 
 def _h2d(stream, reuse: bool):
@@ -184,8 +163,8 @@ def _h2d(stream, reuse: bool):
 
 def test_a_reused_buffer_read_later_is_a_race_and_a_fresh_one_is_not():
     s = FakeStream()
-    racy = races.check(_h2d(s, reuse=True), steps=6, hooks=_hooks(s))
-    clean = races.check(_h2d(s, reuse=False), steps=6, hooks=_hooks(s))
+    racy = races.check(_h2d(s, reuse=True), steps=6, hooks=stream_hooks(s))
+    clean = races.check(_h2d(s, reuse=False), steps=6, hooks=stream_hooks(s))
     assert [r["step"] for r in racy["races"]] == [0, 1, 2, 3, 4] and not racy["clean"]
     assert {r["output"] for r in racy["races"]} == {"output"} and racy["races"][0]["wrong"] == 1
     assert clean["clean"] and clean["races"] == []

@@ -55,6 +55,10 @@ CASES = [
     ("tensor_as_number", "y = torch.add(x, x, alpha=s.scale.sum())\n", "y = torch.add(x, x, alpha=0.5)\n"),
     ("tensor_as_number", "d = x.cuda()\nf = torch.full((4,), d.max(), device=dev)\n", "f = torch.full((4,), n, device=dev)\n"),
     ("explicit_sync", "torch.cuda.synchronize()\n", "torch.cuda.current_stream()\n"),
+    ("repeat_interleave", "rows = torch.repeat_interleave(tokens, repeats)\n",
+     "rows = torch.repeat_interleave(tokens, repeats, output_size=n)\n"),
+    ("repeat_interleave", "rows = x.repeat_interleave(s.counts, dim=0)\n", "rows = x.repeat_interleave(2, dim=0)\n"),
+    ("repeat_interleave", "idx = torch.repeat_interleave(s.counts)\n", "idx = torch.repeat_interleave(s.counts_cpu)\n"),
     ("explicit_sync", "done.synchronize()\n", "done.record()\n"),
 ]
 

@@ -128,6 +128,9 @@ def test_a_kata_passes_on_output_and_guard_and_says_when_this_machine_does_not_s
     assert c.passed and "does not show the speed criterion" in c.detail and "10.5% slower" in c.detail
     res["guard"] = (False, "host sync at x.py:3")
     assert not V.kata_check("pageable_copy", res, "no slower").passed
+    res["guard"], res["races"] = (True, "no host sync"), (False, "races: 7 output(s) differ")
+    raced = V.kata_check("pageable_copy", res, "no slower")
+    assert not raced.passed and "races: 7 output(s) differ" in raced.detail
     assert V.kata_check("k", {"output": (True, ""), "guard": (None, "needs CUDA"), "faster": (None, "")}, "").passed is None
 
 

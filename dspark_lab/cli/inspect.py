@@ -2,7 +2,7 @@
 
 With --headroom, each site that reads a value back is served from a warm-up step's value (no
 sync) and the step timed again against the real one: the measured headroom beside the charge
-(<name>-headroom.json). With --races, a fresh step (a factory target) runs under queued GPU work
+(<name>-headroom.json; with --html also its page, <name>-headroom.html). With --races, a fresh step (a factory target) runs under queued GPU work
 and is compared with a synchronized reference: each output that differs is a race.
 
 Exit statuses: 0 measured (and, with --guard, no host sync that the allow-list does not name;
@@ -75,6 +75,7 @@ def add_inspect_parser(sub) -> None:
     x.add_argument("--headroom", action="store_true", help="instead of the record and page: for each read-back "
                    "site, the step timed with that read served from a warm-up value (no sync), paired with the "
                    "real step; the headroom with its 95%% CI beside the charge, and why they differ")
+    x.add_argument("--html", action="store_true", help="with --headroom: also write its page (<name>-headroom.html)")
     x.add_argument("--races", action="store_true", help="instead of the record and page: run the step under "
                    "queued GPU work and compare its outputs with a synchronized reference (exit 1 on a race)")
     x.add_argument("--race-steps", type=int_in(2, 100000), default=40, metavar="N", help="steps of each --races run")
@@ -119,13 +120,18 @@ def cmd_before_after(args: argparse.Namespace, label: str) -> int:
     status = EXIT_OK
     try:
         path = Path(args.out) / f"{stem(label, args.name)}-headroom.json"
+        page = path.with_suffix(".html") if args.html else None
         if args.headroom:
-            check_output(path)
+            for p in (path, page) if page else (path,):
+                check_output(p)  # refused before measuring
         if args.headroom:
             rec = worker.headroom_target(args.target, steps=args.steps, trials=args.trials, warmup=args.warmup,
                                          time_limit_s=args.time_limit)
             write_text_safely(path, json.dumps(rec, indent=1, default=str) + "\n")
-            print(headroom.text(rec) + f"\nrecord: {path}")
+            if page:
+                from dspark_lab.views import headroom_page
+                headroom_page.write(page, rec)
+            print(headroom.text(rec) + f"\nrecord: {path}" + (f"\npage: {page}" if page else ""))
         if args.races:
             rep = worker.races_target(args.target, steps=args.race_steps, time_limit_s=args.time_limit)
             print(describe(rep) + ("" if rep.get("fresh_state", True) else
@@ -148,6 +154,9 @@ def cmd_inspect(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     except TargetError as e:
         err(str(e))
         return EXIT_BAD_TARGET
+    if getattr(args, "html", False) and not getattr(args, "headroom", False):
+        err("--html goes with --headroom (without it, inspect always writes its page, <name>.html)")
+        return EXIT_BAD_TARGET  # 2: bad arguments, as a bad target
     if getattr(args, "headroom", False) or getattr(args, "races", False):
         return cmd_before_after(args, label)
     try:

@@ -7,13 +7,17 @@ you rewrite one function; `check(name, your_step)` grades it.
     katas.check("scalar_item", my_step)      # -> a Grade; print(grade) says what passed and why
 
 A solution takes the case's state (`s`) and returns what the pitfall step returns. The grade has
-three checks: the output equals the reference (the gallery's fix, on the same state); the guard
-sees no host sync outside the case's allow-list; and the step is measurably faster than the
+four checks. Output: over `graded_steps` steps whose values change every step (gallery/changing.py),
+each step's output equals the reference's (the gallery's fix, on a state advanced alike), both run
+synchronized (every non-blocking copy made blocking, the device synchronized after each step). Races:
+the same steps run with GPU work queued ahead of each and nothing synchronized (measure/races.py, the
+check `inspect --races` and the `races` fixture use) give the outputs of the synchronized run, so a
+solution that refills or reads a host buffer its copy has not finished with fails. Guard: the guard
+sees no host sync outside the case's allow-list. Faster: the step is measurably faster than the
 pitfall (interleaved rounds, paired per round, 95% CI of the difference below zero), except
-`pageable_copy`, which asks only that it be no slower. The output is checked on one call, so a
-solution that refills a host buffer its copy still reads can pass. Without CUDA
-nothing can sync, so only correctness can be checked there, and the grade says so. The reference
-solutions are the gallery's fixes (`solution(name)`).
+`pageable_copy`, which asks only that it be no slower. Without CUDA nothing can sync or be in flight,
+so only the output can be checked there, and the grade says so. The reference solutions are the
+gallery's fixes (`solution(name)`).
 """
 from __future__ import annotations
 
@@ -25,13 +29,17 @@ import torch
 
 from dspark_lab import guard
 from dspark_lab.gallery import cases as C
+from dspark_lab.gallery.changing import steps_of
 from dspark_lab.gallery.registry import CASES, Case, get
-from dspark_lab.measure import loop
+from dspark_lab.measure import loop, races
 from dspark_lab.results.rules.stats import compare
 from dspark_lab.results.record.sync_sites import distinct_lines
 
-CHECKS = ("output", "guard", "faster")
+CHECKS = ("output", "races", "guard", "faster")
 NEEDS_CUDA = "without CUDA nothing can sync or be sped up by removing a sync: only correctness can be checked here"
+NO_RUN_AHEAD = ("without CUDA no GPU work can be queued ahead of the step and no copy can be in flight: "
+                "no race can show here")
+GRADED_STEPS = 8  # steps of changing values the output and the race check run
 RTOL, ATOL = 1e-3, 1e-3  # the fixes reorder float sums (bf16 on CUDA)
 
 
@@ -146,6 +154,8 @@ def same_output(got, want) -> tuple[bool, str]:
         if not torch.allclose(g, w, rtol=RTOL, atol=ATOL):
             return False, f"values differ from the reference (largest difference {float((g - w).abs().max()):.3g})"
         return True, "equals the reference"
+    if isinstance(got, torch.Tensor):
+        return False, f"returned a tensor; the reference returns a {type(want).__name__}"
     ok = got == want
     return (True, "equals the reference") if ok else (False, f"returned {got!r}; the reference returns {want!r}")
 
@@ -168,23 +178,66 @@ def _speed_check(case: Case, solution_fn: Callable, state: C.State, rounds: int,
     return c["measurable"] and c["pct"] < 0, c["verdict"]
 
 
+def _plain_hooks(cuda: bool) -> races.Hooks:
+    """The synchronized run's hooks: nothing queued ahead, the device synchronized after each step."""
+    return races.Hooks(ahead=lambda: None, sync=torch.cuda.synchronize if cuda else (lambda: None))
+
+
+RAISED = "raised "
+
+
+def _raised(e: Exception) -> tuple[bool, str]:
+    return False, f"{RAISED}{type(e).__name__}: {e}"
+
+
+def output_check(case: Case, solution_fn: Callable, scale: str, steps: int, hooks: races.Hooks) -> tuple[bool, str]:
+    """Each of `steps` synchronized steps of changing values returns what the case's fix returns."""
+    want = races.outputs(steps_of(case.fix, scale), steps, hooks)
+    try:
+        got = races.outputs(steps_of(solution_fn, scale), steps, hooks)
+    except Exception as e:  # noqa: BLE001 -- the learner's step failing is a failed check, not a crash
+        return _raised(e)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if len(g) != len(w):
+            return False, f"step {i}: returned {len(g)} value(s); the reference returns {len(w)}"
+        for (path, gv), (_, wv) in zip(g, w):
+            ok, why = same_output(gv, wv)
+            if not ok:
+                return False, f"step {i}" + ("" if path == "output" else f", value {path}") + f": {why}"
+    return True, f"equals the reference at each of {steps} steps (the values change every step)"
+
+
+def race_check(solution_fn: Callable, scale: str, steps: int, hooks: Optional[races.Hooks]) -> tuple[Optional[bool], str]:
+    """The same steps under run-ahead (GPU work queued ahead of each, nothing synchronized) against the
+    synchronized run: any output that differs is a race. `hooks` None: CUDA's (none can run without it)."""
+    if hooks is None and not torch.cuda.is_available():
+        return None, NO_RUN_AHEAD
+    try:
+        rep = races.check(steps_of(solution_fn, scale), steps=steps, hooks=hooks)
+    except Exception as e:  # noqa: BLE001
+        return _raised(e)
+    if rep["clean"]:
+        return True, f"no race in {steps} steps with GPU work queued ahead of each (the values change every step)"
+    return False, races.describe(rep).replace("\n", ";")
+
+
 def check(name: str, solution_fn: Callable[[C.State], object], *, scale: Optional[str] = None,
-          rounds: int = 10, steps: int = 20) -> Grade:
-    """Grade `solution_fn(state)` for kata `name` (see the module's doc for the three checks)."""
+          rounds: int = 10, steps: int = 20, graded_steps: int = GRADED_STEPS,
+          hooks: Optional[races.Hooks] = None) -> Grade:
+    """Grade `solution_fn(state)` for kata `name` (see the module's doc for the four checks). `hooks`:
+    the race check's (measure.races.Hooks), for a test without CUDA; None: CUDA's, or none."""
     case = kata(name).case
     cuda = torch.cuda.is_available()
-    state = C.make_state(scale_name=scale or ("gpu" if cuda else "smoke"))
+    scale = scale or ("gpu" if cuda else "smoke")
     grade = Grade(name)
-    want = case.fix(state)
-    try:
-        got = solution_fn(state)
-    except Exception as e:  # noqa: BLE001 -- the learner's step failing is a failed check, not a crash
-        grade.results["output"] = (False, f"raised {type(e).__name__}: {e}")
+    grade.results["output"] = output_check(case, solution_fn, scale, graded_steps, hooks or _plain_hooks(cuda))
+    if grade.results["output"][1].startswith(RAISED):  # the other checks would run it again
         return grade
-    grade.results["output"] = same_output(got, want)
+    grade.results["races"] = race_check(solution_fn, scale, graded_steps, hooks)
     if not cuda:
         grade.results["guard"] = grade.results["faster"] = (None, NEEDS_CUDA)
         return grade
+    state = C.make_state(scale_name=scale)
     for _ in range(2):  # warm up outside the guard: first calls allocate
         solution_fn(state)
     torch.cuda.synchronize()

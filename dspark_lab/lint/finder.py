@@ -143,6 +143,9 @@ class _Walker:
             self.add(c, "data_dependent_shape")
         if F.is_torch(f, "synchronize"):
             self.add(c, "explicit_sync")
+        if F.is_torch(f, "repeat_interleave"):
+            self.repeat_interleave(c, c.args[1] if len(c.args) > 1 else F.keyword(c, "repeats")
+                                   or (c.args[0] if len(c.args) == 1 else None))
         numbers = [k.value for k in c.keywords if k.arg in NUMBER_KEYWORDS]
         if F.is_torch(f, "full") and len(c.args) >= 2:
             numbers.append(c.args[1])
@@ -163,12 +166,22 @@ class _Walker:
             self.add(c, "explicit_sync")
         elif m == "to":
             self.to_call(c, base)
+        elif m == "repeat_interleave" and not host and not F.is_torch(f, "repeat_interleave"):
+            self.repeat_interleave(c, c.args[0] if c.args else F.keyword(c, "repeats"))
         elif m == "cuda" and not F.is_true(F.keyword(c, "non_blocking")) and base in (HOST, PINNED):
             self.add(c, "blocking_to_device")
         elif m == "copy_" and F.is_true(F.keyword(c, "non_blocking")) and c.args:
             src = self.flow.origin(c.args[0])
             if (src == HOST and base != HOST) or (base == HOST and src != HOST):
                 self.add(c, "unpinned_non_blocking")
+
+    def repeat_interleave(self, c: ast.Call, repeats: Optional[ast.AST]) -> None:
+        """Without output_size, tensor repeats make the op read the output size back; a Python number (a
+        literal, or a name holding one) or host repeats do not."""
+        if F.keyword(c, "output_size") is not None or repeats is None or isinstance(repeats, ast.Constant):
+            return
+        if self.flow.origin(repeats) not in _HOST_SIDE:
+            self.add(c, "repeat_interleave")
 
     def to_call(self, c: ast.Call, base: Optional[str]) -> None:
         dev = F.keyword(c, "device") or (c.args[0] if c.args else None)

@@ -159,6 +159,13 @@ def _run(make_step: Callable, steps: int, hooks: Hooks, reference: bool) -> tupl
     return [[(p, hooks.resolve(s), ptr) for p, s, ptr in step] for step in outs], log.steps
 
 
+def outputs(make_step: Callable, steps: int, hooks: Hooks) -> list:
+    """Every step's outputs [(path, value)] of the synchronized reference run alone (each non-blocking
+    copy made blocking, `hooks.sync` after each step): what the step returns when nothing is in flight."""
+    got, _ = _run(make_step, steps, hooks, reference=True)
+    return [[(p, v) for p, v, _ in step] for step in got]
+
+
 def _wrong(got, want) -> tuple[int, int]:
     """(differing elements, elements) of one output."""
     if isinstance(got, torch.Tensor) and isinstance(want, torch.Tensor):

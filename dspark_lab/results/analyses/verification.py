@@ -168,9 +168,9 @@ def hazard_check(name: str, wrong: int, n: int, must_race: bool) -> Check:
 
 def kata_check(name: str, results: dict, speed_rule: str) -> Check:
     """`results`: a kata Grade's {check: (True | False | None, detail)} for the kata's reference
-    solution. Output and guard must pass; the speed criterion is one this machine may not show (a fix
+    solution. Output, races and guard must pass; the speed criterion is one this machine may not show (a fix
     whose gain is microseconds): then the check passes on the others and says so."""
-    bad = [c for c in ("output", "guard") if results.get(c, (None, ""))[0] is False]
+    bad = [c for c in ("output", "races", "guard") if results.get(c, (None, ""))[0] is False]
     missing = [c for c, (ok, _) in results.items() if ok is None]
     nums = {c: {"passed": ok, "detail": d} for c, (ok, d) in results.items()}
     if bad:
@@ -180,7 +180,7 @@ def kata_check(name: str, results: dict, speed_rule: str) -> Check:
     speed_ok, speed_text = results.get("faster", (True, ""))
     if speed_ok:
         return Check("katas", name, True, f"the reference solution passes: {speed_text}", nums)
-    return Check("katas", name, True, f"output and guard pass; this machine does not show the speed criterion "
+    return Check("katas", name, True, f"output, races and guard pass; this machine does not show the speed criterion "
                  f"({speed_rule}): {speed_text} — the kata is graded on the others here", nums)
 
 
