@@ -331,7 +331,8 @@ def _sites_are_the_cases(name: str, syncs) -> bool:
 def test_guard_catches_each_gallery_case_and_passes_its_fix(name):
     """The guard fails on a case that syncs, naming its line, and passes its fix (with the fix's
     by-design sites allowed). A counter-example whose step makes no sync (a race whose fix adds the
-    wait) passes the guard as it stands, and its fix's waits are the ones the guard finds."""
+    wait) passes the guard as it stands, and its fix's waits are the ones the guard finds; one whose fix
+    keeps its wait (defers it) fails on the case, and the guard finds the fix's wait too."""
     case = get(name)
     s = make_state("cuda", "smoke")
     case.step(s), case.fix(s)  # warm up outside the guard
@@ -346,6 +347,11 @@ def test_guard_catches_each_gallery_case_and_passes_its_fix(name):
         with guard.no_host_syncs(allow=case.allow):
             case.step(s)
     assert name in COMPILED or GALLERY_SITE.search(str(err.value).splitlines()[0])
+    if case.fix_expected_syncs:  # a counter-example whose fix keeps the wait (moves it): the guard still finds it
+        with guard.no_host_syncs(allow=case.allow, count=True) as rep:
+            case.fix(s)
+        assert rep.count(allowed=False) == case.fix_expected_syncs, rep.summary()
+        return
     with guard.no_host_syncs(allow=case.allow):
         case.fix(s)
     with guard.no_host_syncs(count=True) as rep:  # without the allow-list: only the by-design sites
