@@ -105,7 +105,9 @@ class PointPlan:
 class TrialRecord:
     """What one timed trial measured: its timing, and the point x strategy's profiled columns
     (`measured`, empty before the profiled pass); on real ranks, the rank's own config and columns
-    (PointSpec.columns)."""
+    (PointSpec.columns), and the columns that compare it with the other ranks' trials (`compared`:
+    step_ms_max_rank, blocked_from_others_ms, collective_from_others_ms; known on rank 0 once every
+    rank's records are gathered, before any row is built)."""
 
     spec: PointSpec
     strategy: str
@@ -113,12 +115,18 @@ class TrialRecord:
     measured: Mapping = field(default_factory=dict)
     where: Mapping = field(default_factory=dict)
     rank_cfg: Optional[LabConfig] = None
+    compared: Mapping = field(default_factory=dict)
+
+    def value(self, column: str):
+        """A measured or diagnostic value of the trial (None where it has none), as its row will hold it."""
+        return self.timing.diag.get(column, self.measured.get(column))
 
     def row(self) -> dict:
-        """The trial's row (results.record.rows.build_row): identity, where, timing, diagnostics, measured."""
+        """The trial's row (results.record.rows.build_row): identity, where, timing, diagnostics,
+        measured, compared."""
         t = self.timing
         return rowbuild.build_row(
-            **{**self.spec.columns(self.strategy, self.rank_cfg, self.where), **self.measured, **t.diag},
+            **{**self.spec.columns(self.strategy, self.rank_cfg, self.where), **self.measured, **t.diag, **self.compared},
             status="ok", error="", trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50,
             step_ms_p90=t.p90)
 
