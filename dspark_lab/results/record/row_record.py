@@ -17,23 +17,25 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from dspark_lab.results.record import schema
-from dspark_lab.results.record.rows import RANK_TYPES, STATUSES, value_problem
+from dspark_lab.results.record.rows import FLOAT_COLUMNS, RANK_TYPES, STATUSES, value_problem
 
 IDENTITY = ("point_id", "strategy", "status", "error")
 # The file's own keys on a row line (store.RunWriter writes them): never a column of the row.
 FILE_KEYS = ("kind", "attempt")
 _TYPED = frozenset((*schema.ROW_COLUMNS, *RANK_TYPES))
+_FLOATS = frozenset((*FLOAT_COLUMNS, *(c for c, kind in RANK_TYPES.items() if kind == "float")))
 
 
 def column_problem(column: Any, value: Any) -> str | None:
-    """Why `value` cannot be `column`'s in a record, or None. NaN and infinity are allowed where a
-    number goes (the file stores them as null, which loads as missing)."""
+    """Why `value` cannot be `column`'s in a record, or None: the types of results.record.rows
+    (build_row's check). NaN and infinity are allowed where a float goes (the file stores them as
+    null, which loads as missing), never for a count."""
     if not isinstance(column, str) or not column:
         return f"a column name must be a non-empty string; got {column!r:.60}"
     if column in FILE_KEYS or column in schema.FINGERPRINT_COLUMNS:
         where = "the run file's own key" if column in FILE_KEYS else "the machine's (RowRecord.machine)"
         return f"{column} is {where}, not a row column; allowed row columns exclude {', '.join(FILE_KEYS + schema.FINGERPRINT_COLUMNS)}"
-    if column not in _TYPED or (isinstance(value, float) and not math.isfinite(value)):
+    if column not in _TYPED or (column in _FLOATS and isinstance(value, float) and not math.isfinite(value)):
         return None
     return value_problem(column, value)
 
