@@ -4,7 +4,9 @@ A point is (config, world size, dispatch mode) with a list of cases; a case says
 does (`RankCase`: strategy, added host delay, host jitter per rank). As in run.point.measure_point,
 timing trials come first, interleaved across cases, with the device drained and the ranks
 joined by a barrier at every trial boundary (so all ranks run the same case at the same time),
-then one profiled pass over the cases in turn, analysed per rank by the measure/ code.
+then one profiled pass over the cases in turn, analysed per rank by the measure/ code. Each rank
+runs these phases as one parallel.orchestrator.PointRun on its RankExecutor; every rank's trial
+records are gathered to rank 0, which builds each row once.
 
 Who waits for whom: a rank's `blocked_from_others_ms` / `collective_from_others_ms` are the rise
 of its host wait (blocked + readback) and of its collective time over the case in which every

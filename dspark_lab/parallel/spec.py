@@ -5,7 +5,9 @@ A point is a config, a world size and a dispatch mode. One process is the world-
 ranks joined, so no dispatch), and there EP > 1 only flips the predicate (schema.RANK_COLUMNS);
 parallel/ runs real ranks. The spec is fixed before anything is measured: nobody fills in a row's
 identity afterwards. A trial becomes a row in one place (`TrialRecord.row`, through
-results.record.rows.build_row); rows are validated where they are loaded (results.loading).
+results.record.rows.build_row), once: on real ranks the columns that compare the ranks are in the
+record before its row is built. Rows are checked where they are written (the run writer takes each
+as a results.record.row_record.RowRecord) and where they are loaded (results.loading).
 """
 from __future__ import annotations
 
