@@ -25,6 +25,7 @@ from dspark_lab.results.loading import load as run_load
 from dspark_lab.results.record.store import DataWarning, RunWriter
 from dspark_lab.run import sweep_spec
 from dspark_lab.run.sweep import GRID_FIELDS, SweepSpecError
+from dspark_lab.run.point import point_id  # the point's own id, as measure_point's rows carry it
 
 REPO = Path(__file__).resolve().parent.parent
 TINY_ARGS = ["--model", "tiny", "--workload", "tiny", "--steps", "3", "--warmup", "1", "--trials", "2",
@@ -272,7 +273,7 @@ def _fake_measure(fail_ep=None):
         for t in range(cfg.trials):
             for s in strategies:
                 r = {c: None for c in schema.ROW_COLUMNS}
-                r.update(ep_size=cfg.ep_size, batch_size=cfg.batch_size, gamma=cfg.gamma, strategy=s,
+                r.update(point_id=point_id(cfg), ep_size=cfg.ep_size, batch_size=cfg.batch_size, gamma=cfg.gamma, strategy=s,
                          model=cfg.model, workload=cfg.workload, status="ok", error="", trial=t,
                          steps=cfg.steps, step_ms=2.0 if s == "device_direct" else 1.0,
                          syncs_per_step=1.0 if s == "device_direct" else 0.0)

@@ -16,6 +16,7 @@ from dspark_lab.results.record import schema
 from dspark_lab.results.rules import noise
 from dspark_lab.results.rules.selection import REFERENCE
 from dspark_lab.run import sweep_spec
+from dspark_lab.run.point import point_id  # the point's own id, as measure_point's rows carry it
 
 RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
 REFERENCE_RUNS = sorted(RUNS.glob("h200-reference-adaptive-after-spin-fix-run*.jsonl"))
@@ -138,7 +139,7 @@ def fake_measure(calls: list):
         for t in range(trials):
             for s in strategies:
                 r = {c: None for c in schema.ROW_COLUMNS}
-                r.update(ep_size=cfg.ep_size, batch_size=cfg.batch_size, gamma=cfg.gamma, strategy=s,
+                r.update(point_id=point_id(cfg), ep_size=cfg.ep_size, batch_size=cfg.batch_size, gamma=cfg.gamma, strategy=s,
                          model=cfg.model, workload=cfg.workload, status="ok", error="", trial=t, steps=cfg.steps,
                          step_ms=(7.0 if s == "device_direct" else 5.0) * (1 + rng.normal(0, 0.01)))
                 rows.append(r)

@@ -20,6 +20,7 @@ from dspark_lab.config import LabConfig
 from dspark_lab.measure import diagnostics, loop, probe, timing, waits
 from dspark_lab.results.rules import noise
 from dspark_lab.results.loading import load as run_load
+from dspark_lab.run.point import point_id  # the point's own id, as measure_point's rows carry it
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = sorted((REPO / "data" / "runs").glob("h200-sglang-profile-*.jsonl"))
@@ -324,7 +325,7 @@ def test_sweep_target_ci_reaches_the_measure_and_the_header(tmp_path, monkeypatc
 
     def measure(cfg, strategies=None, *, on_progress=None, **kw):
         seen.append(kw)
-        rows = [dict({c: None for c in schema.ROW_COLUMNS}, ep_size=cfg.ep_size, batch_size=cfg.batch_size,
+        rows = [dict({c: None for c in schema.ROW_COLUMNS}, point_id=point_id(cfg), ep_size=cfg.ep_size, batch_size=cfg.batch_size,
                      gamma=cfg.gamma, strategy=s, status="ok", error="", trial=0, step_ms=1.0) for s in strategies]
         return SimpleNamespace(rows=rows, timelines=[], traces={})
 
@@ -401,7 +402,7 @@ def test_live_warm_up_measures_nothing_ahead():
 
     def measure(cfg, strategies=None, *, on_progress=None, on_trial=None):
         calls.append((cfg.ep_size, cfg.batch_size, cfg.gamma))
-        rows = [dict({c: None for c in schema.ROW_COLUMNS}, ep_size=cfg.ep_size, batch_size=cfg.batch_size,
+        rows = [dict({c: None for c in schema.ROW_COLUMNS}, point_id=point_id(cfg), ep_size=cfg.ep_size, batch_size=cfg.batch_size,
                      gamma=cfg.gamma, workload=cfg.workload, model=cfg.model, strategy=s, status="ok", error="",
                      trial=0, step_ms=1.0) for s in strategies]
         return SimpleNamespace(rows=rows, timelines=[], traces={})

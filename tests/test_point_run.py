@@ -12,7 +12,7 @@ from dspark_lab.config import LabConfig
 from dspark_lab.measure.timing import TrialTiming
 from dspark_lab.parallel.measure import measure_single
 from dspark_lab.parallel.spec import PointPlan, PointResult, PointSpec, TrialRecord
-from dspark_lab.run.orchestrator import PointObserver, PointRun
+from dspark_lab.parallel.orchestrator import PointObserver, PointRun
 from dspark_lab.run.point import LocalExecutor, measure_point, point_id
 
 TINY = LabConfig(model="tiny", workload="tiny", device="cpu", steps=2, warmup=0, trials=2, batch_size=2, gamma=2)

@@ -1,5 +1,5 @@
 """The point run's two seams are typing.Protocols that every implementation satisfies: each executor
-is a run.orchestrator.PointExecutor and each observer a PointObserver, by isinstance
+is a parallel.orchestrator.PointExecutor and each observer a PointObserver, by isinstance
 (runtime_checkable) and by the signatures of their methods; a deliberately wrong one is refused by
 both checks; and every parameter of the run wing that takes an executor or an observer is
 annotated with its Protocol, so a reader following one reaches the Protocol."""
@@ -11,12 +11,14 @@ import typing
 import numpy as np
 import pytest
 
-from dspark_lab.parallel.run import RanksExecutor
-from dspark_lab.run import live, orchestrator, point
-from dspark_lab.run.orchestrator import PointExecutor, PointObserver
+from dspark_lab.parallel import measure as rank_measure, orchestrator, run as ep_run, torchrun
+from dspark_lab.run import live, point
+from dspark_lab.parallel.orchestrator import PointExecutor, PointObserver
 
-EXECUTORS = (point.LocalExecutor, live.MeasureExecutor, RanksExecutor)
-OBSERVERS = (orchestrator._Observers, live._LiveView, point._OnTrial)
+EXECUTORS = (point.LocalExecutor, live.MeasureExecutor, ep_run.RanksExecutor, ep_run.GroupExecutor,
+             rank_measure.RankExecutor)
+OBSERVERS = (orchestrator._Observers, orchestrator.OnTrial, live._LiveView, ep_run.PointWriter, ep_run._OnPoint,
+             torchrun._Finished)
 
 
 def protocol_methods(protocol) -> list[str]:
@@ -115,7 +117,7 @@ def _functions(module):
 SEAM_PARAMETERS = {"executor": PointExecutor, "observer": PointObserver, "observers": typing.Sequence[PointObserver]}
 
 
-@pytest.mark.parametrize("module", (orchestrator, point, live), ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", (orchestrator, point, live, rank_measure, ep_run), ids=lambda m: m.__name__)
 def test_every_parameter_taking_a_seam_is_annotated_with_its_protocol(module):
     seen = 0
     for fn in _functions(module):

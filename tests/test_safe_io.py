@@ -73,7 +73,7 @@ RESUMER = textwrap.dedent("""
         ready.touch()
         while not gate.exists():  # hold the file until the test lets go
             time.sleep(0.05)
-        rows = [build_row(point_id="x", strategy=s, trial=t, step_ms=1.0, ep_size=cfg.ep_size,
+        rows = [build_row(point_id=point.point_id(cfg), strategy=s, trial=t, step_ms=1.0, ep_size=cfg.ep_size,
                           batch_size=cfg.batch_size, gamma=cfg.gamma) for s in strategies for t in range(cfg.trials)]
         return SimpleNamespace(rows=rows, timelines=[])
 

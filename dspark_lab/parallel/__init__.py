@@ -4,7 +4,8 @@
   step.py      one rank's decode step: the lab step with a group, per-rank delay and jitter
   measure.py   every rank measures its own steps; rows gain a rank dimension (schema.RANK_COLUMNS)
   workers.py   a persistent group of rank processes the kernel talks to (WorkerGroup)
-  run.py       an EP run: cases x dispatch modes over a worker group, written to a run file
+  orchestrator.py  one point run in phases (PointRun) and its two seams (PointExecutor, PointObserver)
+  run.py       an EP run: a PointRun per dispatch mode on a worker group (GroupExecutor), written to a run file
   torchrun.py  the same run launched by torchrun: each rank joins from its environment, rank 0 writes
   checks.py    EP output equals the single-process reference; padded rows never dispatched
 

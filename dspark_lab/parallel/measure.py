@@ -4,7 +4,9 @@ A point is (config, world size, dispatch mode) with a list of cases; a case says
 does (`RankCase`: strategy, added host delay, host jitter per rank). As in run.point.measure_point,
 timing trials come first, interleaved across cases, with the device drained and the ranks
 joined by a barrier at every trial boundary (so all ranks run the same case at the same time),
-then one profiled pass over the cases in turn, analysed per rank by the measure/ code.
+then one profiled pass over the cases in turn, analysed per rank by the measure/ code. Each rank
+runs these phases as one parallel.orchestrator.PointRun on its RankExecutor; every rank's trial
+records are gathered to rank 0, which builds each row once.
 
 Who waits for whom: a rank's `blocked_from_others_ms` / `collective_from_others_ms` are the rise
 of its host wait (blocked + readback) and of its collective time over the case in which every
@@ -14,7 +16,7 @@ different cost it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import numpy as np
@@ -28,7 +30,8 @@ from dspark_lab.results.record.schema import RANK_COLUMNS, ROW_COLUMNS
 from dspark_lab.results.record import rows as rowbuild
 from dspark_lab.model.dispatch import check_mode
 from dspark_lab.parallel.ranks import RankContext, nccl_version
-from dspark_lab.parallel.spec import PointResult, PointSpec, TrialRecord
+from dspark_lab.parallel.orchestrator import OnTrial, PointObserver, PointRun
+from dspark_lab.parallel.spec import PointPlan, PointResult, PointSpec, TrialRecord
 from dspark_lab.parallel.step import RankStep
 
 # Host-side names of collective calls in a CPU trace (c10d ops, gloo ranges, torch's comms record).
@@ -162,13 +165,14 @@ def _case_stats(tr: dict, step: RankStep, cuda: bool, debug_sites: bool, sync) -
     return stats, tl
 
 
-def _case_rows(spec: PointSpec, my_cfg: LabConfig, ctx: RankContext, case: RankCase, graph: bool, stats: dict,
-               timings: list) -> list[dict]:
-    """A case's rows on this rank: its trials, with the case's profiled columns."""
+def _case_records(spec: PointSpec, my_cfg: LabConfig, ctx: RankContext, case: RankCase, graph: bool, stats: dict,
+                  timings: list) -> list[TrialRecord]:
+    """A case's trial records on this rank, with the case's profiled columns (rows are built on
+    rank 0, once the columns that compare the ranks are known)."""
     measured = {k: v for k, v in stats.items() if k in ROW_COLUMNS + RANK_COLUMNS}
     measured.update(graph=graph, sync_sites=stats.get("sync_sites", "{}"))  # a2a_dynamic and CPU run eagerly
     where = _where(ctx, case)
-    return [TrialRecord(spec, case.rank_settings(ctx.rank)[0], t, measured, where, my_cfg).row() for t in timings]
+    return [TrialRecord(spec, case.rank_settings(ctx.rank)[0], t, measured, where, my_cfg) for t in timings]
 
 
 def _point_setup(ctx: RankContext, cfg: LabConfig, dispatch: str, batch_sizes: Optional[Sequence[int]]) -> tuple:
@@ -193,47 +197,77 @@ def unfinished_rows(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequ
                                               status="failed", error=msg) for c in cases]
 
 
+class RankExecutor:
+    """This rank's part of a point on joined ranks (a parallel.orchestrator.PointExecutor): its step
+    of every case, the timed rounds (the device drained and the ranks joined by a barrier at every
+    trial boundary), the profiled pass, and every rank's records gathered to rank 0, whose result
+    alone is returned (None elsewhere). Every rank runs one PointRun on one of these at a time."""
+
+    def __init__(self, ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequence[RankCase], *,
+                 batch_sizes: Optional[Sequence[int]] = None, profile_steps: int = PROFILE_STEPS,
+                 debug_sites: bool = True, on_progress=None):
+        self.ctx, self.cfg, self.dispatch = ctx, cfg, check_mode(dispatch)
+        self.cases = _check_cases(cases, ctx.world_size)
+        self.batch_sizes, self.bucket, self.my_cfg, self.spec = _point_setup(ctx, cfg, dispatch, batch_sizes)
+        self.profile_steps, self.debug_sites = profile_steps, debug_sites
+        self.progress = on_progress or (lambda msg, frac: None)
+
+    def plan(self) -> PointPlan:
+        """The point these ranks measure: its spec, its cases by name (the rounds' order)."""
+        return PointPlan(self.spec, tuple(c.name for c in self.cases))
+
+    def build(self, plan: PointPlan, built: Optional[dict] = None) -> Optional[dict]:
+        return _rank_steps(self.ctx, self.cfg, self.my_cfg, self.dispatch, self.bucket, self.cases)
+
+    def execute(self, plan: PointPlan, observer: PointObserver, steps: Optional[dict]) -> Optional[PointResult]:
+        ctx, cfg, cases = self.ctx, self.cfg, self.cases
+        first = next(iter(steps.values()))
+
+        def sync() -> None:  # the device drained and the ranks joined: all ranks run the same case together
+            first.drain()
+            ctx.barrier()
+
+        sync()
+        timed = loop.run_rounds({n: s.step for n, s in steps.items()}, loop.FixedRounds(cfg.trials), steps=cfg.steps,
+                                warmup=cfg.warmup, sync=sync, progress=lambda msg, share: self.progress(msg, 0.9 * share),
+                                on_trial=observer.on_trial, order_seed=cfg.seed)  # every rank: the same cfg, the same order
+        sync()
+        self.progress("profiling", 0.9)
+        records, timelines = _profiled_records(ctx, self.spec, self.my_cfg, cases, steps, timed, self.profile_steps,
+                                               self.debug_sites, sync)
+        observer.on_profiled()
+        samples = {c.name: np.concatenate([t.per_step_ms for t in timed.timings[c.name]]).tolist() for c in cases}
+        gathered = ctx.all_gather_object((records, timelines, samples))
+        if ctx.rank != 0:
+            return None
+        info = {"world_size": ctx.world_size, "backend": ctx.backend, "dispatch": self.dispatch,
+                "nccl_version": nccl_version(), "bucket_batch_size": self.bucket, "batch_sizes": self.batch_sizes,
+                "point_id": self.spec.point_id, "graph": bool(first.runner.use_graph)}
+        return _gathered(gathered, cases, info)
+
+
 def measure_ranks(ctx: RankContext, cfg: LabConfig, dispatch: str, cases: Sequence[RankCase], *,
                   batch_sizes: Optional[Sequence[int]] = None, profile_steps: int = PROFILE_STEPS,
-                  debug_sites: bool = True, on_progress=None, on_trial=None) -> Optional[PointResult]:
-    """Run on every rank (or once, with `RankContext.single()`). Returns the rows of all ranks on
-    rank 0 and None elsewhere. `on_trial(case, timing)` runs after each timed trial, on every rank
-    at the same trial boundary (measure.loop.run_rounds). `batch_sizes` gives each rank its own real batch (they pad to the
-    largest one's capture bucket); by default every rank runs `cfg.batch_size`."""
-    check_mode(dispatch)
-    cases = _check_cases(cases, ctx.world_size)
-    batch_sizes, bucket, my_cfg, spec = _point_setup(ctx, cfg, dispatch, batch_sizes)
-    progress = on_progress or (lambda msg, frac: None)
-    steps = _rank_steps(ctx, cfg, my_cfg, dispatch, bucket, cases)
-    first = next(iter(steps.values()))
-
-    def sync() -> None:  # the device drained and the ranks joined: all ranks run the same case together
-        first.drain()
-        ctx.barrier()
-
-    sync()
-    timed = loop.run_rounds({n: s.step for n, s in steps.items()}, loop.FixedRounds(cfg.trials), steps=cfg.steps,
-                            warmup=cfg.warmup, sync=sync, progress=lambda msg, share: progress(msg, 0.9 * share),
-                            on_trial=on_trial, order_seed=cfg.seed)  # every rank: the same cfg, the same order
-    sync()
-    progress("profiling", 0.9)
-    rows, timelines = _profiled_rows(ctx, spec, my_cfg, cases, steps, timed, profile_steps, debug_sites, sync)
-    samples = {c.name: np.concatenate([t.per_step_ms for t in timed.timings[c.name]]).tolist() for c in cases}
-    gathered = ctx.all_gather_object((rows, timelines, samples))
-    if ctx.rank != 0:
-        return None
-    info = {"world_size": ctx.world_size, "backend": ctx.backend, "dispatch": dispatch, "nccl_version": nccl_version(),
-            "bucket_batch_size": bucket, "batch_sizes": batch_sizes, "point_id": spec.point_id,
-            "graph": bool(first.runner.use_graph)}
-    return _gathered(gathered, cases, info)
+                  debug_sites: bool = True, on_progress=None, on_trial=None,
+                  observers: Sequence[PointObserver] = ()) -> Optional[PointResult]:
+    """Run on every rank (or once, with `RankContext.single()`): a PointRun on this rank's
+    RankExecutor. Returns the rows of all ranks on rank 0 and None elsewhere. `on_trial(case,
+    timing)` runs after each timed trial, on every rank at the same trial boundary
+    (measure.loop.run_rounds); `observers` are told too (their on_done on rank 0 only).
+    `batch_sizes` gives each rank its own real batch (they pad to the largest one's capture
+    bucket); by default every rank runs `cfg.batch_size`."""
+    executor = RankExecutor(ctx, cfg, dispatch, cases, batch_sizes=batch_sizes, profile_steps=profile_steps,
+                            debug_sites=debug_sites, on_progress=on_progress)
+    told = ([OnTrial(on_trial)] if on_trial is not None else []) + list(observers)
+    return PointRun(executor.plan(), executor, told).run()
 
 
-def _profiled_rows(ctx: RankContext, spec: PointSpec, my_cfg: LabConfig, cases: Sequence[RankCase], steps: dict,
-                   timed, profile_steps: int, debug_sites: bool, sync) -> tuple[list, list]:
-    """This rank's profiled pass over every case, then its rows and timelines."""
+def _profiled_records(ctx: RankContext, spec: PointSpec, my_cfg: LabConfig, cases: Sequence[RankCase], steps: dict,
+                      timed, profile_steps: int, debug_sites: bool, sync) -> tuple[list, list]:
+    """This rank's profiled pass over every case, then its trial records and timelines."""
     whole = profile_strategies(steps, profile_steps)
     sync()
-    rows, timelines = [], []
+    records, timelines = [], []
     for c in cases:
         tr = trace.window(whole, STRATEGY_RANGE + c.name)
         stats, tl = _case_stats(tr, steps[c.name], ctx.device == "cuda", debug_sites, sync)
@@ -241,49 +275,49 @@ def _profiled_rows(ctx: RankContext, spec: PointSpec, my_cfg: LabConfig, cases: 
         name = c.name if ctx.world_size == 1 else f"{c.name} · rank {ctx.rank}"
         timelines.append({"kind": "timeline", "point_id": spec.point_id, "strategy": name, "rank": ctx.rank,
                           "rank_case": c.name, "segments": tl})
-        rows += _case_rows(spec, my_cfg, ctx, c, bool(steps[c.name].runner.use_graph), stats, timed.timings[c.name])
-    return rows, timelines
+        records += _case_records(spec, my_cfg, ctx, c, bool(steps[c.name].runner.use_graph), stats,
+                                 timed.timings[c.name])
+    return records, timelines
 
 
 def _gathered(gathered: list, cases: Sequence[RankCase], info: dict) -> PointResult:
-    """Every rank's (rows, timelines, samples) as one result, with the columns that compare ranks."""
-    rows = [r for g in gathered for r in g[0]]
-    _cross_rank_columns(rows, cases)
+    """Every rank's (records, timelines, samples) as one result: each row built once, with the
+    columns that compare the ranks among its record's."""
+    records = [r for g in gathered for r in g[0]]
+    rows = [replace(r, compared=c).row() for r, c in zip(records, _compared(records, cases))]
     return PointResult(rows, [t for g in gathered for t in g[1]], analysed_in=None,  # each rank analysed its own
                        samples={c.name: {r: g[2][c.name] for r, g in enumerate(gathered)} for c in cases}, info=info,
                        point_cases={c.name: c.point_strategy for c in cases if c.point_strategy is not None})
 
 
-def _mean(rows: list, key: str) -> Optional[float]:
-    vals = [r[key] for r in rows if r.get(key) is not None]
+def _mean(records: list, key: str) -> Optional[float]:
+    vals = [r.value(key) for r in records if r.value(key) is not None]
     return float(np.mean(vals)) if vals else None
 
 
-def _cross_rank_columns(rows: list, cases: Sequence[RankCase]) -> None:
-    """step_ms_max_rank per case x trial; who-waits-for-whom against each rank's uniform baseline."""
-    by_key: dict = {}
-    for r in rows:
-        by_key.setdefault((r["rank_case"], r["trial"]), []).append(r)
-    for group in by_key.values():
-        m = max(r["step_ms"] for r in group)
-        for r in group:
-            r["step_ms_max_rank"] = m
-    names = {c.name: c for c in cases}
+def _compared(records: list[TrialRecord], cases: Sequence[RankCase]) -> list[dict]:
+    """Per record, in order: step_ms_max_rank (its case x trial's step_ms, maximum over the ranks),
+    and who waits for whom against its rank's uniform baseline case (absent where that case was not run)."""
+    by_trial: dict = {}
+    for r in records:
+        by_trial.setdefault((r.where["rank_case"], r.timing.trial), []).append(r.timing.step_ms)
     by_case_rank: dict = {}
-    for r in rows:
-        by_case_rank.setdefault((r["rank_case"], r["rank"]), []).append(r)
+    for r in records:
+        by_case_rank.setdefault((r.where["rank_case"], r.where["rank"]), []).append(r)
+    names = {c.name: c for c in cases}
+    waits: dict = {}
     for (name, rank), rs in by_case_rank.items():
         base = names[name].baseline_for(rank)
-        base_rows = next((by_case_rank.get((c.name, rank)) for c in cases if
-                          (c.strategies, c.host_delay_ms, c.host_jitter_ms) ==
-                          (base.strategies, base.host_delay_ms, base.host_jitter_ms)), None)
-        if not base_rows:
+        base_records = next((by_case_rank.get((c.name, rank)) for c in cases if
+                             (c.strategies, c.host_delay_ms, c.host_jitter_ms) ==
+                             (base.strategies, base.host_delay_ms, base.host_jitter_ms)), None)
+        if not base_records:
             continue
         wait = lambda rr: (_mean(rr, "host_blocked_ms") or 0.0) + (_mean(rr, "host_readback_ms") or 0.0)  # noqa: E731
-        blocked = wait(rs) - wait(base_rows)
-        coll = (_mean(rs, "gpu_collective_ms") or 0.0) - (_mean(base_rows, "gpu_collective_ms") or 0.0)
-        for r in rs:
-            r["blocked_from_others_ms"], r["collective_from_others_ms"] = blocked, coll
+        coll = (_mean(rs, "gpu_collective_ms") or 0.0) - (_mean(base_records, "gpu_collective_ms") or 0.0)
+        waits[(name, rank)] = {"blocked_from_others_ms": wait(rs) - wait(base_records), "collective_from_others_ms": coll}
+    return [{"step_ms_max_rank": max(by_trial[(r.where["rank_case"], r.timing.trial)]),
+             **waits.get((r.where["rank_case"], r.where["rank"]), {})} for r in records]
 
 
 def measure_single(cfg: LabConfig, dispatch: str, strategies: Sequence[str], **kw) -> PointResult:

@@ -12,7 +12,8 @@ from dspark_lab.measure.probe import fingerprint as fp
 from dspark_lab.model.dispatch import DISPATCH_MODES, check_mode
 from dspark_lab.parallel import checks
 from dspark_lab.parallel.measure import RankCase, delay_rank0, measure_ranks, only_rank0, uniform
-from dspark_lab.parallel.spec import PointResult
+from dspark_lab.parallel.orchestrator import PointObserver, PointRun
+from dspark_lab.parallel.spec import PointPlan, PointResult, PointSpec
 from dspark_lab.parallel.workers import WorkerError, WorkerGroup, device_count, resolve_backend
 from dspark_lab.results.facts.strategy_table import BASELINE, HEADLINE_PAIR, SYNC_FREE
 
@@ -63,12 +64,68 @@ def create_writer(out, cfg: LabConfig, world: int, dispatches: Sequence[str], ca
         ep_mode="real", run_kind="ep_real", torch_ranks=rank0.get("torch"), launcher=launcher, **extra)
 
 
+class PointWriter(PointObserver):
+    """Each point's rows and timelines to the run file as its point run ends (a PointObserver)."""
+
+    def __init__(self, writer: store.RunWriter):
+        self.writer = writer
+
+    def on_done(self, result: PointResult) -> None:
+        self.writer.write_point(result.info["point_id"], result.rows, result.timelines)
+
+
+class _OnPoint(PointObserver):
+    """A plain `on_point(dispatch, result)` callback, told as each point run ends."""
+
+    def __init__(self, dispatch: str, on_point: Callable[[str, PointResult], None]):
+        self.dispatch, self.on_point = dispatch, on_point
+
+    def on_done(self, result: PointResult) -> None:
+        self.on_point(self.dispatch, result)
+
+
+def point_observers(writer: Optional[store.RunWriter], dispatch: str,
+                    on_point: Optional[Callable[[str, PointResult], None]]) -> list[PointObserver]:
+    """What an EP run's point runs tell: the run file first (where this process writes it), then `on_point`."""
+    return ([PointWriter(writer)] if writer is not None else []) + ([_OnPoint(dispatch, on_point)] if on_point else [])
+
+
+class GroupExecutor:
+    """A point launched on a worker group's ranks (a PointExecutor, `dspark-lab ep`): every rank
+    runs measure_ranks (its own PointRun on a RankExecutor) and rank 0's result is the point's. The
+    ranks build their own steps. `group` needs only `call(fn, timeout_s=..., **kwargs) -> [per rank]`."""
+
+    def __init__(self, group, dispatch: str, cases: Sequence[RankCase], *, batch_sizes=None, profile_steps: int = 12,
+                 timeout_s: Optional[float] = None):
+        self.group, self.dispatch, self.cases = group, check_mode(dispatch), list(cases)
+        self.batch_sizes, self.profile_steps, self.timeout_s = batch_sizes, profile_steps, timeout_s
+
+    def plan(self, cfg: LabConfig, device: str) -> PointPlan:
+        """The point the ranks measure on `device` (PointSpec.on_ranks), its cases by name."""
+        return PointPlan(PointSpec.on_ranks(cfg, self.group.world_size, self.dispatch, device),
+                         tuple(c.name for c in self.cases))
+
+    def build(self, plan: PointPlan, built: Optional[dict] = None) -> None:
+        return None
+
+    def execute(self, plan: PointPlan, observer: PointObserver, steps: Optional[dict] = None) -> PointResult:
+        return self.group.call(measure_ranks, cfg=plan.spec.cfg, dispatch=self.dispatch, cases=self.cases,
+                               batch_sizes=self.batch_sizes, profile_steps=self.profile_steps,
+                               timeout_s=self.timeout_s)[0]
+
+
+def rank_device(info: dict, backend: str) -> str:
+    """The device the ranks measure on: rank 0's own word (RankContext.describe), else the backend's."""
+    return info.get("device") or ("cuda" if backend == "nccl" else "cpu")
+
+
 def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODES, cases: Optional[Sequence[RankCase]] = None,
            *, out=None, backend: str = "auto", batch_sizes=None, group: Optional[WorkerGroup] = None,
            profile_steps: int = 12, on_point: Optional[Callable[[str, PointResult], None]] = None,
            fingerprint: Optional[dict] = None, timeout_s: Optional[float] = None, check_reference: bool = False) -> dict:
-    """Measure every dispatch mode x case on `world` real ranks; write one run file (under `out`,
-    default data/runs/) with world size, backend, NCCL version and dispatch modes in its header.
+    """Measure every dispatch mode x case on `world` real ranks: one PointRun per dispatch mode on
+    a GroupExecutor, its result written by a PointWriter to one run file (under `out`, default
+    data/runs/) with world size, backend, NCCL version and dispatch modes in its header.
     Returns {dispatch: PointResult} and the run file's path under "path". `check_reference` first
     compares every rank's output with the one-process reference (header `reference_check`)."""
     for d in dispatches:
@@ -82,30 +139,27 @@ def run_ep(cfg: LabConfig, world: int, dispatches: Sequence[str] = DISPATCH_MODE
         if group.world_size != world:
             raise ValueError(f"group has {group.world_size} ranks; world is {world}")
         info = group.info[0] if group.info else {}
-        if fingerprint is None:
-            fingerprint = fp()
         reference = None
         if check_reference:
             reference = checks.reference_summary(group.call(checks.equivalence, timeout_s=timeout_s,
                                                             **reference_args(cfg, world, dispatches, batch_sizes)),
                                                  dispatches)
         writer = create_writer(out, cfg, world, dispatches, cases, backend=backend, batch_sizes=batch_sizes,
-                               fingerprint=fingerprint, rank0=info, launcher="workers", reference_check=reference)
-        results: dict = {}
+                               fingerprint=fp() if fingerprint is None else fingerprint, rank0=info,
+                               launcher="workers", reference_check=reference)
         with writer:
             try:
+                results: dict = {}
                 for d in dispatches:
-                    res = group.call(measure_ranks, cfg=cfg, dispatch=d, cases=cases, batch_sizes=batch_sizes,
-                                     profile_steps=profile_steps, timeout_s=timeout_s)[0]
-                    writer.write_point(res.info["point_id"], res.rows, res.timelines)
-                    results[d] = res
-                    if on_point:
-                        on_point(d, res)
+                    executor = GroupExecutor(group, d, cases, batch_sizes=batch_sizes, profile_steps=profile_steps,
+                                             timeout_s=timeout_s)
+                    run = PointRun(executor.plan(cfg, rank_device(info, backend)), executor,
+                                   point_observers(writer, d, on_point))
+                    results[d] = run.run()
             except BaseException:
                 writer.discard_if_empty()  # a header alone would list as a run with 0 points
                 raise
-        results["path"] = writer.path
-        return results
+        return {**results, "path": writer.path}
     finally:
         if own:
             group.close()
@@ -206,16 +260,16 @@ class EPLive:
 
 
 class RanksExecutor:
-    """A point on the live panel's real ranks (EPLive), as run.orchestrator.PointRun drives it: the
+    """A point on the live panel's real ranks (EPLive), as parallel.orchestrator.PointRun drives it: the
     ranks build their own steps; rank 0's trials of the cases that stand for the point reach the
     observer as they end; `cancel` stops every rank at its next trial boundary."""
 
     def __init__(self, ep_live: EPLive, cancel: Optional[threading.Event] = None):
         self.ep_live, self.cancel = ep_live, cancel
 
-    def build(self, plan, built=None) -> None:
+    def build(self, plan: PointPlan, built: Optional[dict] = None) -> None:
         return None
 
-    def execute(self, plan, observer, steps=None) -> PointResult:
+    def execute(self, plan: PointPlan, observer: PointObserver, steps: Optional[dict] = None) -> PointResult:
         return self.ep_live.measure(plan.spec.cfg, list(plan.names), dispatch=plan.spec.dispatch,
                                     on_trial=observer.on_trial, cancel=self.cancel)

@@ -5,7 +5,9 @@ A point is a config, a world size and a dispatch mode. One process is the world-
 ranks joined, so no dispatch), and there EP > 1 only flips the predicate (schema.RANK_COLUMNS);
 parallel/ runs real ranks. The spec is fixed before anything is measured: nobody fills in a row's
 identity afterwards. A trial becomes a row in one place (`TrialRecord.row`, through
-results.record.rows.build_row); rows are validated where they are loaded (results.loading).
+results.record.rows.build_row), once: on real ranks the columns that compare the ranks are in the
+record before its row is built. Rows are checked where they are written (the run writer takes each
+as a results.record.row_record.RowRecord) and where they are loaded (results.loading).
 """
 from __future__ import annotations
 
@@ -105,7 +107,9 @@ class PointPlan:
 class TrialRecord:
     """What one timed trial measured: its timing, and the point x strategy's profiled columns
     (`measured`, empty before the profiled pass); on real ranks, the rank's own config and columns
-    (PointSpec.columns)."""
+    (PointSpec.columns), and the columns that compare it with the other ranks' trials (`compared`:
+    step_ms_max_rank, blocked_from_others_ms, collective_from_others_ms; known on rank 0 once every
+    rank's records are gathered, before any row is built)."""
 
     spec: PointSpec
     strategy: str
@@ -113,12 +117,18 @@ class TrialRecord:
     measured: Mapping = field(default_factory=dict)
     where: Mapping = field(default_factory=dict)
     rank_cfg: Optional[LabConfig] = None
+    compared: Mapping = field(default_factory=dict)
+
+    def value(self, column: str):
+        """A measured or diagnostic value of the trial (None where it has none), as its row will hold it."""
+        return self.timing.diag.get(column, self.measured.get(column))
 
     def row(self) -> dict:
-        """The trial's row (results.record.rows.build_row): identity, where, timing, diagnostics, measured."""
+        """The trial's row (results.record.rows.build_row): identity, where, timing, diagnostics,
+        measured, compared."""
         t = self.timing
         return rowbuild.build_row(
-            **{**self.spec.columns(self.strategy, self.rank_cfg, self.where), **self.measured, **t.diag},
+            **{**self.spec.columns(self.strategy, self.rank_cfg, self.where), **self.measured, **t.diag, **self.compared},
             status="ok", error="", trial=t.trial, steps=t.steps, step_ms=t.step_ms, step_ms_p50=t.p50,
             step_ms_p90=t.p90)
 

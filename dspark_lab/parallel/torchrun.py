@@ -6,7 +6,8 @@ itself; this module is what each rank runs. A rank waits at most --timeout-s to 
 collective; the agent's rendezvous, before any rank starts, is bounded by torchrun's join_timeout
 (600 s unless given).
 It is the second launcher of one per-rank code path: ranks join through ranks.init_rank, measure
-with measure.measure_ranks (which gathers every rank's rows to rank 0 over the process group),
+with measure.measure_ranks (each rank's PointRun on a RankExecutor, which gathers every rank's
+records to rank 0 over the process group; there a PointWriter observer writes the point),
 and check against the one-process reference with checks.equivalence, exactly as the single-host
 WorkerGroup's ranks do; rank 0 alone writes the run file (run.create_writer, the same header).
 
@@ -28,10 +29,11 @@ from dspark_lab.measure.probe import fingerprint as fp
 from dspark_lab.model.dispatch import check_mode
 from dspark_lab.parallel import checks
 from dspark_lab.parallel.measure import RankCase, measure_ranks, unfinished_rows
+from dspark_lab.parallel.orchestrator import PointObserver
 from dspark_lab.parallel.spec import PointResult
 from dspark_lab.config import DEFAULT_TIMEOUT_S
 from dspark_lab.parallel.ranks import RankContext, env_int, init_rank
-from dspark_lab.parallel.run import create_writer, reference_args
+from dspark_lab.parallel.run import create_writer, point_observers, reference_args
 from dspark_lab.parallel.workers import apply_nccl_safe_env, die_with_parent, resolve_backend
 
 # What torchrun (and `srun` with the same variables) sets for every rank.
@@ -97,6 +99,32 @@ def _agree(ctx: RankContext, error: Optional[BaseException]) -> None:
         raise RankFailed(f"rank 0 stopped before measuring: {errors[0]}")
 
 
+def _rank0_writer(ctx: RankContext, out, cfg: LabConfig, dispatches: Sequence[str], cases: Sequence[RankCase], *,
+                  batch_sizes, ranks: Sequence[dict], fingerprint: Optional[dict], reference):
+    """Rank 0's run file (None on the other ranks), every rank told whether it could be made."""
+    writer, error = None, None
+    if ctx.rank == 0:
+        try:
+            writer = create_writer(out, cfg, ctx.world_size, dispatches, cases, backend=ctx.backend,
+                                   batch_sizes=batch_sizes, fingerprint=fingerprint if fingerprint is not None else fp(),
+                                   rank0=ranks[0], launcher="torchrun", reference_check=reference,
+                                   nodes=len({r["node_rank"] for r in ranks}),
+                                   ranks=[{k: r[k] for k in ("rank", "node", "node_rank", "local_rank")} for r in ranks])
+        except Exception as e:  # noqa: BLE001 - every rank is told, then it is raised here
+            error = e
+    _agree(ctx, error)
+    return writer
+
+
+class _Finished(PointObserver):
+    """Whether the point run got as far as its result (rank 0 only)."""
+
+    done = False
+
+    def on_done(self, result: PointResult) -> None:
+        self.done = True
+
+
 def run_ranks(ctx: RankContext, cfg: LabConfig, dispatches: Sequence[str], cases: Sequence[RankCase], *,
               ranks: Sequence[dict], out=None, batch_sizes=None, profile_steps: int = 12,
               check_reference: bool = False, fingerprint: Optional[dict] = None,
@@ -111,24 +139,19 @@ def run_ranks(ctx: RankContext, cfg: LabConfig, dispatches: Sequence[str], cases
     if check_reference:
         per_rank = ctx.all_gather_object(checks.equivalence(ctx, **reference_args(cfg, world, dispatches, batch_sizes)))
         reference = checks.reference_summary(per_rank, dispatches)
-    writer, error = None, None
-    if ctx.rank == 0:
-        try:
-            writer = create_writer(out, cfg, world, dispatches, cases, backend=ctx.backend, batch_sizes=batch_sizes,
-                                   fingerprint=fingerprint if fingerprint is not None else fp(), rank0=ranks[0],
-                                   launcher="torchrun", reference_check=reference,
-                                   nodes=len({r["node_rank"] for r in ranks}),
-                                   ranks=[{k: r[k] for k in ("rank", "node", "node_rank", "local_rank")} for r in ranks])
-        except Exception as e:  # noqa: BLE001 - every rank is told, then it is raised here
-            error = e
-    _agree(ctx, error)
+    writer = _rank0_writer(ctx, out, cfg, dispatches, cases, batch_sizes=batch_sizes, ranks=ranks,
+                           fingerprint=fingerprint, reference=reference)
     results: dict = {}
     try:
         for d in dispatches:
-            try:
+            finished = _Finished()  # told first: a writer's or on_point's error is not a point that did not finish
+            try:  # this rank's PointRun (measure_ranks); on rank 0 its observers write the point
                 res = measure_ranks(ctx, cfg=cfg, dispatch=d, cases=cases, batch_sizes=batch_sizes,
-                                    profile_steps=profile_steps)
+                                    profile_steps=profile_steps,
+                                    observers=[finished, *point_observers(writer, d, on_point)])
             except Exception as e:  # noqa: BLE001 - recorded as failed, then raised as RankFailed
+                if finished.done:
+                    raise
                 if writer is not None:
                     pid, rows = unfinished_rows(ctx, cfg, d, cases, e, batch_sizes=batch_sizes)
                     writer.write_point(pid, rows, status="failed")
@@ -136,10 +159,7 @@ def run_ranks(ctx: RankContext, cfg: LabConfig, dispatches: Sequence[str], cases
                                  f"(another rank left the group, or a collective exceeded the timeout): "
                                  f"{type(e).__name__}: {e}") from e
             if writer is not None:
-                writer.write_point(res.info["point_id"], res.rows, res.timelines)
                 results[d] = res
-                if on_point:
-                    on_point(d, res)
     finally:
         if writer is not None:
             writer.close()

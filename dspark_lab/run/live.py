@@ -47,11 +47,13 @@ from dspark_lab.parallel import workers
 from dspark_lab.parallel.run import EPLive, RanksCancelled, RanksExecutor
 from dspark_lab.parallel.spec import PointPlan, PointResult, PointSpec
 from dspark_lab.results.viewmodels import frames
+from dspark_lab.results.record import schema
+from dspark_lab.results.record.row_record import RowRecord
 from dspark_lab.results.rules import noise
 from dspark_lab.results.viewmodels.backend import PointData, load_recorded
 from dspark_lab.results.viewmodels.backend_protocol import STREAMS
 from dspark_lab.results.query.runs import gpu_name, point_label
-from dspark_lab.run.orchestrator import PointExecutor, PointObserver, PointRun
+from dspark_lab.parallel.orchestrator import PointExecutor, PointObserver, PointRun
 from dspark_lab.run.point import LocalExecutor, build_steps, timing_rows
 
 
@@ -290,17 +292,20 @@ class LiveBackend:
             self._ep_live = EPLive()
         return self._ep_live
 
-    def _with_fingerprint(self, rows: Optional[pd.DataFrame]) -> Optional[pd.DataFrame]:
-        if rows is None:
-            return None
+    def machine(self) -> dict:
+        """Where this backend's rows are measured (schema.FINGERPRINT_COLUMNS), as a recorded run's
+        header gives it to its loaded rows: the fingerprint's machine keys, this backend's run id, now."""
         fp = self.fingerprint
-        for k in ("gpu", "driver", "cuda", "torch"):
-            rows[k] = fp.get(k, "unknown")
-        rows["run_id"], rows["recorded_at"] = self.run_id, datetime.now(timezone.utc).isoformat(timespec="seconds")
-        return rows
+        return {**{k: fp.get(k, "unknown") for k in schema.MACHINE_KEYS}, "run_id": self.run_id,
+                "recorded_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+
+    def frame(self, rows: Sequence[dict]) -> pd.DataFrame:
+        """The rows as the panel shows them: each one's record (RowRecord, checked) with the machine."""
+        machine = self.machine()
+        return pd.DataFrame([RowRecord.of(r, machine).row() for r in rows])
 
     def _data(self, rows: list, timelines, settings: dict, what: str) -> PointData:
-        frame = self._with_fingerprint(pd.DataFrame(rows))
+        frame = self.frame(rows)
         failed = frame[frame["status"] != "ok"] if "status" in frame.columns else frame.iloc[0:0]
         if len(failed) and failed["strategy"].nunique() == frame["strategy"].nunique():
             raise RuntimeError(str(failed["error"].iloc[0]))
@@ -369,8 +374,8 @@ class _LiveView(PointObserver):
         data = self.backend._data(result.point_rows(), result.point_timelines(), self.settings, "measured now")
         ok = data.rows[data.rows["status"] == "ok"] if "status" in data.rows.columns else data.rows
         hw = loop.headline_half_width(self.timings) if any(self.timings.values()) else _half_width_of(ok)
-        ranks = pd.DataFrame(result.rows) if self.spec.world_size > 1 else None
-        self.final = LiveUpdate(data, True, int(len(ok)), self.planned, hw, self.backend._with_fingerprint(ranks),
+        ranks = self.backend.frame(result.rows) if self.spec.world_size > 1 else None
+        self.final = LiveUpdate(data, True, int(len(ok)), self.planned, hw, ranks,
                                 analysed_in=result.analysed_in)
         if self.on_update is not None:
             self.on_update(self.final)

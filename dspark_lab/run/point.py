@@ -1,5 +1,5 @@
 """Measure one config point in this process (all strategies together, trials interleaved) into tidy
-rows: the executor of run.orchestrator.PointRun here (a run.orchestrator.PointExecutor), and
+rows: the executor of parallel.orchestrator.PointRun here (a parallel.orchestrator.PointExecutor), and
 `measure_point`, its public entry."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from dspark_lab.results.rules import noise
 from dspark_lab.model.workload import LabStep
 from dspark_lab.parallel.spec import PointPlan, PointResult, PointSpec, TrialRecord
 from dspark_lab.results.record import schema
-from dspark_lab.run.orchestrator import PointObserver, PointRun
+from dspark_lab.parallel.orchestrator import OnTrial, PointObserver, PointRun
 
 
 def point_id(cfg: LabConfig) -> str:
@@ -147,7 +147,7 @@ class _ProfiledPass:
 
 class LocalExecutor:
     """A point in this process (a PointExecutor): build its steps, time the rounds, the profiled
-    pass, the rows (run.orchestrator.PointRun drives it). Options as measure_point's."""
+    pass, the rows (parallel.orchestrator.PointRun drives it). Options as measure_point's."""
 
     def __init__(self, *, on_progress: Optional[Callable[[str, float], None]] = None, profile_steps: int = PROFILE_STEPS,
                  keep_traces: bool = True, with_stack: bool = False, diagnose: bool = True,
@@ -224,13 +224,6 @@ class LocalExecutor:
         return PointResult(_with_noise_verdict(rows), timelines, traces)
 
 
-class _OnTrial(PointObserver):
-    """A plain `on_trial(strategy, timing)` callback as a PointObserver."""
-
-    def __init__(self, on_trial: Callable[[str, TrialTiming], None]):
-        self.on_trial = on_trial
-
-
 def measure_point(
     cfg: LabConfig,
     strategies: Optional[Sequence[str]] = None,
@@ -249,7 +242,7 @@ def measure_point(
     analysis_worker=None,
     timer: Optional[Callable[[], float]] = None,
 ) -> PointResult:
-    """Measure every strategy at one config point (run.orchestrator.PointRun on a LocalExecutor).
+    """Measure every strategy at one config point (parallel.orchestrator.PointRun on a LocalExecutor).
 
     Timing trials run first, without the profiler, interleaved across strategies (measure/loop.py).
     Then one profiler session over the strategies in turn gives counts, the breakdown and a
@@ -277,5 +270,5 @@ def measure_point(
                              with_stack=with_stack, diagnose=diagnose, target_ci_pct=target_ci_pct,
                              time_cap_s=time_cap_s, clock=clock, profile_after_round=profile_after_round,
                              analysis_worker=analysis_worker, timer=timer)
-    observers = [_OnTrial(on_trial)] if on_trial is not None else []
+    observers = [OnTrial(on_trial)] if on_trial is not None else []
     return PointRun(PointPlan(PointSpec(cfg), names), executor, observers).run(built=steps)

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from dspark_lab.printable import one_line
 from dspark_lab.results.record import schema
 from dspark_lab.results.record import rows as rowbuild
+from dspark_lab.results.record.row_record import RowRecord
 from dspark_lab.config import LabConfig
 from dspark_lab.results.record.store import machine_differences
 from dspark_lab.run import baseline, point
@@ -109,9 +110,9 @@ def run_sweep(
             bar.set_postfix_str(label)
             try:
                 result = measure(cfg, strategies, on_progress=_on_progress(bar, i, label))
-                rows = [dict(r, point_id=pid) for r in result.rows]
-                timelines = [dict(t, point_id=pid) for t in (getattr(result, "timelines", None) or [])]
-            except Exception as e:  # noqa: BLE001 - a failed point is recorded, the sweep goes on
+                rows = point_records(result.rows, pid)
+                timelines = list(getattr(result, "timelines", None) or [])
+            except Exception as e:  # noqa: BLE001 - a failed point (or rows not of it) is recorded, the sweep goes on
                 _free_cuda_memory()
                 writer.write_point(pid, _failed_point_rows(cfg, pid, strategies, e, failed_rows), [], status="failed")
                 say(summary.note_failure(label, e))
@@ -136,10 +137,10 @@ def _say(log: Callable[[str], None] | None, tqdm) -> Callable[[str], None]:
     return say
 
 
-def _write_point(writer, pid: str, rows: list, timelines: list, traces: dict | None) -> None:
+def _write_point(writer, pid: str, rows: list[RowRecord], timelines: list, traces: dict | None) -> None:
     """A measured point on disk: its rows and timelines, its traces where asked for."""
     writer.write_point(pid, rows, timelines, status="ok")
-    baseline.keep(writer.fingerprint, rows)  # the machine's quietest host work here, for lone runs
+    baseline.keep(writer.fingerprint, [r.file_row() for r in rows])  # the machine's quietest host work here, for lone runs
     if traces:
         writer.write_traces(pid, traces)
 
@@ -176,17 +177,27 @@ def _on_progress(bar, done: int, label: str) -> Callable[[str, float], None]:
     return on_progress
 
 
-def _failed_point_rows(cfg: LabConfig, pid: str, strategies: list, error: Exception, failed_rows) -> list[dict]:
-    """The rows recording a failed point: the runner's helper's, else (it failed too) the same
-    builder on the config as given."""
+def point_records(rows, pid: str) -> list[RowRecord]:
+    """The measured rows as the point's records (RowRecord: each checked, none changed); a
+    ValueError naming the field when a row is not valid or measured another point than `pid`."""
+    records = [RowRecord.of(r) for r in rows]
+    other = sorted({r.point_id for r in records} - {pid})
+    if other:
+        raise ValueError(f"point_id of the measured rows must be the point's {pid!r}; got {', '.join(map(repr, other))}")
+    return records
+
+
+def _failed_point_rows(cfg: LabConfig, pid: str, strategies: list, error: Exception, failed_rows) -> list[RowRecord]:
+    """The records of a failed point: the runner's helper's rows where they are failed rows of
+    `pid`, else (it failed too, or gave other rows) the same builder on the config as given."""
     try:
-        rows = failed_rows(cfg, strategies, error) if failed_rows else None
+        rows = [RowRecord.of(r) for r in failed_rows(cfg, strategies, error)] if failed_rows else None
     except Exception:  # noqa: BLE001
         rows = None
-    if not rows:
+    if not rows or any(r.point_id != pid or r.status != "failed" for r in rows):
         config = {k: v for k, v in cfg.to_dict().items() if k in schema.CONFIG_COLUMNS}
-        rows = rowbuild.failed_rows({**config, "point_id": pid}, strategies, error)
-    return [dict(r, point_id=pid, status="failed") for r in rows]
+        rows = [RowRecord.of(r) for r in rowbuild.failed_rows({**config, "point_id": pid}, strategies, error)]
+    return rows
 
 
 class _PlainProgress:

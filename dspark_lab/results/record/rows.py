@@ -1,7 +1,8 @@
 """The typed row: one per config point x strategy x trial, and the ONE function that builds it.
 
 Every producer (run.point.measure_point, run.point.failed_rows, a sweep's failed point) calls
-`build_row`; the loader checks recorded rows with `row_problems`, against the same types.
+`build_row`; the run writer takes each row as a results.record.row_record.RowRecord, checked
+against the same types; the loader checks recorded rows with `row_problems`.
 Columns are listed in dspark_lab/results/record/schema.py; rows may carry extra columns, which are kept as they are.
 """
 from __future__ import annotations

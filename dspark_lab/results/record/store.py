@@ -15,8 +15,9 @@ Resuming appends; nothing is ever rewritten. One process writes a file at a time
 an advisory lock (flock) until it is closed, and a second writer gets RunFileBusy. When a point
 was measured more than once in one file (an interrupted write, or a failed point retried), loading
 keeps only its last committed attempt, so no row is doubled; rows with no commit are not loaded.
-Reading and validation live in results/record/records.py and results/loading/load.py (stdlib only here: recording
-needs no pandas); rows are built by results/record/rows.py.
+Rows are written as results/record/row_record.RowRecord, checked when each is made (rows are built
+by results/record/rows.py); reading and validation live in results/record/records.py and
+results/loading/load.py (stdlib only here: recording needs no pandas).
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ from typing import Any, Sequence
 
 from dspark_lab.results.record import schema
 from dspark_lab.results.record.header import RunHeader
+from dspark_lab.results.record.row_record import RowRecord
+from dspark_lab.results.record.rows import STATUSES
 from dspark_lab.results.record.paths import file_name_part, resolved_parent, runs_dir
 from dspark_lab.results.record import records
 # DataWarning: what reading a damaged run file warns with (tests and the CLI catch it from here).
@@ -239,31 +242,33 @@ class RunWriter:
     def write_point(
         self,
         point_id: str,
-        rows: Sequence[dict],
+        rows: Sequence[RowRecord | dict],
         timelines: Sequence[dict] = (),
         *,
         status: str | None = None,
     ) -> None:
-        """Append one point's rows and timelines and its commit record, then fsync."""
+        """Append one point's rows and timelines and its commit record, then fsync. Each row is a
+        RowRecord (a dict is made one by RowRecord.of, which checks it) and is written as it is:
+        ValueError, naming the field, for a row that is not valid or not of `point_id`, before
+        anything is written. `status` (default: ok when every row is) is the commit's."""
+        records = [r if isinstance(r, RowRecord) else RowRecord.of(r) for r in rows]
+        for r in records:
+            if r.point_id != point_id:
+                raise ValueError(f"point_id of a row must be the point's {point_id!r}; got {r.point_id!r}")
         if status is None:
-            status = "ok" if rows and all(r.get("status", "ok") == "ok" for r in rows) else "failed"
+            status = "ok" if records and all(r.status == "ok" for r in records) else "failed"
+        elif status not in STATUSES:
+            raise ValueError(f"status must be one of {', '.join(STATUSES)}; got {status!r:.60}")
         attempt = secrets.token_hex(4)
-        lines = []
-        for r in rows:
-            rec = {"kind": "row", "attempt": attempt}
-            rec.update({c: r.get(c) for c in schema.ROW_COLUMNS})
-            rec.update({k: v for k, v in r.items() if k not in rec})
-            rec["point_id"] = r.get("point_id") or point_id
-            rec["status"] = r.get("status") or "ok"
-            lines.append(_dumps(_finite(rec)))
+        lines = [_dumps(_finite({"kind": "row", "attempt": attempt, **r.file_row()})) for r in records]
         for t in timelines:
-            rec = {"kind": "timeline", "attempt": attempt, **t}
-            rec["kind"] = "timeline"
-            rec.setdefault("point_id", point_id)
-            lines.append(_dumps(_finite(rec)))
+            if t.get("point_id", point_id) != point_id:
+                raise ValueError(f"point_id of a timeline must be the point's {point_id!r}; got {t.get('point_id')!r}")
+            own = {k: v for k, v in t.items() if k not in ("kind", "attempt", "point_id")}
+            lines.append(_dumps(_finite({"kind": "timeline", "attempt": attempt, "point_id": point_id, **own})))
         lines.append(_dumps({
             "kind": "point", "attempt": attempt, "point_id": point_id, "status": status,
-            "n_rows": len(rows), "n_timelines": len(timelines), "recorded_at": _now(),
+            "n_rows": len(records), "n_timelines": len(timelines), "recorded_at": _now(),
         }))
         self._append(("\n".join(lines) + "\n").encode())
         self.points[point_id] = status

@@ -1,5 +1,5 @@
 """One point run in explicit phases, whoever starts it (measure_point, the sweep, the live panel,
-real ranks), and the observers told as it goes.
+`dspark-lab ep` over a worker group, every rank under torchrun), and the observers told as it goes.
 
 The phases: the first look (one timed trial of a step built ahead, drawn before the others exist;
 live only), build (the point's steps), rounds (interleaved timed trials), the profiled pass, rows.
@@ -8,17 +8,21 @@ The two seams, as typing.Protocols (structural: an implementation need not inher
   PointExecutor  does the measuring: `build(plan, built) -> steps or None`, then
                  `execute(plan, observer, steps) -> PointResult`, telling the observer of each trial
                  and of the profiled pass. Implementations: run.point.LocalExecutor (this process),
-                 parallel.run.RanksExecutor (real ranks), run.live.MeasureExecutor (any measurer
-                 shaped as measure_point).
+                 parallel.measure.RankExecutor (this rank of joined ranks: each rank runs one
+                 PointRun, rank 0 alone gets the result; torchrun's ranks use it directly),
+                 parallel.run.GroupExecutor (launches a point on a worker group's ranks:
+                 `dspark-lab ep`), parallel.run.RanksExecutor (the live panel's ranks),
+                 run.live.MeasureExecutor (any measurer shaped as measure_point).
   PointObserver  what a point run tells as it goes (first look, built, trial, round, profiled,
                  done); its methods do nothing, so a subscriber inherits it and overrides what it
                  watches. Implementations: _Observers here (every subscriber in turn, and the
-                 rounds derived from the trials), run.live._LiveView, run.point._OnTrial.
+                 rounds derived from the trials), OnTrial here (a plain trial callback),
+                 parallel.run.PointWriter (each point's records to its run file), run.live._LiveView.
 """
 from __future__ import annotations
 
 import time
-from typing import Optional, Protocol, Sequence, runtime_checkable
+from typing import Callable, Optional, Protocol, Sequence, runtime_checkable
 
 from dspark_lab.measure import diagnostics
 from dspark_lab.measure.timing import TrialTiming, time_trial
@@ -46,7 +50,7 @@ class PointObserver(Protocol):
         """The profiled pass ran (its analysis may still be under way)."""
 
     def on_done(self, result: PointResult) -> None:
-        """The point's result, rows built."""
+        """The point's result, rows built (told where the result is: on real ranks, rank 0 only)."""
 
 
 @runtime_checkable
@@ -57,9 +61,10 @@ class PointExecutor(Protocol):
         """The point's steps ({strategy: LabStep}) with `built` (made ahead) among them; None when
         the executor builds them elsewhere (real ranks) or inside execute."""
 
-    def execute(self, plan: PointPlan, observer: PointObserver, steps: Optional[dict]) -> PointResult:
+    def execute(self, plan: PointPlan, observer: PointObserver, steps: Optional[dict]) -> Optional[PointResult]:
         """The point measured on `steps` (build's answer), each trial and the profiled pass told to
-        `observer`; its rows, timelines and traces."""
+        `observer`; its rows, timelines and traces (None on a rank other than 0 of joined ranks,
+        whose rows went to rank 0)."""
 
 
 class _Observers(PointObserver):
@@ -96,6 +101,13 @@ class _Observers(PointObserver):
             o.on_done(result)
 
 
+class OnTrial(PointObserver):
+    """A plain `on_trial(strategy, timing)` callback as a PointObserver."""
+
+    def __init__(self, on_trial: Callable[[str, TrialTiming], None]):
+        self.on_trial = on_trial
+
+
 def first_look(cfg, built: dict) -> tuple[str, TrialTiming]:
     """One timed trial of the one step built ahead ({strategy: LabStep}), with its diagnostics."""
     (name, s), = built.items()
@@ -110,9 +122,10 @@ class PointRun:
         self.plan, self.executor = plan, executor
         self.observers = _Observers(observers, plan.names)
 
-    def run(self, built: Optional[dict] = None, look_first: bool = False) -> PointResult:
+    def run(self, built: Optional[dict] = None, look_first: bool = False) -> Optional[PointResult]:
         """`built`: steps made ahead ({strategy: LabStep}); with `look_first`, the one step there
-        gives a first look before the others are built."""
+        gives a first look before the others are built. None (and no on_done) where the executor
+        has no result here: a rank other than 0 of joined ranks."""
         if built and look_first:
             self.observers.on_first_look(*first_look(self.plan.spec.cfg, built))
         t0 = time.perf_counter()
@@ -120,5 +133,6 @@ class PointRun:
         if steps is not None:
             self.observers.on_built(time.perf_counter() - t0)
         result = self.executor.execute(self.plan, self.observers, steps)
-        self.observers.on_done(result)
+        if result is not None:
+            self.observers.on_done(result)
         return result
