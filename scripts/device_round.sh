@@ -43,7 +43,7 @@ notebooks=01_onboarding.ipynb,02_tuning_new_gpu.ipynb,04_sync_gallery.ipynb,05_y
 declare -A LIMIT=([verify]=400 [cuda]=400 [notebooks]=300 [sweep]=200 [readme]=600 [card_hazards]=130 [interference]=300
   [inspect]=110 [live_stream]=180 [live_stream_alt]=180 [torchrun]=70 [traces]=120 [where]=120 [card]=90
   [gallery]=210 [reference]=200 [cold]=220 [ep]=330
-  [field]=200 [blocked]=240 [order]=200 [run_ahead]=120 [headroom]=160 [trace_roundtrip]=180 [card_waits]=120 [profiler_cost]=60 [lint_fixes_races]=90 [investigation]=90)
+  [field]=200 [blocked]=240 [order]=200 [run_ahead]=120 [headroom]=230 [trace_roundtrip]=180 [card_waits]=120 [profiler_cost]=60 [lint_fixes_races]=90 [investigation]=90)
 run_stage() {  # stage: its command, under its limit, output in $log
   local stage=$1
   case $stage in
@@ -73,7 +73,7 @@ run_stage() {  # stage: its command, under its limit, output in $log
     ep) OUT=$W timeout "${LIMIT[ep]}" python3 -m studies.ep.real_ranks ;;
     field) OUT=$W timeout "${LIMIT[field]}" python3 -m studies.field.record_field --scale queued --budget-s "${FIELD_BUDGET_S:-120}" ;;
     order) OUT=$W timeout "${LIMIT[order]}" python3 -m studies.order.randomised_reference --time-cap "${ORDER_TIME_CAP_S:-10}" ;;
-    headroom) OUT=$W timeout "${LIMIT[headroom]}" python3 -m studies.headroom.gallery_and_draft ;;
+    headroom) OUT=$W timeout "${LIMIT[headroom]}" python3 -m studies.headroom.gallery_and_draft --budget-s "${HEADROOM_BUDGET_S:-90}" ;;
     lint_fixes_races) OUT=$W timeout "${LIMIT[lint_fixes_races]}" python3 -m studies.hazards.lint_fixes_races ;;
     investigation) OUT=$W timeout "${LIMIT[investigation]}" python3 -m studies.field.record_investigation ;;
     profiler_cost) OUT=$W timeout "${LIMIT[profiler_cost]}" python3 -m studies.profiler_cost.calibrate ;;
