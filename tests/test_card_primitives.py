@@ -173,9 +173,9 @@ def test_the_anchors_are_set_beside_the_measured_cells_never_in_them():
     t = P.anchors_beside(card)
     assert len(t) == len(launch_anchors.ANCHORS) and card["primitives"] == before
     sync = t[t["quantity"].str.startswith("cuStreamSynchronize")].iloc[0]
-    assert sync["published"] == "0.3 µs" and "stream_sync (empty): 3.10 µs (cheap)" in sync["measured_here"]
+    assert sync["published"] == "0.30109 µs" and "stream_sync (empty): 3.10 µs (cheap)" in sync["measured_here"]
     graph = t[t["source"] == "SGLang #29960"].iloc[0]
-    assert "984 ns per node if divided out" in graph["published"]  # 2.83 ms / 2876 nodes, computed
+    assert "983 ns per node if divided out" in graph["published"]  # 2.826 ms / 2876 nodes, computed
     assert "the fit's extrapolation (a model, not measured)" in graph["measured_here"]
     assert "not measured" in P.anchors_beside(synthetic_card())["measured_here"].iloc[0]
 
