@@ -277,6 +277,18 @@ def _comparisons(runs: Runs) -> list[str]:
     return parts
 
 
+def _runs_drawn(runs: Runs, drawn) -> list[str]:
+    """A point's figures draw the compared runs that hold it: where that is fewer than the runs the
+    preface counts, how many and which are not drawn (none: nothing to say)."""
+    compared = runs.run_ids()
+    left = [r for r in compared if r not in set(map(str, drawn))]
+    if not left:
+        return []
+    labels = runs.labels()
+    return [f"<p class='muted'>Drawn here: {len(compared) - len(left)} of the {len(compared)} compared runs; "
+            f"without this point: {html.escape('; '.join(labels.get(r, r) for r in left))}.</p>"]
+
+
 def _points(runs: Runs, fig_html: _FigureHtml) -> list[str]:
     """Per featured point: where the host blocks, the point's figures, each run's timeline."""
     parts = []
@@ -284,6 +296,7 @@ def _points(runs: Runs, fig_html: _FigureHtml) -> list[str]:
     for pid in _featured(runs):
         view = point_view(ok[ok["point_id"] == pid], what="the report")
         parts.append(f"<h2>{html.escape(view.point)}</h2>")
+        parts += _runs_drawn(runs, view.run_ids)
         sites = sync_sites(view)
         sites = sites[sites["sync_site"] != ""]
         if not sites.empty:

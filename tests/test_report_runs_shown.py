@@ -1,7 +1,8 @@
-"""`report --cpu-runs` and `main --cpu-runs`: the CPU-only headline asked from the command line. By
-default a CPU-only run is left out of the headline and named (with the flag that asks for it); with
-the flag it is headlined like a GPU's, in the printed summary and in the HTML report alike. Synthetic
-runs (made up, clearly not GPU data)."""
+"""Which runs the report headlines and draws. `report --cpu-runs` and `main --cpu-runs` ask for the
+CPU-only headline from the command line: by default a CPU-only run is left out of the headline and
+named (with the flag that asks for it); with the flag it is headlined like a GPU's, in the printed
+summary and in the HTML report alike. A point's section says how many of the compared runs it draws.
+Synthetic runs (made up, clearly not GPU data)."""
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,25 @@ def test_main_takes_the_flag_too_and_both_helps_document_it(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["report", "--help"])
     assert f"(default {MAX_COMPARED})" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_point_section_says_how_many_of_the_compared_runs_it_draws():
+    """The preface counts the compared runs; a featured point that some of them did not record draws
+    fewer: its section says how many and names the others (two runs, only one with the EP-1 twin)."""
+    import re
+
+    import pandas as pd
+
+    from dspark_lab.results.query.runs import Runs
+    from dspark_lab.views import report
+
+    a = synthetic_runs(runs=(("run-a", "SYNTH-GPU-A", "1.0"),), eps=(1, 2), batches=(8,), gammas=(4,))
+    b = synthetic_runs(runs=(("run-b", "SYNTH-GPU-B", "2.0"),), eps=(2,), batches=(8,), gammas=(4,))
+    b[2][0]["recorded_at"] = "2026-01-02T10:00:00+00:00"
+    runs = Runs(pd.concat([a[0], b[0]]), pd.concat([a[1], b[1]]), a[2] + b[2])
+    page = report.build_html(runs)
+    assert "Compared in the figures: 2 of 2 run(s)" in page
+    sections = dict(re.findall(r"<h2>(EP \d)[^<]*</h2>\s*(.*?)(?=<h2>|$)", page, flags=re.S))
+    label_b = runs.labels()["run-b"]
+    assert f"Drawn here: 1 of the 2 compared runs; without this point: {label_b}." in sections["EP 1"]
+    assert "Drawn here" not in sections["EP 2"]  # both runs hold the reference point
