@@ -24,7 +24,8 @@ def add_doctor_parser(sub) -> None:
                    help="with --card: save the card there (e.g. data/machines/<gpu>-card-<date>.json)")
     p.add_argument("--compare", nargs="+", type=Path, metavar="CARD",
                    help="with --card: compare this machine's card with one recorded card; without: compare two "
-                        "recorded cards (no GPU needed)")
+                        "recorded cards (no GPU needed); with --json the copy cells' comparison and, where both "
+                        "cards have them, the wait/launch cells' (compare_primitives)")
     p.add_argument("--reps", type=int, default=5, help="with --card: repeats per cell (median and spread)")
     p.add_argument("--wait-reps", type=int, default=21,
                    help="with --card: repeats per wait/launch cell (syncs, events, streams, launches, CUDA graphs, "

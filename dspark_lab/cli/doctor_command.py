@@ -112,6 +112,8 @@ def cmd_card(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         out = {"fingerprint": probe.fingerprint(), "card": mine}
         if len(pair) == 2:
             out["compare"] = card_results.compare(*pair).to_dict(orient="records")
+            if all(prim_results.has_primitives(c) for c in pair):  # the wait/launch cells beside the copies
+                out["compare_primitives"] = prim_results.compare(*pair).to_dict(orient="records")
         print(json.dumps(out, indent=1, default=str))
         return 0
     if mine is not None:

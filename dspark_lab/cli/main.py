@@ -23,11 +23,14 @@ from dspark_lab.cli.report_command import cmd_report, output_file
 from dspark_lab.cli.terminal import err as _err
 from dspark_lab.cli.trace_command import add_trace_parser
 from dspark_lab.cli.verify import add_verify_parser
+from dspark_lab.results.query.catalog import MAX_COMPARED
 from dspark_lab.results.record import paths, store
 from dspark_lab.startup import finished, started
 from dspark_lab.run.sweep_spec import PRESETS
 
 DEFAULT_REPORT = Path("out") / "report.html"
+CPU_RUNS_HELP = ("headline CPU-only runs too (a CPU's step times say nothing of a GPU's syncs: by default they are "
+                 "left out of the headline and named; as Runs.headline(cpu_runs=True))")
 
 # ---------------------------------------------------------------------------------------------
 # The parser
@@ -107,6 +110,7 @@ def _add_report_parser(sub) -> None:
                    help="run files or folders (default: the data dir, data/ or $DSPARK_DATA)")
     p.add_argument("-o", "--out", type=output_file, default=DEFAULT_REPORT, metavar="FILE", help="HTML file to write")
     p.add_argument("--summary", action="store_true", help="also print a text summary table of the runs")
+    p.add_argument("--cpu-runs", action="store_true", help=CPU_RUNS_HELP)
     # Which runs the figures compare (every run is listed in the report's tables); as Runs.select.
     g = p.add_argument_group("runs compared in the figures (default: the latest run of each machine, then the newest)")
     g.add_argument("--gpu", metavar="TEXT", help="GPU name contains TEXT (case-insensitive), e.g. H200")
@@ -116,7 +120,7 @@ def _add_report_parser(sub) -> None:
     g.add_argument("--until", metavar="DATE", help="recorded on or before DATE (that day included)")
     g.add_argument("--name", metavar="TEXT", help="run label, recorded name or file name contains TEXT")
     g.add_argument("--compare", type=int, default=None, metavar="N",
-                   help="draw at most N runs side by side (default 4)")
+                   help=f"draw at most N runs side by side (default {MAX_COMPARED})")
     p.set_defaults(func=cmd_report)
 
 
@@ -135,6 +139,7 @@ def _add_main_parser(sub) -> None:
                    help="data dir holding runs/ (default: data/ of the repo, or $DSPARK_DATA)")
     p.add_argument("-o", "--out", type=output_file, default=DEFAULT_REPORT, metavar="FILE", help="HTML report to write")
     p.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar")
+    p.add_argument("--cpu-runs", action="store_true", help=CPU_RUNS_HELP)
     p.set_defaults(func=cmd_main)
 
 

@@ -66,7 +66,7 @@ def cmd_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
     if runs.rows.empty:
         _err(f"no recorded rows in {', '.join(map(str, inputs))}")
         return EXIT_FAILED
-    options = {}
+    options = {"cpu_runs": args.cpu_runs}
     filters = {k: getattr(args, k) for k in ("gpu", "driver", "torch", "since", "until", "name")
                if getattr(args, k, None) is not None}
     try:
@@ -80,7 +80,7 @@ def cmd_report(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int
         parser.error(str(e))
     out, status = write_report(runs, args.out, **options)
     if args.summary and out is not None:
-        say(summary_table(runs))
+        say(summary_table(runs, cpu_runs=args.cpu_runs))
     if out is None:
         return status
     skipped = f"; {len(runs.warnings)} problem(s) skipped, listed above" if runs.warnings else ""

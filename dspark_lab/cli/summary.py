@@ -10,15 +10,16 @@ from dspark_lab.results.query.runs import REFERENCE, Runs
 SUMMARY_RUNS = 20  # runs listed by summary_table, the newest
 
 
-def summary_table(runs) -> str:
+def summary_table(runs, cpu_runs: bool = False) -> str:
     """The headline (with its rule), then per machine the headline's run at the reference batch and
     gamma: median step time over trials and syncs/step by strategy x EP size. Same rule, same
-    numbers as the report and the notebooks (results.Runs.headline)."""
+    numbers as the report and the notebooks (results.Runs.headline; `cpu_runs` as there: CPU-only
+    runs headlined too, else left out and named)."""
     if not isinstance(runs, Runs):
         runs = Runs(runs)
     if runs.rows.empty:
         return "(no rows)"
-    head = runs.headline()
+    head = runs.headline(cpu_runs=cpu_runs)
     table = runs.table().to_dict("records")
     older = max(0, len(table) - SUMMARY_RUNS)  # a team's worth of runs: the newest listed, the rest counted
     listing = ["recorded runs:"] + [

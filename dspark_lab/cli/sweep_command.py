@@ -217,8 +217,9 @@ def cmd_main(args: argparse.Namespace, parser: argparse.ArgumentParser, measure=
     if runs.rows.empty:
         _err(f"no recorded runs under {data}")
         return EXIT_FAILED
-    out, out_status = write_report(runs, args.out)
-    say(summary_table(runs))
+    cpu_runs = getattr(args, "cpu_runs", False)
+    out, out_status = write_report(runs, args.out, cpu_runs=cpu_runs)
+    say(summary_table(runs, cpu_runs=cpu_runs))
     if out is None:
         return out_status
     say(f"\nreport: {out} ({len(runs.headers)} runs, {len(runs.rows)} rows)")

@@ -172,12 +172,14 @@ def chosen_runs(runs: Runs, compare=None, max_compared: int = MAX_COMPARED) -> l
 
 
 def build_html(runs: Runs, *, title: str = "dspark-lab: how num_token_non_padded is made, measured",
-               compare=None, max_compared: int = MAX_COMPARED, cards=None, hazard_records=None) -> str:
+               compare=None, max_compared: int = MAX_COMPARED, cards=None, hazard_records=None,
+               cpu_runs: bool = False) -> str:
     """The standalone report of a results.Runs as one HTML string (plotly.js inline, once; opens
     offline). Figures and comparisons are drawn for the chosen runs only (`compare`, else the
     default selection: chosen_runs); every run is listed in the tables, so the file grows with what
     it shows, not with the number of runs loaded. The platform cards and hazard records are those
-    recorded under data/machines/ unless given (views.card_report)."""
+    recorded under data/machines/ unless given (views.card_report). `cpu_runs`: the headline
+    headlines CPU-only runs too (Runs.headline), else leaves them out and names them."""
     if not isinstance(runs, Runs):
         raise TypeError(f"build_html takes a results.Runs (Runs.load(), or Runs(rows, timelines, headers)), "
                         f"got {type(runs).__name__}")
@@ -187,7 +189,7 @@ def build_html(runs: Runs, *, title: str = "dspark-lab: how num_token_non_padded
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{esc(title)}</title>"
              f"<style>{_CSS}</style></head><body>", f"<h1>{esc(title)}</h1>"]
     parts += _preface(runs, ids, compare, max_compared)
-    parts += _headline(runs)
+    parts += _headline(runs, cpu_runs)
     parts += _tables(runs, shown)
     parts += _comparisons(shown)
     fig_html = _FigureHtml()
@@ -230,11 +232,11 @@ def _preface(all_runs: Runs, ids: list, compare, max_compared: int) -> list[str]
                "<code>Runs.select(...)</code>.</p>" if n_all > len(ids) else "</p>")]
 
 
-def _headline(all_runs: Runs) -> list[str]:
+def _headline(all_runs: Runs, cpu_runs: bool = False) -> list[str]:
     """The headline over every run, as the CLI and the notebooks print it (per machine its first line,
     the rest indented below it), and the problems met while loading."""
     esc = html.escape
-    head = all_runs.headline()
+    head = all_runs.headline(cpu_runs=cpu_runs)
     lines = [f"<p class='detail'>{esc(line.strip())}</p>" if line.startswith(DETAIL) else f"<p><b>{esc(line)}</b></p>"
              for line in head.lines()]
     parts = ["<h2>Headline</h2><div class='headline'>", "".join(lines),
@@ -275,6 +277,18 @@ def _comparisons(runs: Runs) -> list[str]:
     return parts
 
 
+def _runs_drawn(runs: Runs, drawn) -> list[str]:
+    """A point's figures draw the compared runs that hold it: where that is fewer than the runs the
+    preface counts, how many and which are not drawn (none: nothing to say)."""
+    compared = runs.run_ids()
+    left = [r for r in compared if r not in set(map(str, drawn))]
+    if not left:
+        return []
+    labels = runs.labels()
+    return [f"<p class='muted'>Drawn here: {len(compared) - len(left)} of the {len(compared)} compared runs; "
+            f"without this point: {html.escape('; '.join(labels.get(r, r) for r in left))}.</p>"]
+
+
 def _points(runs: Runs, fig_html: _FigureHtml) -> list[str]:
     """Per featured point: where the host blocks, the point's figures, each run's timeline."""
     parts = []
@@ -282,6 +296,7 @@ def _points(runs: Runs, fig_html: _FigureHtml) -> list[str]:
     for pid in _featured(runs):
         view = point_view(ok[ok["point_id"] == pid], what="the report")
         parts.append(f"<h2>{html.escape(view.point)}</h2>")
+        parts += _runs_drawn(runs, view.run_ids)
         sites = sync_sites(view)
         sites = sites[sites["sync_site"] != ""]
         if not sites.empty:

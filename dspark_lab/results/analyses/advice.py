@@ -17,8 +17,9 @@ The rule, in the order it is applied:
              (paired by trial round, 95% CI); the probe rules out pageable copies where they block.
   TIE_RULE   among the good strategies, those within the margin of the fastest are a tie, broken by
              sync-freedom (syncs measured 0, not unknown), portability (sync-free on more distinct
-             GPU/driver cards, waiting on none) and less work (fewer host-to-device copies per step
-             over the regimes), the median last.
+             GPU/driver cards, waiting on none) and less work: first the cross-stream waits it adds,
+             charged in µs by WAIT_CHARGE_RULE from this machine's card, then fewer host-to-device
+             copies per step over the regimes; the median last.
 torch-free: the notebooks and the report can ask it without a GPU.
 """
 from __future__ import annotations
@@ -63,11 +64,18 @@ RULE = ("rule: at each EP regime of the run (EP > 1, where the MoE top-k reads t
         "a pageable non-blocking copy blocks, strategies copying from pageable memory are out.")
 TIE_RULE = (f"ties: kept strategies within {EQUIVALENCE_MARGIN_PCT:g}% of the fastest kept one are equal here; the "
             "tie is broken by sync-freedom (syncs measured 0), portability (waits on no recorded card, sync-free "
-            "on more distinct GPU/driver cards), then fewer host-to-device copies per step, then the median.")
+            "on more distinct GPU/driver cards), then the smaller charge for the cross-stream waits it adds "
+            "(the cross-stream waits rule; waits this machine's card cannot charge come after every charged one), then "
+            "fewer host-to-device copies per step, then the median.")
 CARD_RULE = ("cards: a strategy counts as sync-free on a machine only where that machine's card says its copy (its "
              "source, 4 B, GPU work queued) returns at once; among those kept, one sync-free on every recorded "
              "card ranks above one that waits on some platform; the cards behind that claim are counted by "
              "distinct GPU and driver.")
+WAIT_CHARGE_RULE = ("cross-stream waits: a strategy that adds a cross-stream wait is charged, per wait, this machine's "
+                    "card's measured cost of one (the host time of side.wait_event(e) with GPU work queued, or with the "
+                    "queue empty where the card has only that cell, plus the GPU time a hand-off between two streams "
+                    "adds over one stream, none where it adds none), and the charge ranks it among tied strategies (ties); "
+                    "without a card, 'no card'.")
 
 
 @dataclass
@@ -81,7 +89,7 @@ class Recommendation:
         head = (f"recommended on {self.run_label}: {self.strategy}" if self.strategy
                 else f"no recommendation for {self.run_label}")
         # evidence items starting with two spaces belong to the item above them
-        rules = [GATE_RULE, RULE, TIE_RULE] + ([CARD_RULE] if self.cards_read else [])
+        rules = [GATE_RULE, RULE, TIE_RULE, WAIT_CHARGE_RULE] + ([CARD_RULE] if self.cards_read else [])
         return [head] + [f"      {e.strip()}" if e.startswith("  ") else f"  - {e}" for e in self.evidence] + rules
 
     def text(self) -> str:
@@ -271,10 +279,19 @@ def _card_evidence(cards: Sequence[dict], mine: Optional[dict]) -> list[str]:
     return out
 
 
-WAIT_CHARGE_RULE = ("cross-stream waits: a strategy that adds a cross-stream wait is charged, per wait, this machine's "
-                    "card's measured cost of one (the host time of side.wait_event(e) with GPU work queued, or with the "
-                    "queue empty where the card has only that cell, plus the GPU time a hand-off between two streams "
-                    "adds over one stream, none where it adds none); without a card, 'no card'.")
+def _stream_waits(s: str) -> int:
+    return strategy_table.row(s).stream_waits if s in strategy_table.names() else 0
+
+
+def wait_charge_us(s: str, mine: Optional[dict]) -> float:
+    """WAIT_CHARGE_RULE's charge of `s` per call, in µs: 0 where it adds no cross-stream wait; infinite
+    where it adds some and the card `mine` (this machine's) has no cell to charge them (unknown, so it
+    ranks after every charged strategy in TIE_RULE)."""
+    n = _stream_waits(s)
+    if not n:
+        return 0.0
+    cost = card_primitives.cross_stream_wait_cost(mine)
+    return math.inf if cost is None else n * (cost["host_us"] + cost["gpu_us"])
 
 
 def stream_wait_charges(strategies: Sequence[str], mine: Optional[dict]) -> list[str]:
@@ -283,7 +300,7 @@ def stream_wait_charges(strategies: Sequence[str], mine: Optional[dict]) -> list
     cost = card_primitives.cross_stream_wait_cost(mine)
     out = []
     for s in strategies:
-        n = strategy_table.row(s).stream_waits if s in strategy_table.names() else 0
+        n = _stream_waits(s)
         if not n:
             continue
         if cost is None:
@@ -409,12 +426,14 @@ def _good_everywhere(candidates: set, points: list, margin_pct: float) -> list:
     return [s for s in main.medians.sort_values().index if s in kept]
 
 
-def _tie_key(s: str, points: list, cards: Sequence[dict], main: PointVerdict) -> tuple:
-    """TIE_RULE's order: measured sync-free, waits on no card, more platforms, fewer copies, median."""
+def _tie_key(s: str, points: list, cards: Sequence[dict], main: PointVerdict, mine: Optional[dict]) -> tuple:
+    """TIE_RULE's order: measured sync-free, waits on no card, more platforms, the smaller cross-stream
+    wait charge (WAIT_CHARGE_RULE, from this machine's card `mine`), fewer copies, median."""
     sup = card_support(cards, s)
     measured = all(p.sync_free(s) is True for p in points if s in p.medians.index)
     copies = sum(float(p.copies.get(s, 0) or 0) for p in points)
-    return (not measured, bool(sup["waits_on"]), -sup["platforms"], copies, float(main.medians[s]))
+    return (not measured, bool(sup["waits_on"]), -sup["platforms"], wait_charge_us(s, mine), copies,
+            float(main.medians[s]))
 
 
 def _portable_first(pool: set, cards: Sequence[dict], main: PointVerdict) -> tuple[set, list[str]]:
@@ -433,16 +452,27 @@ def _portable_first(pool: set, cards: Sequence[dict], main: PointVerdict) -> tup
     return portable, out
 
 
-def _choose(kept: list, points: list, cards: Sequence[dict], margin_pct: float) -> tuple[str, list[str]]:
+def _charges_in_words(tie: list, mine: Optional[dict]) -> str:
+    """The tie's cross-stream wait charges ("a 0 µs, b 10.6 µs, c no card"), or "" where none adds a wait."""
+    if not any(_stream_waits(s) for s in tie):
+        return ""
+    each = {s: wait_charge_us(s, mine) for s in tie}
+    return ", ".join(f"{s} {'no card' if math.isinf(v) else f'{v:.1f} µs'}" for s, v in each.items())
+
+
+def _choose(kept: list, points: list, cards: Sequence[dict], margin_pct: float,
+            mine: Optional[dict] = None) -> tuple[str, list[str]]:
     """TIE_RULE over the kept strategies (fastest first at the main point), with the evidence."""
     main, ref, out = points[0], kept[0], []
     tie = [ref] + [s for s in kept[1:] if not _slower(_versus(main, s, ref), margin_pct)]
-    chosen = min(tie, key=lambda s: _tie_key(s, points, cards, main))
+    chosen = min(tie, key=lambda s: _tie_key(s, points, cards, main, mine))
     if len(tie) > 1:
         diffs = "; ".join(f"{s} {_versus(main, s, ref)['difference']}" for s in tie if s != ref)
         copies = ", ".join(f"{s} {sum(float(p.copies.get(s, 0) or 0) for p in points):g}" for s in tie)
+        charges = _charges_in_words(tie, mine)
+        waits = f", cross-stream wait charges per call ({charges})" if charges else ""
         out.append(f"a tie at {main.label} (within {margin_pct:g}% of {ref}): {diffs}; broken by sync-freedom, "
-                   f"portability and copies per step over the regimes ({copies}): {chosen}")
+                   f"portability{waits} and copies per step over the regimes ({copies}): {chosen}")
     if cards:
         out.append(portability_in_words(cards, chosen))
     return chosen, out
@@ -504,7 +534,7 @@ def recommend(rows: pd.DataFrame, probe: Optional[dict] = None, cards: Optional[
     if not kept:
         evidence.append("no strategy passes the gate and is good at every EP regime recorded")
         return Recommendation(None, evidence, label, bool(cards))
-    chosen, why = _choose(kept, points, cards, margin_pct)
+    chosen, why = _choose(kept, points, cards, margin_pct, mine)
     evidence += why
     evidence.append(f"{chosen}: passes the gate and is good at every EP regime recorded"
                     + (f" (also kept: {', '.join(s for s in kept if s != chosen)})" if len(kept) > 1 else ""))

@@ -101,12 +101,17 @@ _ROWS = (
     _c("SGLang", 35106, "an 8-byte copy blocking the host", "an 8-byte copy blocked the host for a whole target prefill",
        "a neighbouring sync on the same path", NOT_RECHECKED),
     # -- the card's wait/launch anchors (results/facts/launch_anchors.py) -----------------------------
-    _c("CUDA.jl", 2162, "a one-element broadcast profiled call by call",
-       "cuStreamSynchronize 0.30 us, cuLaunchKernel 3.5 us, cuMemcpyHtoDAsync 3.05 us per call; the GPU is not named",
-       "published small-call figures set beside the card's stream sync, kernel launch and 4-byte copy"),
+    _c("CUDA.jl", 2162, "profiler improvements: per-call time distributions, CUDA.@bprofile",
+       "its description's example, CUDA.@bprofile time=0.01 CuArray([1]).+1 (525 calls each), mean per call: "
+       "cuLaunchKernel 3.48 us, cuMemcpyHtoDAsync 3.05 us, cuStreamSynchronize 301.09 ns (and cuCtxSynchronize "
+       "3.07 us); the GPU is not named",
+       "published small-call figures set beside the card's stream sync, kernel launch and 4-byte copy",
+       CHECKED, "merged"),
     _c("SGLang", 29960, "cudaGraphLaunch host time of a speculative verify graph",
-       "2.83 ms of cudaGraphLaunch host time for a 2,876-node verify graph, DeepSeek-V4-Flash on 2x RTX PRO 6000 "
-       "Blackwell (PCIe)", "a published graph launch set beside the card's graph launches by node count"),
+       "a comment measured 2.826 ms of target-verification cudaGraphLaunch host time for a 2,876-node graph (TP0 "
+       "median of 12 cycles), DeepSeek-V4-Flash on 2x RTX PRO 6000 Blackwell (SM120, TP2, PCIe); the issue itself "
+       "is about GLM-5.1's MTP target verify", "a published graph launch set beside the card's graph launches by "
+       "node count", CHECKED, "open"),
     _c("vLLM", 47081, "spin-wait events busy-polling",
        "spin-waiting events busy-polled the driver and made a TP rank a straggler; fixed with blocking events",
        "why the card times a spinning and a blocking event's wait with the CPU time each burns"),

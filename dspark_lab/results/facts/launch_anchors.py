@@ -39,16 +39,17 @@ class Anchor:
         return None if self.value is None else self.value * (1e3 if self.unit == "ms" else 1.0)
 
 
-_ONE_ELEMENT = "a one-element broadcast, profiled per CUDA call; GPU not named"
+_ONE_ELEMENT = ("CUDA.@bprofile time=0.01 of CuArray([1]) .+ 1 (a one-element upload and broadcast, 525 times): "
+                "the mean per call; GPU not named")
 ANCHORS = (
-    Anchor("CUDA.jl", 2162, "cuStreamSynchronize, host time per call", 0.30, "us", _ONE_ELEMENT,
+    Anchor("CUDA.jl", 2162, "cuStreamSynchronize, host time per call", 0.30109, "us", _ONE_ELEMENT,
            (("stream_sync", 0, "empty"),)),
-    Anchor("CUDA.jl", 2162, "cuLaunchKernel, host time per call", 3.5, "us", _ONE_ELEMENT,
+    Anchor("CUDA.jl", 2162, "cuLaunchKernel, host time per call", 3.48, "us", _ONE_ELEMENT,
            (("kernel_launch", 0, "empty"),)),
     Anchor("CUDA.jl", 2162, "cuMemcpyHtoDAsync, host time per call (source memory not stated)", 3.05, "us",
            _ONE_ELEMENT, (("copy:pinned_to_nb", 4, "empty"), ("copy:pageable_to_nb", 4, "empty"))),
-    Anchor("SGLang", 29960, "cudaGraphLaunch host time of a 2,876-node verify graph", 2.83, "ms",
-           "DeepSeek-V4-Flash on 2x RTX PRO 6000 Blackwell, PCIe", (("graph_decode", 1000, "empty"),
+    Anchor("SGLang", 29960, "cudaGraphLaunch host time of a 2,876-node verify graph", 2.826, "ms",
+           "DeepSeek-V4-Flash on 2x RTX PRO 6000 Blackwell, TP2, PCIe; TP0 median of 12 cycles", (("graph_decode", 1000, "empty"),
                                                                     ("graph_linear", 1000, "empty")), per=2876),
     Anchor("vLLM", 47081, "spin-wait events busy-poll the driver (a TP rank straggled); fixed with blocking events",
            None, "", "vLLM tensor parallel", (("event_sync_spin", 0, "queued"), ("event_sync_blocking", 0, "queued"))),

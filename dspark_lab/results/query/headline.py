@@ -63,8 +63,8 @@ class Headline:
             out.append([first] + [f"{DETAIL}skipped {sk['label']}: {sk['reason']}" for sk in w["skipped_runs"]])
         if self.cpu_only:
             out.append([f"headline: {len(self.cpu_only)} CPU-only run(s) not headlined: a CPU's step times say "
-                         "nothing of a GPU's syncs (Runs.headline(cpu_runs=True) headlines each such machine "
-                         "by the rule)"]
+                         "nothing of a GPU's syncs (dspark-lab report --cpu-runs, or Runs.headline(cpu_runs=True), "
+                         "headlines each such machine by the rule)"]
                         + [f"{DETAIL}left out: {label}" for label in self.cpu_only])
         if not self.entries and not self.withheld and not self.cpu_only:
             out.append(["headline: no recorded run holds a successful point of the reference workload"])
