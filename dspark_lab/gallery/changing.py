@@ -1,7 +1,7 @@
 """The gallery's steps over N steps with values that change between them, for the race check: a race
 delivers another step's values, so a check whose values never change cannot see one.
 
-`advance(state)` moves every input the cases read to the next step's values, the device tensors by
+`advance(state)` moves the inputs it lists (not h, w, positions or tokens) to the next step's values, the device tensors by
 kernels queued in stream order (no host wait) and the host mirror in lockstep with them (State's
 seq_lens_cpu: the scheduler's mirror, kept in lockstep). `steps_of(fn)` is a factory of such steps (a fresh state per call, so
 the race check's two runs start alike), for `dspark_lab.measure.races.check`.

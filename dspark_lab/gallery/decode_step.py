@@ -1,4 +1,4 @@
-"""A realistic decode step for the worked investigation (notebook 06): three host syncs built to
+"""A realistic decode step for the worked investigation (notebook 06): three syncing lines built to
 differ in cost (what each costs on a given GPU is for `inspect` to measure), and the step with the
 first two removed.
 

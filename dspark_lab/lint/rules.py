@@ -56,8 +56,8 @@ _RULES = (
          "number) and no `output_size=`", "pass output_size=<the total of the repeats> where the caller already "
          "knows that total on the host (a host mirror's sum, a size it set): torch.repeat_interleave's "
          "documentation says that, given output_size, it avoids the stream synchronization needed to "
-         "calculate the output shape. Only where "
-         "the total is known: reading it back from the device to pass it is the same wait; else bound the "
+         "calculate the output shape. Only where the total is known: reading it back from the device to "
+         "pass it still waits (one read and sync of the two); else bound the "
          "output (gallery/decode_step.py's _owner_of_rows_padded) or keep the wait with `# sync-ok: <reason>`",
          "D2H reads with stream syncs for the output size (and a check that no repeat is negative)", False),
     Rule("boolean_mask", "boolean-mask indexing `x[mask]`", "keep the shape fixed: (x * mask).sum(...) or "

@@ -1,6 +1,6 @@
 """Does `dspark-lab trace` read a trace the way `inspect` measures the step? On a CUDA machine, for
-steps of known cost (gallery/known_idle.py: host 1 ms, GPU 4 ms, the wait, host 2 ms, with a few
-forms of wait) and the kit's draft step (model/workload.LabStep, the baseline strategy), ROUNDS rounds
+steps of known cost (gallery/known_idle.py: host 1 ms, GPU 4 ms, the wait, host 2 ms, with three
+forms of wait; and two_syncs, two syncs in a row) and the kit's draft step (model/workload.LabStep, the baseline strategy), ROUNDS rounds
 each of:
 
 1. `inspect`'s record of the step (run/inspect.inspect_step), its own profiled trace kept and read
@@ -9,11 +9,12 @@ each of:
    prof.step(): ProfilerStep#N ranges, no kit range) with the kit's profiler settings (Python stacks,
    memory, CUDA sync events), read through `trace`: its charge per step against inspect's, with a 95%
    CI over inspect's captures (one capture's steps vary less than captures do);
-3. the same with torch.profiler's defaults and stacks only (how a user's trace often is): the charge's
-   difference to inspect's, the profiler's own settings' share.
+3. the same with torch.profiler's defaults and Python stacks only: the charge's
+   difference to inspect's, beside the kit-settings trace's (the two differ only in the profiler's settings).
 
 Writes $OUT/data/trace/h200-known-cost-roundtrip-<stamp>.json (the comparison) and the first round's
-traces under $OUT/data/trace/traces/, and prints a table last. About 70 s on an H200 (budget 120 s).
+traces under $OUT/data/trace/traces-<stamp>/ (a record made before per-stamp folders has them in
+traces/), and prints a table last; scripts/device_round.sh allows it 180 s.
 
     OUT=/tmp/o python3 -m studies.trace.known_cost_roundtrip            # CUDA
     python3 -m studies.trace.known_cost_roundtrip --dry-run             # CPU: read-back and comparison on
@@ -208,12 +209,12 @@ def main(argv=None) -> int:
         print("known_cost_roundtrip: needs CUDA (run with --dry-run on CPU)", file=sys.stderr)
         return 6
     out = Path(os.environ.get("OUT", "out")) / "data" / "trace"
-    traces = out / "traces"
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    traces = out / f"traces-{stamp}"
     traces.mkdir(parents=True, exist_ok=True)
     rows = []
     for name, step in _steps():
         rows.append(_case(name, step, traces, a.steps, a.rounds))
-    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
     doc = {"kind": "trace_known_cost_roundtrip", "recorded_at": stamp, "gpu": torch.cuda.get_device_name(0),
            "torch": torch.__version__, "steps": a.steps, "rounds": a.rounds, "rows": rows}
     (out / f"h200-known-cost-roundtrip-{stamp}.json").write_text(json.dumps(doc, indent=1))
