@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import pytest
+from pathlib import Path
 import torch
 
 from dspark_lab.measure import races
@@ -275,3 +276,49 @@ def test_a_stubbed_step_that_runs_ahead_has_its_window_artefact_read_as_one_term
     assert sum(fixed["terms"].values()) == pytest.approx(sum(why["terms"].values()))
     near = {**why, "terms": {"moved": -0.3, "gpu_work": 0.1, "host_after": 0.0, "rest": -0.22}}
     assert "window" not in H.with_profiler_term(near, 5.0, 5.0)["terms"]  # small, same-size terms stay apart
+
+
+# --- the charge less the profiler's stretch of the step ------------------------------------------------
+from dspark_lab.results.rules import profiler_stretch as PS  # noqa: E402
+
+
+def test_the_stretch_is_the_profiled_step_over_the_profiler_free_one_and_never_negative():
+    assert PS.stretch_ms(5.3, 5.1) == pytest.approx(0.2)
+    assert PS.stretch_ms(5.0, 5.2) == 0.0 and PS.stretch_ms(None, 5.0) is None and PS.stretch_ms(5.0, float("nan")) is None
+
+
+def test_each_wait_loses_its_share_of_the_stretch_by_its_charge_and_never_goes_below_zero():
+    # Two waits charged 0.3 and 0.1 ms of a 0.4 ms step charge; a 0.2 ms stretch: 0.15 and 0.05 off.
+    assert PS.less_stretch(0.3, 0.4, 0.2) == pytest.approx(0.15)
+    assert PS.less_stretch(0.1, 0.4, 0.2) == pytest.approx(0.05)
+    assert PS.less_stretch(0.1, 0.1, 0.5) == 0.0
+    assert PS.less_stretch(None, 0.4, 0.2) is None and PS.less_stretch(0.3, 0.4, None) is None
+
+
+def test_a_record_gets_each_sites_charge_less_the_stretch_and_its_test_against_the_ci():
+    rec = {"step_ms": 5.0, "inspect": {"parts": {"profiled_step_ms": 5.2, "gpu_idle_sync_caused_ms": 0.5}},
+           "sites": [{"site": "a.py:1 f", "stubbed": True, "charge_ms": 0.5, "headroom_ms": 0.31,
+                      "headroom_lo": 0.28, "headroom_hi": 0.33, "agree": False}]}
+    out = H.with_profiler_stretch(rec)
+    site = out["sites"][0]
+    assert out["profiler_stretch_ms"] == pytest.approx(0.2)
+    assert site["charge_less_profiler_ms"] == pytest.approx(0.3) and site["agree_less_profiler"] is True
+    assert "less the profiler's stretch of the step 0.300 ms, inside the CI" in H.verdict(site)
+
+
+def _one_wait_counts(path):
+    study = H.load_study(path)
+    steps = [[s for s in r["sites"] if s["stubbed"] and s.get("charge_ms") is not None] for r in study["headroom"]
+             if "error" not in r]
+    one = [s[0] for s in steps if len(s) == 1]
+    return sum(bool(s["agree"]) for s in one), sum(bool(s["agree_less_profiler"]) for s in one), len(one)
+
+
+def test_the_docs_counts_of_charges_inside_the_headroom_ci_are_the_recorded_studies():
+    text = " ".join((Path(__file__).resolve().parents[1] / "docs" / "headroom.md").read_text().split())
+    data = Path(__file__).resolve().parents[1] / "data" / "headroom"
+    a = _one_wait_counts(data / "h200-headroom-20261204-0405.json")
+    b = _one_wait_counts(data / "h200-headroom-20261204-0120.json")
+    assert (f"the charge was inside the headroom's CI in {a[0]} of {a[2]} in `data/headroom/h200-headroom-20261204-0405.json` "
+            f"and {b[0]} of {b[2]} in `data/headroom/h200-headroom-20261204-0120.json`; less the stretch, in "
+            f"{a[1]} of {a[2]} and {b[1]} of {b[2]}") in text

@@ -16,6 +16,7 @@ import pandas as pd
 from dspark_lab.results.analyses import by_design, run_ahead_idle
 from dspark_lab.results.facts import wait_kinds
 from dspark_lab.results.record import inspect_record
+from dspark_lab.results.rules import profiler_stretch
 from dspark_lab.results.rules.noise import MIN_QUIET_ROUNDS
 from dspark_lab.results.viewmodels import inspect_view
 from dspark_lab.results.record.output import write_text_safely
@@ -63,7 +64,7 @@ def report_text(rec: dict) -> str:
              f"device-to-host copies per step {_f(c.get('d2h_per_step'), 2)} (into pageable memory "
              f"{_f(c.get('d2h_pageable_per_step'), 2)}); host-to-device pageable {_f(c.get('h2d_pageable_per_step'), 2)}",
              f"host blocked {_f(p.get('host_blocked_ms'))} ms per step; GPU idle the syncs caused "
-             f"{_f(p.get('gpu_idle_sync_caused_ms'))} ms per step (profiled steps)"]
+             f"{_f(p.get('gpu_idle_sync_caused_ms'))} ms per step (profiled steps{_less_stretch(rec)})"]
     waits = rec.get("waits") or {}  # records from before the kinds of wait were named have none
     if wait_kinds.charges_text(waits.get("charges")):
         lines.append(f"by kind of wait: {wait_kinds.charges_text(waits.get('charges'))}")
@@ -121,3 +122,15 @@ def build_html(rec: dict) -> str:
 
 def write(path, rec: dict) -> Path:
     return write_text_safely(Path(path), build_html(rec))
+
+
+def _less_stretch(rec: dict) -> str:
+    """The charge less the profiler's stretch of the step (results/rules/profiler_stretch.py), where the
+    record has both the profiled and the profiler-free step time."""
+    p = rec.get("parts") or {}
+    stretch = profiler_stretch.stretch_ms(p.get("profiled_step_ms"), rec.get("step_ms"))
+    free = profiler_stretch.less_stretch(p.get("gpu_idle_sync_caused_ms"), p.get("gpu_idle_sync_caused_ms"), stretch)
+    if free is None:
+        return ""
+    return f"; {free:.3f} ms less the profiler's stretch of the step, {stretch:.3f} ms"
+

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from dspark_lab.results.record.paths import default_data_dir
+from dspark_lab.results.rules import profiler_stretch
 from dspark_lab.results.record.sync_sites import same_file, try_parse
 
 KIND, SCHEMA = "dspark_headroom", 1
@@ -54,18 +55,32 @@ def match(site: str, inspect_sites: list) -> Optional[dict]:
     return next((x for x, p in parsed if p and not p.exact and same_file(p.path, s.path) and p.function == s.function), None)
 
 
+def _inside(row: dict, v: Optional[float]) -> Optional[bool]:
+    return None if v is None or row.get("headroom_ms") is None else row["headroom_lo"] <= v <= row["headroom_hi"]
+
+
 def with_charges(rows: list, base: dict) -> list:
     """Each row with its charge (from `base`, the real step's inspect record) and whether the two agree."""
     out = []
     for r in rows:
         hit = match(r["site"], base.get("sites") or [])
         charge = _num(hit["gpu_idle_ms"]) if hit else None
-        agree = None
-        if charge is not None and r.get("headroom_ms") is not None:
-            agree = r["headroom_lo"] <= charge <= r["headroom_hi"]
         out.append({**r, "charge_ms": charge, "blocked_ms": _num(hit["host_blocked_ms"]) if hit else None,
-                    "charged_site": hit["site"] if hit else None, "agree": agree})
+                    "charged_site": hit["site"] if hit else None, "agree": _inside(r, charge)})
     return out
+
+
+def with_profiler_stretch(rec: dict) -> dict:
+    """The record with each site's charge less the profiler's stretch of the step
+    (results/rules/profiler_stretch.py: the real step's profiled time over `rec`'s profiler-free median)
+    and whether the headroom's CI holds it."""
+    parts = (rec.get("inspect") or {}).get("parts") or {}
+    stretch = profiler_stretch.stretch_ms(parts.get("profiled_step_ms"), rec.get("step_ms"))
+    sites = []
+    for r in rec.get("sites") or []:
+        free = profiler_stretch.less_stretch(r.get("charge_ms"), parts.get("gpu_idle_sync_caused_ms"), stretch)
+        sites.append({**r, "charge_less_profiler_ms": free, "agree_less_profiler": _inside(r, free)})
+    return {**rec, "sites": sites, "profiler_stretch_ms": stretch}
 
 
 def with_unseen(rows: list, base: dict) -> list:
@@ -165,7 +180,16 @@ def _ms(v) -> str:
 
 
 def verdict(r: dict) -> str:
-    """agree / disagree and why, or why it was not stubbed."""
+    """agree / disagree and why, or why it was not stubbed; then the charge less the profiler's stretch
+    against the same CI, where the record has it."""
+    v = _verdict(r)
+    free = r.get("charge_less_profiler_ms")
+    if free is None or not r.get("stubbed") or r.get("headroom_ms") is None:
+        return v
+    return f"{v}; less the profiler's stretch of the step {free:.3f} ms, {'inside' if r['agree_less_profiler'] else 'outside'} the CI"
+
+
+def _verdict(r: dict) -> str:
     if not r["stubbed"]:
         return "not stubbed: " + r["why_not"]
     if r.get("agree") is None:
@@ -182,6 +206,7 @@ def verdict(r: dict) -> str:
 
 
 def table_rows(rec: dict) -> list[dict]:
+    rec = with_profiler_stretch(rec) if "profiler_stretch_ms" not in rec else rec
     return [{"site": r["site"], "call": r["kind"], "per step": r["per_step"], "charge ms": _ms(r.get("charge_ms")),
              "headroom ms [95% CI]": (f"{r['headroom_ms']:.3f} [{r['headroom_lo']:.3f}, {r['headroom_hi']:.3f}]"
                                       if r["stubbed"] else "–"), "verdict": verdict(r)} for r in rec["sites"]]
@@ -219,6 +244,7 @@ def load_study(path) -> dict:
         if "error" not in r:
             validate(r, f"{p}: headroom[{r.get('case')!r}]")
             _split_with_the_profiler(r)
+    rec["headroom"] = [r if "error" in r else with_profiler_stretch(r) for r in rec.get("headroom") or []]
     return {**rec, "path": str(p)}
 
 
