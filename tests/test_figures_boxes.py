@@ -9,6 +9,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import pytest
 
+from dspark_lab.views.figures import hazards as hazard_figures
 from figure_boxes import problems
 
 CHROMIUM = "/usr/bin/chromium"
@@ -68,7 +69,18 @@ def notebook_figures() -> list[tuple[str, go.Figure]]:
     fig = getattr(gb, "figure", None)
     if callable(fig):
         out.append(("gallery", fig(gb.names()[0])))
+    hz = _recorded_hazard_curves()
+    if hz:
+        out.append(("hazard_curves", hazard_figures.curves(hz)))
     return out
+
+
+def _recorded_hazard_curves():
+    """The newest hazards record that holds a curve, as notebook 04 draws it (None: no such record)."""
+    from dspark_lab.results.analyses import hazards
+
+    found = [h for h in hazards.recorded() if h.get("window") or h.get("pageable_race")]
+    return found[-1] if found else None
 
 
 PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><script>{js}</script></head>
@@ -193,3 +205,17 @@ def test_the_card_fits_the_panels_width():
 
     assert card_figures.card(synthetic_card()).layout.width <= DEFAULT_WIDTH_PX
     assert card_figures.card_pair(synthetic_card(), synthetic_card(gpu="B")).layout.width <= DEFAULT_WIDTH_PX
+
+
+def test_the_hazard_curves_fit_the_panels_width():
+    """Notebook 04's race-window figure: no wider than the width every other figure is laid out for, so
+    it stays inside its output area wherever the panel does."""
+    from dspark_lab.views.figures import DEFAULT_WIDTH_PX
+
+    rec = {"fingerprint": {"gpu": "GPU A"}, "window": [{"delay_us": d, "wrong": w, "n": 10} for d, w in ((0, 9), (5, 2), (50, 0))],
+           "pageable_race": [{"bytes": b, "raced": r, "n": 10} for b, r in ((4096, 0), (1 << 20, 3))]}
+    fig = hazard_figures.curves(rec)
+    assert fig.layout.width is None or fig.layout.width <= DEFAULT_WIDTH_PX
+    hz = _recorded_hazard_curves()
+    if hz:
+        assert (hazard_figures.curves(hz).layout.width or 0) <= DEFAULT_WIDTH_PX
