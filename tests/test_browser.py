@@ -283,16 +283,28 @@ def _wait_until_drawn(page, what: str, timeout_ms: int = 60_000) -> None:
 
 
 # Every drawn figure of the notebook: its texts inside it and apart (tests/figure_boxes.py), and the
-# figure itself not cut off by its output area (a figure wider than the cell scrolls out of sight).
-JS_NOTEBOOK_FIGURE_PROBLEMS = f"""() => Array.from(document.querySelectorAll(
-    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output .js-plotly-plot')).map((gd, i) => {{
+# figure itself not cut off by its cell's output area (a figure wider than the cell scrolls out of sight).
+# A plotly output's own element is the output (".jp-OutputArea-output.js-plotly-plot"); a FigureWidget's
+# figure lies inside its output.
+JS_FIGURES = ("'.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output.js-plotly-plot, "
+              ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output .js-plotly-plot'")
+JS_NOTEBOOK_FIGURE_PROBLEMS = f"""() => Array.from(document.querySelectorAll({JS_FIGURES})).map((gd, i) => {{
   const t = gd.layout && gd.layout.title, name = String((t && (t.text || t)) || ('figure ' + i)).split('<br>')[0];
-  const out = gd.closest('.jp-OutputArea-output').getBoundingClientRect(), svg = gd.querySelector('.main-svg');
+  const out = gd.closest('.jp-OutputArea').getBoundingClientRect(), svg = gd.querySelector('.main-svg');
   if (!gd.data || !gd.data.length) return [name + ' #' + i, []];  // a panel's widget not yet filled: checked once drawn
   const probs = ({JS_TEXT_PROBLEMS})(gd);
   if (svg) {{ const f = svg.getBoundingClientRect();
     if (f.right > out.right + 1.5) probs.push(`cut off: ${{Math.round(f.right - out.right)}} px of the figure past its output area`); }}
   return [name.slice(0, 80) + ' #' + i, probs]; }}).filter(([n, p]) => p.length)"""
+
+
+# [plotly outputs the notebook's cells hold, drawn plotly figures its output areas show (the panel's
+# FigureWidgets included)]: every figure output is among those measured above.
+JS_FIGURES_MEASURED = f"""() => {{ const w = ({JS_NOTEBOOK})(); if (!w) return [0, 0];
+  const want = w.content.widgets.filter(c => c.model.type === 'code').reduce((n, c) =>
+    n + c.model.outputs.toJSON().filter(o => o.data && o.data['application/vnd.plotly.v1+json']).length, 0);
+  const got = Array.from(document.querySelectorAll({JS_FIGURES})).filter(gd => gd.querySelector('.main-svg')).length;
+  return [want, got]; }}"""
 
 
 def _page_through(page, stem: str, max_pages: int = 30) -> int:
@@ -521,6 +533,7 @@ def _browse_notebook(browser, lab, name, backend) -> dict:
         if name in PANEL_NOTEBOOKS:
             got["labels"] = _exercise_panel(page, name, _panel_backend(name, backend), backend.runs.rows)
         got["boxes"] = dict(page.evaluate(JS_NOTEBOOK_FIGURE_PROBLEMS))
+        got["figures"] = page.evaluate(JS_FIGURES_MEASURED)
         got["text"] = page.inner_text(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook")
         if name == "05_your_own_code.ipynb":
             got["join"] = _join_shown(page)
@@ -582,6 +595,10 @@ def test_every_figure_of_every_notebook_and_the_slide_is_readable_and_inside_its
     boxes = {name: browsed[name]["boxes"] for name in ALL_NOTEBOOKS}
     boxes["slide export"] = browsed["slide export"]
     assert {k: v for k, v in boxes.items() if v} == {}
+    counts = {name: browsed[name]["figures"] for name in ALL_NOTEBOOKS}
+    print(f"plotly outputs and drawn figures measured, per notebook: {counts}")
+    assert all(got >= want for want, got in counts.values()), counts
+    assert all(counts[n][0] > 0 for n in ALL_NOTEBOOKS[:5]), counts  # 01-05 draw figures of their own
 
 
 def test_notebook_05_shows_the_recorded_example_joined_where_its_code_is_today(browsed):
