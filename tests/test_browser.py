@@ -1,12 +1,17 @@
-"""The kit as a user gets it: `bash lab.sh` starts JupyterLab, headless Chromium opens notebooks 01 to 04,
-runs all cells. In 01 and 03 it moves each control of the recorded panel:
+"""The kit as a user gets it: `bash lab.sh` starts JupyterLab, one headless Chromium opens notebooks 01 to
+06 in turn and runs all cells of each (no cell error, every figure on every screen drawn). In 01 and 03 it
+moves each control of the recorded panel:
 EP, batch and gamma first, without touching the run dropdown (the panel opens on the latest default sweep,
 so each move must draw exactly the asked point's recorded values), then strategy, workload and run,
 checking after each move that the strategy-comparison figure shows the recorded medians of the point the
-settings map to; the run labels must be unique and name their kind. At the end git status and the
-tracked notebooks are as they were.
+settings map to; the run labels must be unique and name their kind. Every figure's texts lie apart and
+inside it, and no figure is wider than its output area. Notebook 05 shows the recorded inspect example
+joined with today's lint where its code is today; notebook 06 reads the committed investigation, or, until
+a GPU has recorded one, a record made from synthetic numbers, and says which it shows. At the end git
+status and the tracked notebooks are as they were.
 Screenshots land under out/ (CI artifacts): each notebook after Run All, screen by screen
 (browser_<nn>_page_<kk>.png), the panels' first render and final state, and the report notebook 03 wrote.
+The notebooks are browsed once (the module's `browsed` fixture); the tests below read what it saw.
 
 Run with `pytest -m browser`. Needs Chromium at /usr/bin/chromium (never downloaded by this test).
 """
@@ -20,9 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from dspark_lab.results.record import investigation
 from figure_boxes import JS_TEXT_PROBLEMS
-from helpers import RUNS_DIR, write_synthetic_runs
+from helpers import COMMITTED_DATA, RUNS_DIR, write_synthetic_runs
 from test_lab_sh import lab_env, start_lab, stop_hard
+from test_notebook06 import synthetic_investigation
 
 pytestmark = pytest.mark.browser
 
@@ -33,15 +40,23 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-backg
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 PANEL_NOTEBOOKS = ("01_onboarding.ipynb", "03_design_review.ipynb")
 ALL_NOTEBOOKS = ("01_onboarding.ipynb", "02_tuning_new_gpu.ipynb", "03_design_review.ipynb", "04_sync_gallery.ipynb",
-                 "05_your_own_code.ipynb")
+                 "05_your_own_code.ipynb", "06_investigation.ipynb")
 FIGURE_ORDER = ("comparison", "syncs", "breakdown", "idle", "timeline")  # views.panel.FIGURE_HEIGHTS, top to bottom
 PANEL_FIGURES = len(FIGURE_ORDER)
 
 
 @pytest.fixture(scope="module")
-def lab(tmp_path_factory):
+def investigation_record(tmp_path_factory) -> dict:
+    """The record notebook 06 reads: the committed one, else one made from synthetic numbers."""
+    committed = investigation.find(COMMITTED_DATA)
+    path = committed or investigation.save(synthetic_investigation(), tmp_path_factory.mktemp("inv") / "synth.json")
+    return {"path": path, "synthetic": committed is None}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory, investigation_record):
     """`bash lab.sh` (recorded mode, temp Jupyter dirs, autosave off so the repo's notebooks are never
-    written); stopped with SIGINT as a user would."""
+    written, notebook 06's record named to its kernels); stopped with SIGINT as a user would."""
     if not Path(CHROMIUM).exists():
         pytest.skip(f"no Chromium at {CHROMIUM}")
     pytest.importorskip("playwright.sync_api")
@@ -49,7 +64,7 @@ def lab(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("lab")
     env = lab_env(tmp)
     env.update(DSPARK_OUT=str(tmp / "out"), JUPYTERLAB_SETTINGS_DIR=str(tmp / "settings"),
-               JUPYTERLAB_WORKSPACES_DIR=str(tmp / "ws"))
+               JUPYTERLAB_WORKSPACES_DIR=str(tmp / "ws"), **{investigation.DATA_ENV: str(investigation_record["path"])})
     if not (RUNS_DIR.is_dir() and any(RUNS_DIR.glob("*.jsonl"))):
         env["DSPARK_DATA"] = str(write_synthetic_runs(tmp / "data"))
     docmanager = tmp / "settings" / "@jupyterlab" / "docmanager-extension"
@@ -268,16 +283,28 @@ def _wait_until_drawn(page, what: str, timeout_ms: int = 60_000) -> None:
 
 
 # Every drawn figure of the notebook: its texts inside it and apart (tests/figure_boxes.py), and the
-# figure itself not cut off by its output area (a figure wider than the cell scrolls out of sight).
-JS_NOTEBOOK_FIGURE_PROBLEMS = f"""() => Array.from(document.querySelectorAll(
-    '.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output .js-plotly-plot')).map((gd, i) => {{
+# figure itself not cut off by its cell's output area (a figure wider than the cell scrolls out of sight).
+# A plotly output's own element is the output (".jp-OutputArea-output.js-plotly-plot"); a FigureWidget's
+# figure lies inside its output.
+JS_FIGURES = ("'.jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output.js-plotly-plot, "
+              ".jp-NotebookPanel:not(.lm-mod-hidden) .jp-OutputArea-output .js-plotly-plot'")
+JS_NOTEBOOK_FIGURE_PROBLEMS = f"""() => Array.from(document.querySelectorAll({JS_FIGURES})).map((gd, i) => {{
   const t = gd.layout && gd.layout.title, name = String((t && (t.text || t)) || ('figure ' + i)).split('<br>')[0];
-  const out = gd.closest('.jp-OutputArea-output').getBoundingClientRect(), svg = gd.querySelector('.main-svg');
+  const out = gd.closest('.jp-OutputArea').getBoundingClientRect(), svg = gd.querySelector('.main-svg');
   if (!gd.data || !gd.data.length) return [name + ' #' + i, []];  // a panel's widget not yet filled: checked once drawn
   const probs = ({JS_TEXT_PROBLEMS})(gd);
   if (svg) {{ const f = svg.getBoundingClientRect();
     if (f.right > out.right + 1.5) probs.push(`cut off: ${{Math.round(f.right - out.right)}} px of the figure past its output area`); }}
   return [name.slice(0, 80) + ' #' + i, probs]; }}).filter(([n, p]) => p.length)"""
+
+
+# [plotly outputs the notebook's cells hold, drawn plotly figures its output areas show (the panel's
+# FigureWidgets included)]: every figure output is among those measured above.
+JS_FIGURES_MEASURED = f"""() => {{ const w = ({JS_NOTEBOOK})(); if (!w) return [0, 0];
+  const want = w.content.widgets.filter(c => c.model.type === 'code').reduce((n, c) =>
+    n + c.model.outputs.toJSON().filter(o => o.data && o.data['application/vnd.plotly.v1+json']).length, 0);
+  const got = Array.from(document.querySelectorAll({JS_FIGURES})).filter(gd => gd.querySelector('.main-svg')).length;
+  return [want, got]; }}"""
 
 
 def _page_through(page, stem: str, max_pages: int = 30) -> int:
@@ -481,44 +508,76 @@ def _screenshot_report(browser, lab) -> None:
     page.close()
 
 
-def test_lab_sh_kit_runs_every_notebook_and_every_control_moves_the_figures(lab):
+def _join_shown(page) -> dict:
+    """Notebook 05's join of the recorded example with today's lint: the source of the cell that prints
+    it, and its output as the page shows it."""
+    return page.evaluate(f"""() => {{ const w = ({JS_NOTEBOOK})();
+      const c = w.content.widgets.find(c => c.model.type === 'code' && c.model.sharedModel.getSource().includes('lint_beside(rec'));
+      if (!c) return null;
+      const o = c.node.querySelector('.jp-OutputArea-output');
+      return {{source: c.model.sharedModel.getSource(), shown: o ? o.innerText : ''}}; }}""")
+
+
+def _browse_notebook(browser, lab, name, backend) -> dict:
+    """One notebook in its own page: Run All (no cell error), screenshots screen by screen, the panel's
+    controls moved (01, 03), then what the checks below read: its figures' text problems (the panel's
+    figures drawn too), its text, and notebook 05's join."""
+    stem = name.split("_")[0]
+    page = browser.new_page(viewport={"width": 1500, "height": 1100})
+    try:
+        took = _open_and_run_all(page, lab, name)
+        page.screenshot(path=str(OUT / f"browser_{stem}.png"))
+        pages = _page_through(page, stem)
+        print(f"{name}: run all {took:.1f} s, {pages} screenshots of the whole notebook")
+        got = {}
+        if name in PANEL_NOTEBOOKS:
+            got["labels"] = _exercise_panel(page, name, _panel_backend(name, backend), backend.runs.rows)
+        got["boxes"] = dict(page.evaluate(JS_NOTEBOOK_FIGURE_PROBLEMS))
+        got["figures"] = page.evaluate(JS_FIGURES_MEASURED)
+        got["text"] = page.inner_text(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook")
+        if name == "05_your_own_code.ipynb":
+            got["join"] = _join_shown(page)
+        page.evaluate(JS_SHUTDOWN)
+        return got
+    finally:
+        page.close()
+
+
+@pytest.fixture(scope="module")
+def browsed(lab):
+    """Every notebook run once in one headless Chromium against the one `bash lab.sh` server, then the
+    report and the slide notebook 03 wrote: {notebook: what _browse_notebook read}, plus git's view
+    of the notebooks before and after and the tracked notebooks' bytes before."""
     from playwright.sync_api import sync_playwright
 
     from dspark_lab.results.viewmodels.backend import load_recorded
 
     backend = load_recorded(lab["env"].get("DSPARK_DATA"))  # what the notebooks' panel reads (live.open_backend)
     OUT.mkdir(parents=True, exist_ok=True)
-    labels, boxes = {}, {}
-    committed = {p: p.read_bytes() for p in (ROOT / "notebooks").glob("*.ipynb")}
-    status_before = _git_status()
+    got = {"committed": {p: p.read_bytes() for p in (ROOT / "notebooks").glob("*.ipynb")},
+           "status_before": _git_status()}
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
             for name in ALL_NOTEBOOKS:
-                page = browser.new_page(viewport={"width": 1500, "height": 1100})
-                took = _open_and_run_all(page, lab, name)
-                print(f"{name}: run all {took:.1f} s")
-                page.screenshot(path=str(OUT / f"browser_{name.split('_')[0]}.png"))
-                pages = _page_through(page, name.split("_")[0])
-                print(f"{name}: {pages} screenshots of the whole notebook")
-                if name in PANEL_NOTEBOOKS:
-                    labels[name] = _exercise_panel(page, name, _panel_backend(name, backend), backend.runs.rows)
-                boxes[name] = dict(page.evaluate(JS_NOTEBOOK_FIGURE_PROBLEMS))  # the panel's figures drawn too
-                page.evaluate(JS_SHUTDOWN)
-                page.close()
+                got[name] = _browse_notebook(browser, lab, name, backend)
             _screenshot_report(browser, lab)
-            boxes["slide export"] = _slide_problems(browser, lab)
+            got["slide export"] = _slide_problems(browser, lab)
         finally:
             browser.close()
-    # Every figure of every notebook, and the slide notebook 03 exported, readable: no text over another or cut.
-    assert {k: v for k, v in boxes.items() if v} == {}
+    got["status_after"] = _git_status()
+    return got
+
+
+def test_lab_sh_kit_runs_every_notebook_and_every_control_moves_the_figures(browsed):
     # Every notebook run through `bash lab.sh` leaves git as it was (what a user's autosave would
     # write is read as committed through the nbstripout filter: test_notebooks checks that on the
     # executed notebooks; this test does not save, as other tests read the tracked files meanwhile).
-    assert _git_status() == status_before, _git_status()
-    assert all(p.read_bytes() == b for p, b in committed.items()), "the browser run wrote into a tracked notebook"
+    assert browsed["status_after"] == browsed["status_before"], browsed["status_after"]
+    assert all(p.read_bytes() == b for p, b in browsed["committed"].items()), "the browser run wrote into a tracked notebook"
     for name in PANEL_NOTEBOOKS:
         assert (OUT / f"browser_{name.split('_')[0]}_panel.png").stat().st_size > 20_000
+    labels = {name: browsed[name]["labels"] for name in PANEL_NOTEBOOKS}
     # Every run label names its kind (results.query.kinds): "H200 · default sweep · 11-30 17:12".
     from dspark_lab.results.facts.run_kinds import KINDS
     for name, opts in labels.items():
@@ -528,3 +587,52 @@ def test_lab_sh_kit_runs_every_notebook_and_every_control_moves_the_figures(lab)
     for name, opts in labels.items():
         dup = sorted({o for o in opts if opts.count(o) > 1})
         assert not dup, f"{name}: run labels shown more than once in the run dropdown: {dup}"
+
+
+def test_every_figure_of_every_notebook_and_the_slide_is_readable_and_inside_its_output(browsed):
+    """No text over another or cut (tests/figure_boxes.py), no figure wider than its output area: every
+    figure of every notebook after Run All, the panels' after their moves, and notebook 03's slide."""
+    boxes = {name: browsed[name]["boxes"] for name in ALL_NOTEBOOKS}
+    boxes["slide export"] = browsed["slide export"]
+    assert {k: v for k, v in boxes.items() if v} == {}
+    counts = {name: browsed[name]["figures"] for name in ALL_NOTEBOOKS}
+    print(f"plotly outputs and drawn figures measured, per notebook: {counts}")
+    assert all(got >= want for want, got in counts.values()), counts
+    assert all(counts[n][0] > 0 for n in ALL_NOTEBOOKS[:5]), counts  # 01-05 draw figures of their own
+
+
+def test_notebook_05_shows_the_recorded_example_joined_where_its_code_is_today(browsed):
+    """Notebook 05's "Find syncs before they run": the recorded inspect example joined with today's
+    lint of the same file, as the page shows it, is the join computed here (one row per sync; a
+    recorded line whose code moved says "recorded on other code" and where it is now, and no
+    static-only row is left at the new line)."""
+    from dspark_lab.cli.lint import lint_beside
+    from dspark_lab.gallery import cases
+    from dspark_lab.results.record import inspect_record
+    from dspark_lab.results.record.recorded_lines import relocate
+    from dspark_lab.results.record.sync_sites import parse_site
+
+    join = browsed["05_your_own_code.ipynb"].get("join")
+    assert join, "notebook 05 has no cell that prints lint_beside(rec, ...)"
+    assert "MY_SOURCE" in join["source"]  # the cell joins with the file the notebook names as the step's
+    rec = inspect_record.recorded_pair("scalar_item")[0]
+    want = "\n".join(lint_beside(dict(rec), Path(cases.__file__)))
+    assert _text(join["shown"]).strip() == want.strip()
+    source = Path(cases.__file__).read_text().splitlines()
+    for s in rec["sites"]:
+        site = parse_site(s["site"])
+        where = relocate(s["code"], site.line, source)
+        row = next(ln for ln in want.splitlines() if f" {s['site']} " in f"{ln} ")
+        assert row.lstrip().startswith("both "), row  # one sync found by both, not runtime-only at a def line
+        if where.moved:
+            assert where.note() in join["shown"]
+            assert f"static  {site.path}:{where.today} " not in join["shown"]
+
+
+def test_notebooks_04_and_06_say_what_they_show(browsed, investigation_record):
+    """Notebook 06 reads the committed investigation, or, until a GPU has recorded one, a record made from
+    synthetic numbers, and says which it shows; notebook 04 costs its syncs."""
+    text06 = browsed["06_investigation.ipynb"]["text"]
+    assert "RECORDED: measured on" in text06 and str(investigation_record["path"]) in text06
+    assert "verdict:" in text06 and "costs most" in text06 and "guard, allow=" in text06
+    assert "syncs that cost" in browsed["04_sync_gallery.ipynb"]["text"]

@@ -9,6 +9,7 @@ from pathlib import Path
 import plotly.graph_objects as go
 import pytest
 
+from dspark_lab.views.figures import hazards as hazard_figures
 from figure_boxes import problems
 
 CHROMIUM = "/usr/bin/chromium"
@@ -44,7 +45,7 @@ def notebook_figures() -> list[tuple[str, go.Figure]]:
                 ("who_waits", figures_ranks.who_waits(real.rows, real.dispatch))]
     side = b.get({**b.defaults(), "run": None})  # the runs side by side
     out += [("comparison_side_by_side", figures.strategy_comparison(side.rows)),
-            ("breakdown_side_by_side", figures.step_breakdown(side.rows))]
+            ("breakdown_side_by_side", figures.step_breakdown(side.rows)), ("sync_cost_side_by_side", figures.sync_cost(side.rows))]
     chosen = runs.subset(runs.default_selection())
     pid = report.featured_points(chosen)[0]
     out.append(("comparison_chosen", figures.strategy_comparison(chosen.rows[chosen.rows.point_id == pid])))
@@ -68,7 +69,18 @@ def notebook_figures() -> list[tuple[str, go.Figure]]:
     fig = getattr(gb, "figure", None)
     if callable(fig):
         out.append(("gallery", fig(gb.names()[0])))
+    hz = _recorded_hazard_curves()
+    if hz:
+        out.append(("hazard_curves", hazard_figures.curves(hz)))
     return out
+
+
+def _recorded_hazard_curves():
+    """The newest hazards record that holds a curve, as notebook 04 draws it (None: no such record)."""
+    from dspark_lab.results.analyses import hazards
+
+    found = [h for h in hazards.recorded() if h.get("window") or h.get("pageable_race")]
+    return found[-1] if found else None
 
 
 PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><script>{js}</script></head>
@@ -78,7 +90,12 @@ PAGE = """<!DOCTYPE html><html><head><meta charset="utf-8"><script>{js}</script>
 def _page(figs: list[tuple[str, go.Figure]], tmp_path: Path) -> Path:
     from plotly.offline import get_plotlyjs
 
-    divs = "".join(f"<div>{f.to_html(full_html=False, include_plotlyjs=False, div_id=name)}</div>" for name, f in figs)
+    # Each in a box of the width a figure without its own is laid out for (a notebook's output area is
+    # about that wide), so labels that only fit a wider page are caught.
+    from dspark_lab.views.figures import DEFAULT_WIDTH_PX
+
+    divs = "".join(f"<div style='width:{max(DEFAULT_WIDTH_PX, f.layout.width or 0)}px'>"
+                   f"{f.to_html(full_html=False, include_plotlyjs=False, div_id=name)}</div>" for name, f in figs)
     path = tmp_path / "figures.html"
     path.write_text(PAGE.format(js=get_plotlyjs(), divs=divs))
     return path
@@ -193,3 +210,33 @@ def test_the_card_fits_the_panels_width():
 
     assert card_figures.card(synthetic_card()).layout.width <= DEFAULT_WIDTH_PX
     assert card_figures.card_pair(synthetic_card(), synthetic_card(gpu="B")).layout.width <= DEFAULT_WIDTH_PX
+
+
+def test_the_hazard_curves_fit_the_panels_width():
+    """Notebook 04's race-window figure: no wider than the width every other figure is laid out for, so
+    it stays inside its output area wherever the panel does."""
+    from dspark_lab.views.figures import DEFAULT_WIDTH_PX
+
+    rec = {"fingerprint": {"gpu": "GPU A"}, "window": [{"delay_us": d, "wrong": w, "n": 10} for d, w in ((0, 9), (5, 2), (50, 0))],
+           "pageable_race": [{"bytes": b, "raced": r, "n": 10} for b, r in ((4096, 0), (1 << 20, 3))]}
+    fig = hazard_figures.curves(rec)
+    assert fig.layout.width is None or fig.layout.width <= DEFAULT_WIDTH_PX
+    hz = _recorded_hazard_curves()
+    if hz:
+        assert (hazard_figures.curves(hz).layout.width or 0) <= DEFAULT_WIDTH_PX
+
+
+def test_run_labels_wider_than_their_group_of_bars_are_broken_at_their_dots_for_the_notebook_and_the_slide():
+    from dspark_lab.views.figures.render import slide_figure
+
+    fig = _bars(4)  # 4 runs of 5 strategies at the default width: about 31 characters a group
+    given = [f"H200 · default sweep · 11-30 0{i}:00" for i in range(4)]
+    shown = list(dict.fromkeys(fig.data[0].x[0]))
+    assert shown == [g.replace(" · 11-30", "<br>11-30") for g in given]
+    assert fig.layout.meta["dspark_outer_labels"] == dict(zip(shown, given))
+    one_line = _bars(1)
+    assert "<br>" not in str(one_line.data[0].x) and "dspark_outer_labels" not in (one_line.layout.meta or {})
+    # the slide breaks the labels as given (not the notebook's lines) for its own width and text size
+    slide = slide_figure(fig)
+    back = slide.layout.meta["dspark_outer_labels"]
+    assert [back[s] for s in dict.fromkeys(slide.data[0].x[0])] == given

@@ -59,3 +59,19 @@ def test_an_interrupted_core_half_stops_the_suite_and_says_the_sglang_half_did_n
     r, ran = run_test_sh(tmp_path, 130, 0)
     assert ran == ["core"] and r.returncode == 130
     assert r.stderr.splitlines()[-1].endswith("not run (the core half was interrupted)")
+
+
+def test_the_longest_files_go_out_first_and_every_file_keeps_its_tests_in_order():
+    from types import SimpleNamespace
+
+    from conftest import LONGEST_FILES, longest_first
+
+    assert len(set(LONGEST_FILES)) == len(LONGEST_FILES)
+    missing = [f for f in LONGEST_FILES if not (ROOT / "tests" / f).is_file()]
+    assert not missing, f"conftest.LONGEST_FILES names files that are gone: {missing}"
+    names = ["test_a.py", "test_a.py", LONGEST_FILES[1], "test_z.py", LONGEST_FILES[0], LONGEST_FILES[1]]
+    items = [SimpleNamespace(fspath=f"/x/tests/{n}", i=i) for i, n in enumerate(names)]
+    longest_first(items)
+    assert [(Path(it.fspath).name, it.i) for it in items] == [
+        (LONGEST_FILES[0], 4), (LONGEST_FILES[1], 2), (LONGEST_FILES[1], 5), ("test_a.py", 0), ("test_a.py", 1),
+        ("test_z.py", 3)]

@@ -7,7 +7,7 @@ from plotly.subplots import make_subplots
 
 from dspark_lab.results.analyses import card as card_results
 from dspark_lab.results.analyses import hazards as hazards_results
-from dspark_lab.views.figures.layout import titled
+from dspark_lab.views.figures.layout import DEFAULT_WIDTH_PX, titled
 
 
 def curves(rec: dict) -> go.Figure:
@@ -29,6 +29,6 @@ def curves(rec: dict) -> go.Figure:
     fig.update_xaxes(title_text="copy size", row=1, col=2)
     fig.update_yaxes(title_text="% wrong", range=[0, 105], row=1, col=1)
     fig.update_yaxes(title_text="% raced", range=[0, 110], row=1, col=2)
-    fig.update_layout(height=420, width=1100)
+    fig.update_layout(height=420, width=DEFAULT_WIDTH_PX)  # the panel's: inside the output area wherever the panel is
     return titled(fig, "How wide the race's window is on this machine", card_results.label(rec),
                   "each point is a count of wrong values measured on the GPU's side after the loop")

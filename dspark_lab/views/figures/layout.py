@@ -39,6 +39,7 @@ def titled(fig: go.Figure, text: str, fingerprint: str, extra: str = "") -> go.F
     """`fig` with its title and, as subtitle, the machine fingerprint (and `extra`), laid out."""
     sub = fingerprint + (f" — {extra}" if extra else "")
     fig.update_layout(title=dict(text=text, subtitle=dict(text=wrap(sub))))
+    wrap_group_labels(fig, int(fig.layout.width or DEFAULT_WIDTH_PX))  # run labels side by side never overlap
     return fit_layout(fig)
 
 
@@ -121,38 +122,60 @@ def _x_categories(fig: go.Figure) -> tuple[list[str], int, int]:
 
 
 def _break_at_dots(label: str, chars: int) -> str:
-    """`label` broken at its " · " separators into lines of at most `chars` where the pieces allow."""
+    """`label` broken at its " · " separators into lines of at most `chars` where the pieces allow; a
+    piece longer than that is broken at its spaces as well."""
     lines: list[str] = []
     for piece in label.split(" · "):
         if lines and len(lines[-1]) + 3 + len(piece) <= chars:
             lines[-1] += " · " + piece
         else:
-            lines.append(piece)
+            lines += _break_at_spaces(piece, chars)
     return "<br>".join(lines)
+
+
+def _break_at_spaces(text: str, chars: int) -> list[str]:
+    """`text` in lines of at most `chars` broken at spaces (a word longer than that on a line of its own)."""
+    lines: list[str] = []
+    for word in text.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= chars:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
 
 
 def wrap_group_labels(fig: go.Figure, width: int, k: float = 1.0) -> bool:
     """The outer labels of a two-level x axis (the run under each group of strategies) that are wider
-    than their group's share of the laid-out plot, broken at their " · " separators into lines that
-    fit. Changes the x values: for a copy made to be drawn (a slide). True where a label was broken."""
+    than their group's share of the laid-out plot, broken at their " · " separators (and, where a piece
+    is still too wide, its spaces) into lines that fit. Changes the x values (`titled` does it for every
+    figure it lays out, at its width; a slide's copy again at the slide's, from the labels as given,
+    which the layout's meta keeps). True where a label shown changed."""
     cats, multi = _x_pairs(fig)
-    lay = fig.layout
-    if not multi or "<br>" in "".join(str(c[0]) for c in cats):
+    if not multi:
         return False
+    lay = fig.layout
+    meta = dict(lay.meta) if isinstance(lay.meta, dict) else {}
+    given = dict(meta.get("dspark_outer_labels") or {})  # label shown -> label as given
     per_group: dict = {}
     for outer, _ in cats:
-        per_group[outer] = per_group.get(outer, 0) + 1
-    plot_w = width - (lay.margin.l or 0) - (lay.margin.r or 0)
+        o = given.get(str(outer), str(outer))
+        per_group[o] = per_group.get(o, 0) + 1
+    left = lay.margin.l if lay.margin.l is not None else 80 * k  # fit_layout's margins where none is set yet
+    plot_w = width - left - (lay.margin.r if lay.margin.r is not None else 40 * k)
     chars = int(plot_w * min(per_group.values()) / len(cats) / (CHAR_PX * k))
-    new = {o: _break_at_dots(str(o), chars) for o in per_group if len(str(o)) > chars}
-    if not any("<br>" in v for v in new.values()):
-        return False
+    new = {o: "<br>".join(_break_at_dots(line, chars) if len(line) > chars else line for line in o.split("<br>"))
+           for o in per_group}  # a label's own lines kept, each broken where it is too wide
+    changed = False
     for tr in fig.data:
         x = getattr(tr, "x", None)
         if x is not None and (getattr(tr, "xaxis", None) or "x") == "x" and len(x) == 2 \
                 and isinstance(x[0], (list, tuple)):
-            tr.x = [[new.get(o, o) for o in x[0]], list(x[1])]
-    return True
+            shown = [new[given.get(str(o), str(o))] for o in x[0]]
+            shown = [o if v == str(o) else v for o, v in zip(x[0], shown)]  # an unchanged label keeps its type
+            changed = changed or shown != list(x[0])
+            tr.x = [shown, list(x[1])]
+    fig.update_layout(meta={**meta, "dspark_outer_labels": {v: o for o, v in new.items()}})
+    return changed
 
 
 def _x_tick_depth(fig: go.Figure, width: int, right: float, k: float) -> float:
