@@ -10,6 +10,7 @@ Without CUDA it stops with a message (exit 2).
 """
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import json
 import os
@@ -26,12 +27,15 @@ from dspark_lab.measure import profiler_cost, probe  # noqa: E402
 ROUNDS = 3
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds per stack setting (default {ROUNDS})")
+    a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("studies.profiler_cost.calibrate: needs CUDA (no GPU here)")
         return 2
     t0 = time.perf_counter()
-    rounds = [calibrate_round(stack, k) for k in range(ROUNDS) for stack in (False, True)]
+    rounds = [calibrate_round(stack, k) for k in range(a.rounds) for stack in (False, True)]
     fp = probe.fingerprint()
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M")
     gpu = "h200" if "H200" in torch.cuda.get_device_name() else "gpu"

@@ -15,9 +15,9 @@ The rule, in the order it is applied:
   RULE       at each EP regime of the run, a strategy is good when it has 0 syncs per step outside the
              readback and is not slower than the fastest by EQUIVALENCE_MARGIN_PCT or more, measurably
              (paired by trial round, 95% CI); the probe rules out pageable copies where they block.
-  TIE_RULE   among the good strategies, those within the margin of the fastest are a tie, broken by
-             sync-freedom (syncs measured 0, not unknown), portability (sync-free on more distinct
-             GPU/driver cards, waiting on none) and less work: first the cross-stream waits it adds,
+  TIE_RULE   among the good strategies, those not measurably slower than the fastest by the margin are a
+             tie, broken by sync-freedom (syncs measured 0, not unknown), portability (waiting on no card,
+             then sync-free on more distinct GPU/driver cards) and less work: first the cross-stream waits it adds,
              charged in µs by WAIT_CHARGE_RULE from this machine's card, then fewer host-to-device
              copies per step over the regimes; the median last.
 torch-free: the notebooks and the report can ask it without a GPU.
@@ -62,7 +62,8 @@ RULE = ("rule: at each EP regime of the run (EP > 1, where the MoE top-k reads t
         f"reads it), keep the strategies with 0 syncs per step there that are not slower than the fastest by "
         f"{EQUIVALENCE_MARGIN_PCT:g}% or more, measurably (paired by trial round, 95% CI); where the probe says "
         "a pageable non-blocking copy blocks, strategies copying from pageable memory are out.")
-TIE_RULE = (f"ties: kept strategies within {EQUIVALENCE_MARGIN_PCT:g}% of the fastest kept one are equal here; the "
+TIE_RULE = (f"ties: kept strategies not slower than the fastest kept one by {EQUIVALENCE_MARGIN_PCT:g}% or more, "
+            "measurably, are equal here; the "
             "tie is broken by sync-freedom (syncs measured 0), portability (waits on no recorded card, sync-free "
             "on more distinct GPU/driver cards), then the smaller charge for the cross-stream waits it adds "
             "(the cross-stream waits rule; waits this machine's card cannot charge come after every charged one), then "

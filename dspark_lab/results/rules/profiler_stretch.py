@@ -3,9 +3,10 @@
 A wait's charge is the GPU idle it caused in a profiled step, and the profiler's own host time
 lengthens the host's work after the wait, so the gap the GPU waits in is longer profiled than not.
 Where the step was also timed without the profiler, its profiled time over that median is the
-profiler's stretch of the step; taking it off the step's charges (shared among its waits by their
-charges) is the charge as the step would have paid it unprofiled. A model: it takes the stretch to
-lie in the charged gaps (a step that is GPU-bound elsewhere hides part of it there).
+profiler's stretch of the step; taking it off the step's charges (shared among its waits by each
+one's charge over the GPU idle the step's syncs caused) is the charge as the step would have paid it
+unprofiled. A model: it takes the stretch to lie in the charged gaps (a step that is GPU-bound
+elsewhere hides part of it there).
 """
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import math
 from typing import Optional
 
 PROFILER_STRETCH_RULE = ("the charge less the profiler's stretch of the step: the profiled step's mean time over its "
-                         "profiler-free median, shared among the step's waits by their charges, taken off each "
+                         "profiler-free median, shared among the step's waits by each one's charge over the GPU idle "
+                         "the step's syncs caused, taken off each "
                          "(never below 0); a model that puts the profiler's extra host time in the charged gaps")
 
 
