@@ -6,10 +6,12 @@ hold.
 
 Differences from `inspect`, said in the record: the step times are the profiled steps' wall times
 (the trace has no profiler-free trials), there is no sync debug mode count and no guard. The first of
-several steps is left out of the means, as in `inspect`: the GPU idle it opens with was caused by a wait
-made before the trace began, which the rule cannot see, so its charge is short (in a torch.profiler
-trace of the known-cost step on an H200, 2.18 ms against about 3.2 ms for each later step), and in a
-trace the kit recorded it also pays the profiler's start.
+several steps is left out of the means, as in `inspect`. Where each step's wait leaves the GPU idle
+until the next step's first launch (the known-cost step), the idle the first step opens with was caused
+by a wait made before the trace began, which the rule cannot see, so its charge is short (in a
+torch.profiler trace of the known-cost step on an H200, 2.18 ms against about 3.2 ms for each later
+step); where the steps make no such wait, nothing is short and the step is left out all the same. In a
+trace the kit recorded the first step also pays the profiler's start.
 """
 from __future__ import annotations
 
