@@ -8,7 +8,8 @@ each of:
 2. a trace recorded the way a user records one (torch.profiler.profile with a schedule and
    prof.step(): ProfilerStep#N ranges, no kit range) with the kit's profiler settings (Python stacks,
    memory, CUDA sync events), read through `trace`: its charge per step against inspect's, with a 95%
-   CI over inspect's captures (one capture's steps vary less than captures do);
+   CI over inspect's captures (one capture's steps vary less than captures do), and the difference of
+   the two with its own 95% CI, both sets of captures resampled (each way varies from capture to capture);
 3. the same with torch.profiler's defaults and Python stacks only: the charge's
    difference to inspect's, beside the kit-settings trace's (the two differ only in the profiler's settings).
 
@@ -32,7 +33,7 @@ import sys
 from pathlib import Path
 
 from dspark_lab.measure import breakdown, foreign_read, foreign_record, syncs, trace
-from dspark_lab.results.rules.stats import mean_ci
+from dspark_lab.results.rules.stats import mean_ci, mean_difference_ci
 
 CASES = ("wait_item", "wait_cpu", "wait_pageable_d2h", "two_syncs")
 DRAFT = "draft_step"
@@ -84,20 +85,29 @@ def compare(name: str, inspect_parts: dict, kit_traces: list, user_traces: list,
         row[f"{key}_charges"] = charges
         row[f"{key}_trace_within_ci"] = m is not None and lo <= m <= hi
         row[f"{key}_minus_inspect_ms"] = None if m is None else m - mean
+        # Both ways vary from capture to capture: the difference's own CI resamples both sets of captures.
+        if charges and len(kit) > 1:
+            d, dlo, dhi = mean_difference_ci(charges, kit)
+            row[f"{key}_minus_inspect_ci"] = [d, dlo, dhi]
+            row[f"{key}_equal_within_difference_ci"] = dlo <= 0 <= dhi
     return row
 
 
 def table(rows: list[dict]) -> str:
     out = [f"{'case':<18} {'inspect ms':>10} {'95% CI':>13} {'own':>5} {'user(kit settings)':>18} {'in CI':>5} "
-           f"{'user(defaults)-inspect':>22}"]
+           f"{'user-inspect [95% CI]':>24} {'user(defaults)-inspect':>22}"]
     for r in rows:
         m, lo, hi = r["inspect_charge_ci"]
         u = r.get("user_minus_inspect_ms")
         d = r.get("default_minus_inspect_ms")
         out.append(f"{r['case']:<18} {m:>10.3f} {f'{lo:.3f}-{hi:.3f}':>13} {str(r['same_trace_equal']):>5} "
                    f"{'n/a' if u is None else f'{m + u:.3f}':>18} {str(r.get('user_trace_within_ci', 'n/a')):>5} "
-                   f"{'n/a' if d is None else f'{d:+.3f}':>22}")
+                   f"{_difference(r.get('user_minus_inspect_ci')):>24} {'n/a' if d is None else f'{d:+.3f}':>22}")
     return "\n".join(out)
+
+
+def _difference(ci) -> str:
+    return "n/a (one capture)" if not ci else f"{ci[0]:+.3f} [{ci[1]:+.3f}, {ci[2]:+.3f}]"
 
 
 def dry_run() -> int:
