@@ -21,7 +21,8 @@ The two seams, as typing.Protocols (structural: an implementation need not inher
                  done); its methods do nothing, so a subscriber inherits it and overrides what it
                  watches. Implementations: _Observers here (every subscriber in turn, and the
                  rounds derived from the trials), OnTrial here (a plain trial callback),
-                 parallel.run.PointWriter (each point's records to its run file), run.live._LiveView.
+                 parallel.run.PointWriter (each point's records to its run file), run.live._LiveView,
+                 run.inspect.GuardObserver (the guard over a step inspect measured).
 """
 from __future__ import annotations
 
