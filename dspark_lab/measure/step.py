@@ -1,9 +1,12 @@
-"""`measure_step(fn)`: the lab's accounting (syncs, breakdown, timing) for any step callable.
+"""`measure_step(fn)`: the lab's accounting (syncs, breakdown, timing) for any step callable, in
+two phases: the timed trials (`timed_trials`, profiler-free) and the profiled report
+(`profiled_report`), both to a `StepPlan`. inspect runs the same phases through
+parallel.orchestrator.PointRun (run.callable_executor); measure_step composes them directly.
 
 Import it as `from dspark_lab.measure.step import measure_step` (it loads torch)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import pandas as pd
@@ -12,6 +15,7 @@ import torch
 from dspark_lab.measure.ranges import STEP_RANGE
 from dspark_lab.results.rules.stats import median_ci
 from dspark_lab.measure import breakdown, loop, syncs, trace
+from dspark_lab.measure.timing import TrialTiming
 
 
 @dataclass
@@ -53,22 +57,78 @@ def as_step(fn: Callable[[], object]) -> Callable[[], None]:
     return step
 
 
-def measure_step(fn: Callable[[], object], *, steps: int = 20, trials: int = 3, warmup: int = 3,
-                 profile_steps: int = 10, sync: Optional[Callable[[], None]] = None,
-                 with_stack: bool = False) -> StepReport:
-    """with_stack: Python stacks in the trace, so each sync call is attributed to its function
-    (costs some host time per op in the profiled steps; the profiler-free timing is unaffected)."""
+def _whole(name: str, value, least: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise ValueError(f"{name} must be a whole number >= {least}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """What to measure of step callables (parallel.orchestrator.PointRun's plan for them): `names`
+    in the order measured, their timed trials interleaved (`trials` rounds of `steps` steps after
+    `warmup`), then each one's profiled report over `profile_steps` steps (0: the timed trials only).
+    `with_stack`: Python stacks in the trace, so each sync call is attributed to its function (costs
+    some host time per op in the profiled steps; the profiler-free timing is unaffected)."""
+
+    names: tuple = ("step",)
+    steps: int = 20
+    trials: int = 3
+    warmup: int = 3
+    profile_steps: int = 10
+    with_stack: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "names", tuple(self.names))
+        if not self.names or not all(isinstance(n, str) and n for n in self.names) or len(set(self.names)) < len(self.names):
+            raise ValueError(f"names must be distinct non-empty strings, at least one; got {self.names!r}")
+        for name, least in (("steps", 1), ("trials", 1), ("warmup", 0), ("profile_steps", 0)):
+            _whole(name, getattr(self, name), least)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Step callables measured to a StepPlan: each one's timed trials ({name: [TrialTiming]}) and,
+    where the plan profiles, its report ({name: StepReport}; empty when profile_steps is 0)."""
+
+    timings: dict
+    reports: dict = field(default_factory=dict)
+
+
+def default_sync() -> Callable[[], None]:
+    """What ends a trial: the device's synchronize on CUDA, nothing without it."""
+    return torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+
+
+def timed_trials(steps_by_name: dict, plan: StepPlan, sync: Callable[[], None],
+                 on_trial: Optional[Callable[[str, TrialTiming], None]] = None) -> dict:
+    """The plan's timed trials of the steps (each already a step range: as_step), interleaved and
+    profiler-free: {name: [TrialTiming]}, each told to `on_trial` as it ends."""
+    return loop.run_rounds(steps_by_name, loop.FixedRounds(plan.trials), steps=plan.steps, warmup=plan.warmup,
+                           sync=sync, on_trial=on_trial).timings
+
+
+def profiled_report(step: Callable[[], None], plan: StepPlan, sync: Callable[[], None], timing: list) -> StepReport:
+    """One step's profiled pass (`plan.profile_steps` steps) and sync debug mode on CUDA, with its
+    timed trials (`timing`), as a StepReport."""
     cuda = torch.cuda.is_available()
-    sync = sync or (torch.cuda.synchronize if cuda else (lambda: None))
-    step = as_step(fn)
-    timings = loop.run_rounds({"step": step}, loop.FixedRounds(trials), steps=steps, warmup=warmup,
-                              sync=sync).timings["step"]
-    tr = trace.capture(step, profile_steps, warmup=1, sync=sync, with_stack=with_stack)
+    tr = trace.capture(step, plan.profile_steps, warmup=1, sync=sync, with_stack=plan.with_stack)
     ev = trace.events(tr)
     counts = syncs.counts_per_step(ev)
     debug_sites = syncs.debug_sites_per_step(step, steps=3) if cuda else {}
     counts = {**counts, **syncs.cross_check(counts, debug_sites)} if cuda else syncs.without_cuda(counts)
     return StepReport(
-        counts=counts, breakdown=breakdown.per_step(ev), timing=timings,
+        counts=counts, breakdown=breakdown.per_step(ev), timing=timing,
         debug_sites=debug_sites, trace=tr, device="cuda" if cuda else "cpu",
     )
+
+
+def measure_step(fn: Callable[[], object], *, steps: int = 20, trials: int = 3, warmup: int = 3,
+                 profile_steps: int = 10, sync: Optional[Callable[[], None]] = None,
+                 with_stack: bool = False) -> StepReport:
+    """`fn`'s timed trials, then its profiled report (options as StepPlan's; `sync` ends a trial,
+    default_sync() by default). inspect runs the same two phases through PointRun
+    (run.callable_executor.CallableExecutor)."""
+    plan = StepPlan(steps=steps, trials=trials, warmup=warmup, profile_steps=profile_steps, with_stack=with_stack)
+    sync = sync or default_sync()
+    step = as_step(fn)
+    return profiled_report(step, plan, sync, timed_trials({"step": step}, plan, sync)["step"])

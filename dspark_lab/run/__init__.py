@@ -5,5 +5,6 @@
   live.py   the panel's live backend (`LiveBackend`), without plotly or ipywidgets
   target.py a user's step named as `module:callable` or `file.py:callable`, loaded with one-line errors
   inspect.py a user's step measured into an inspect record (`inspect_step`, `inspect_pair`)
+  callable_executor.py  the PointExecutor of a user's step callables (inspect's, through PointRun)
   worker.py a named target inspected in a worker process a time limit can stop
 """

@@ -1,7 +1,8 @@
-"""Inspect a user's step: `measure_step` plus the guard, turned into an inspect record
-(results.record.inspect_record): `inspect_step(fn)`, or two steps with their trials interleaved,
-`inspect_pair(a, b)`. For a named target in a worker process that a time limit can stop, see
-run/worker.py.
+"""Inspect a user's step: measured through parallel.orchestrator.PointRun (a measure.step.StepPlan
+on run.callable_executor.CallableExecutor: timed trials, then the profiled report), the guard told
+once it is done (GuardObserver), turned into an inspect record (results.record.inspect_record):
+`inspect_step(fn)`, or two steps with their trials interleaved, `inspect_pair(a, b)`. For a named
+target in a worker process that a time limit can stop, see run/worker.py.
 
 Sites are counted by line, each line once (results.record.sync_sites): sync debug mode's exact lines,
 and the trace's blocking calls by function only where debug mode saw no line of that function (a
@@ -15,18 +16,21 @@ from __future__ import annotations
 import datetime as _dt
 import uuid
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Optional, Sequence
 
 import pandas as pd
-import torch
 
 from dspark_lab import guard
-from dspark_lab.measure import breakdown, idle_causes, loop, probe, run_ahead, syncs, trace
-from dspark_lab.measure.step import measure_step
+from dspark_lab.measure import breakdown, idle_causes, probe, run_ahead, syncs, trace
+from dspark_lab.measure.step import StepPlan, StepReport, StepResult
+from dspark_lab.parallel.orchestrator import PointObserver, PointRun
+from dspark_lab.run.callable_executor import CallableExecutor
 from dspark_lab.results.rules.stats import median_ci
 from dspark_lab.results.record.sync_sites import distinct_lines, merge_sites, same_function, try_parse
 
 GUARD_STEPS = 3  # steps under the guard (after the measurement's warm-up)
+PROFILE_STEPS = 10  # steps profiled, with Python stacks (each sync call attributed to its function)
+PAIR_ROLES = ("before", "after")  # a pair's steps, as their interleaved trials name them
 # Copies between host and device: without CUDA there is no device to copy to or from (n/a, never 0).
 NO_CUDA_COPY_COUNTS = ("d2h_per_step", "d2h_pageable_per_step", "h2d_pageable_per_step", "h2d_pinned_per_step")
 NO_CUDA_PARTS = ("host_blocked_ms", "gpu_busy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms")
@@ -37,11 +41,45 @@ COST_SCOPE = "function"  # a site's costs are its function's, split among its li
 # --- one step, in this process ---------------------------------------------------------------
 def inspect_step(fn: Callable[[], object], *, target: str = "(a Python callable)", label: Optional[str] = None,
                  steps: int = 20, trials: int = 5, warmup: int = 3, allow: Iterable[str] = (),
-                 source_root: Optional[Path] = None) -> dict:
-    """The inspect record of `fn` (a zero-argument step). `source_root`: only files under it are
-    quoted in the record (None: none are)."""
+                 source_root: Optional[Path] = None, observers: Sequence[PointObserver] = ()) -> dict:
+    """The inspect record of `fn` (a zero-argument step), measured through PointRun (a StepPlan on a
+    CallableExecutor, `observers` told as it goes). `source_root`: only files under it are quoted in
+    the record (None: none are)."""
     label = label or getattr(fn, "__name__", "step")
-    report = measure_step(fn, steps=steps, trials=trials, warmup=warmup, with_stack=True)
+    plan = StepPlan((label,), steps=steps, trials=trials, warmup=warmup, profile_steps=PROFILE_STEPS, with_stack=True)
+    report, guard_rec = _measured(fn, plan, allow, observers)
+    return step_record(report, guard_rec, plan, target=target, label=label, allow=allow, source_root=source_root)
+
+
+class GuardObserver(PointObserver):
+    """The guard in counting mode over GUARD_STEPS more steps of `fn`, once the step is measured
+    (on CUDA; without it the record says nothing could be checked): `record` after the run."""
+
+    def __init__(self, fn: Callable[[], object], allow: Iterable[str]):
+        self.fn, self.allow, self.record = fn, tuple(allow), None
+
+    def on_done(self, result: StepResult) -> None:
+        if any(r.device == "cuda" for r in result.reports.values()):
+            self.record = _guard(self.fn, self.allow)
+        else:
+            self.record = {"checked": [], "allow": list(self.allow), "violations": [], "allowed": [],
+                           "note": guard.NO_CUDA_MESSAGE}
+
+
+def _measured(fn: Callable[[], object], plan: StepPlan, allow: Iterable[str],
+              observers: Sequence[PointObserver] = ()) -> tuple[StepReport, dict]:
+    """`fn`'s report to `plan` (one name) and the guard's record, through PointRun."""
+    watch = GuardObserver(fn, allow)
+    result = PointRun(plan, CallableExecutor({plan.names[0]: fn}), [watch, *observers]).run()
+    return result.reports[plan.names[0]], watch.record
+
+
+def step_record(report: StepReport, guard_rec: dict, plan: StepPlan, *, target: str, label: str,
+                allow: Iterable[str] = (), source_root: Optional[Path] = None,
+                timing: Optional[list] = None, pair: Optional[dict] = None) -> dict:
+    """The inspect record of one measured step: its report's accounting and the guard's record;
+    its step time from `timing` ([TrialTiming], default the report's own trials) and, for one of a
+    pair, `pair` ({"id", "role"})."""
     ev = trace.events(report.trace)
     cuda = report.device == "cuda"
     # Every host wait, the copy calls that blocked by themselves included (measure.syncs.host_waits).
@@ -51,24 +89,23 @@ def inspect_step(fn: Callable[[], object], *, target: str = "(a Python callable)
     waits = {"charges": parts.pop("wait_charges", "{}"), "note": parts.pop("wait_note", "")}
     if not cuda:  # no GPU stream and nothing that can block on one: not measurable, never zero
         parts.update({k: float("nan") for k in NO_CUDA_PARTS})
-    n = report.counts["steps_in_trace"]
     counts = {k: v for k, v in report.counts.items() if k != "sync_site"}
     counts["blocking_copies_per_step"] = report.counts[syncs.SYNC_KIND_COLUMNS[syncs.COPY_WAIT]] if cuda else float("nan")
     if not cuda:
         counts.update({k: float("nan") for k in NO_CUDA_COPY_COUNTS})
-    guard_rec = _guard(fn, allow) if cuda else {"checked": [], "allow": list(allow), "violations": [], "allowed": [],
-                                                "note": guard.NO_CUDA_MESSAGE}
     sites = _sites(report.debug_sites, blocking, ev, source_root, allow) if cuda else []
-    med, lo, hi = median_ci([t.step_ms for t in report.timing])
+    trials = [t.step_ms for t in (report.timing if timing is None else timing)]
+    med, lo, hi = median_ci(trials)
     return {
         "kind": "dspark_inspect", "schema": 1, "target": target, "label": label,
         "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "device": report.device, "fingerprint": probe.fingerprint(),
-        "options": {"steps": steps, "trials": trials, "warmup": warmup, "profiled_steps": n},
+        "options": {"steps": plan.steps, "trials": len(trials), "warmup": plan.warmup,
+                    "profiled_steps": report.counts["steps_in_trace"]},
         "counts": counts, "parts": parts, "waits": waits,
-        "trials": [t.step_ms for t in report.timing], "step_ms": med, "step_ms_lo": lo, "step_ms_hi": hi,
+        "trials": trials, "step_ms": med, "step_ms_lo": lo, "step_ms_hi": hi,
         "sites": sites, "cost_scope": COST_SCOPE, "timeline": breakdown.timeline(ev, calls=blocking),
-        "guard": guard_rec, "pair": None,
+        "guard": guard_rec, "pair": pair,
     }
 
 
@@ -179,17 +216,17 @@ def source_line(site, root: Optional[Path]) -> Optional[str]:
 def inspect_pair(before: Callable[[], object], after: Callable[[], object], *, targets: tuple[str, str],
                  labels: tuple[str, str], steps: int = 20, trials: int = 5, warmup: int = 3,
                  source_roots: tuple = (None, None), allow: Iterable[str] = ()) -> tuple[dict, dict]:
-    """Both records, their step times from shared interleaved rounds (paired per round)."""
+    """Both records, each step's accounting through its own PointRun (one timed trial, the profiled
+    pass, the guard), their step times from shared interleaved rounds (paired per round, a PointRun
+    of both that profiles nothing)."""
     allow = tuple(allow)
-    recs = [inspect_step(fn, target=t, label=lab, steps=steps, trials=1, warmup=warmup, allow=allow, source_root=r)
-            for fn, t, lab, r in zip((before, after), targets, labels, source_roots)]
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    timings = loop.run_rounds({"before": before, "after": after}, loop.FixedRounds(trials), steps=steps, warmup=warmup, sync=sync).timings
+    plans = [StepPlan((lab,), steps=steps, trials=1, warmup=warmup, profile_steps=PROFILE_STEPS, with_stack=True)
+             for lab in labels]
+    measured = [_measured(fn, plan, allow) for fn, plan in zip((before, after), plans)]
+    timed = PointRun(StepPlan(PAIR_ROLES, steps=steps, trials=trials, warmup=warmup, profile_steps=0),
+                     CallableExecutor(dict(zip(PAIR_ROLES, (before, after))))).run()
     pair_id = uuid.uuid4().hex[:12]
-    for rec, role in zip(recs, ("before", "after")):
-        rec["trials"] = [t.step_ms for t in timings[role]]
-        rec["step_ms"], rec["step_ms_lo"], rec["step_ms_hi"] = median_ci(rec["trials"])
-        rec["options"]["trials"] = trials
-        rec["pair"] = {"id": pair_id, "role": role}
-    return recs[0], recs[1]
-
+    a, b = (step_record(report, guard_rec, plan, target=t, label=lab, allow=allow, source_root=r,
+                        timing=timed.timings[role], pair={"id": pair_id, "role": role})
+            for (report, guard_rec), plan, t, lab, r, role in zip(measured, plans, targets, labels, source_roots, PAIR_ROLES))
+    return a, b

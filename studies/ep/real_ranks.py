@@ -54,6 +54,32 @@ def median_case(rows, case, key="step_ms_max_rank", rank=0):
     return float(np.median(v)) if v else float("nan")
 
 
+def predicted_records(res: dict, single_row: dict) -> list:
+    """Per dispatch ({dispatch: PointResult} of the real runs), the EP 4 and 8 predictions from its
+    uniform cases: RowRecords, each whole when made (ep_predict.predicted_rows), the settings of the
+    one-process row `single_row`."""
+    base = {k: single_row[k] for k in ("batch_size", "gamma", "model", "workload", "device", "query_token_num",
+                                       "bucket_batch_size", "num_tokens", "target_verify_ms")}
+    out = []
+    for d, r in res.items():
+        one_d = predict.one_rank_from_uniform(r.rows, r.samples)
+        for n in PREDICTED_SIZES:
+            pcases = [uniform(s, n) for s in strategies.BUILTIN] + [only_rank0("device_direct", "non_blocking", n)]
+            out += predict.predicted_rows(one_d, pcases, dict(base, predicate=False, dispatch=d))
+    return out
+
+
+def write_predicted(runs: Path, fp: dict, cfg: LabConfig, records: list) -> Path:
+    """The predicted records in a run file of their own under `runs`, one point per point id, each
+    written as made."""
+    with store.RunWriter.create(runs, fingerprint=fp, sweep={"base": cfg.to_dict(), "predicted_sizes": list(PREDICTED_SIZES),
+                                                             "model": predict.MODEL},
+                                ep_mode="predicted", run_kind="ep_predicted") as w:
+        for pid in dict.fromkeys(r.point_id for r in records):
+            w.write_point(pid, [r for r in records if r.point_id == pid])
+    return w.path
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--smoke", action="store_true", help="CPU, gloo ranks, tiny sizes")
@@ -141,23 +167,9 @@ def main(argv=None) -> int:
     summary["prediction_model"] = predict.MODEL
     validation = {d: predict.validate_held_out(res[d].rows, res[d].samples) for d in modes}
     summary["prediction_vs_real"] = validation
-    pred_rows = []
-    base = {k: single.rows[0][k] for k in ("batch_size", "gamma", "model", "workload", "device", "query_token_num",
-                                          "bucket_batch_size", "num_tokens", "target_verify_ms")}
-    for d in modes:
-        one_d = predict.one_rank_from_uniform(res[d].rows, res[d].samples)
-        for n in PREDICTED_SIZES:
-            pcases = [uniform(s, n) for s in strategies.BUILTIN] + [only_rank0("device_direct", "non_blocking", n)]
-            pred_rows += predict.predicted_rows(one_d, pcases, dict(base, predicate=False, dispatch=d))
-    with store.RunWriter.create(runs, fingerprint=fp, sweep={"base": cfg.to_dict(), "predicted_sizes": list(PREDICTED_SIZES),
-                                                             "model": predict.MODEL},
-                                ep_mode="predicted", run_kind="ep_predicted") as w:
-        for r in pred_rows:
-            r["point_id"] = f"predicted-ep{r['world_size']}-{r['dispatch']}"
-        for d in modes:
-            for n in PREDICTED_SIZES:
-                w.write_point(f"predicted-ep{n}-{d}", [r for r in pred_rows if r["world_size"] == n and r["dispatch"] == d])
-    summary["predicted"] = [{k: r[k] for k in ("dispatch", "world_size", "rank_case", "step_ms")} for r in pred_rows]
+    pred_rows = predicted_records(res, single.rows[0])
+    write_predicted(runs, fp, cfg, pred_rows)
+    summary["predicted"] = [{k: r.columns[k] for k in ("dispatch", "world_size", "rank_case", "step_ms")} for r in pred_rows]
     summary["stage_s"]["predict"] = time.perf_counter() - t
 
     # -- live updates through the worker group -----------------------------------------------

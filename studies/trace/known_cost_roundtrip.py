@@ -145,24 +145,20 @@ def _user_trace(step, path: Path, steps: int, kit_settings: bool) -> None:
 
 
 def _inspect_keeping_trace(fn, label: str, out: Path, steps: int) -> tuple[dict, Path]:
-    """inspect_step's record of `fn`, and the profiled trace it was computed from, written to `out`."""
-    from dspark_lab.run import inspect as inspect_mod
+    """inspect_step's record of `fn`, and the profiled trace it was computed from (kept by an
+    observer of inspect's PointRun), written to `out`."""
+    from dspark_lab.parallel.orchestrator import PointObserver
+    from dspark_lab.run.inspect import inspect_step
 
-    kept: dict = {}
-    measure = inspect_mod.measure_step
+    class KeepTrace(PointObserver):
+        def on_done(self, result) -> None:
+            self.trace = result.reports[label].trace
 
-    def keeping(*a, **k):
-        report = measure(*a, **k)
-        kept["trace"] = report.trace
-        return report
-    inspect_mod.measure_step = keeping
-    try:
-        rec = inspect_mod.inspect_step(fn, label=label, steps=steps, trials=3, warmup=3)
-    finally:
-        inspect_mod.measure_step = measure
+    kept = KeepTrace()
+    rec = inspect_step(fn, label=label, steps=steps, trials=3, warmup=3, observers=[kept])
     path = out / f"{label}.inspect.json.gz"
     with gzip.open(path, "wt") as f:
-        json.dump(kept["trace"], f)
+        json.dump(kept.trace, f)
     return rec, path
 
 

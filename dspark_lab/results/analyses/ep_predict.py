@@ -23,6 +23,7 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from dspark_lab.results.record.row_record import RowRecord
 from dspark_lab.results.rules.stats import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
 
 
@@ -89,17 +90,25 @@ def predict_case(one: Mapping[str, OneRank], strategies: Sequence[str], host_del
     return predict_step_ms([one[s] for s in strategies], host_delay_ms, host_jitter_ms, collective_ms, noise=noise)
 
 
+def predicted_point_id(world_size: int, dispatch) -> str:
+    """The point id of the predicted rows at one world size and dispatch (no config hash: nothing
+    was run there)."""
+    return f"predicted-ep{world_size}-{dispatch}"
+
+
 def predicted_rows(one: Mapping[str, OneRank], cases, base_row: Optional[dict] = None,
-                   collective_ms: float = 0.0) -> list:
-    """One row per case, ep_mode "predicted" (cases: objects with strategies/host_delay_ms/host_jitter_ms/name)."""
+                   collective_ms: float = 0.0) -> list[RowRecord]:
+    """One record per case, ep_mode "predicted" (cases: objects with strategies/host_delay_ms/
+    host_jitter_ms/name), each whole when made: its point id (predicted_point_id of the case's world
+    size and `base_row`'s dispatch) and every column given here, checked by RowRecord."""
+    base = dict(base_row or {})
     rows = []
     for c in cases:
         p = predict_case(one, c.strategies, c.host_delay_ms, c.host_jitter_ms, collective_ms)
-        r = dict(base_row or {})
-        r.update(ep_mode="predicted", world_size=len(c.strategies), ep_size=len(c.strategies), rank=None,
-                 rank_case=c.name, rank_strategies=",".join(c.strategies), strategy=c.strategies[0],
-                 step_ms=p, step_ms_max_rank=p, status="ok", error="", trial=None)
-        rows.append(r)
+        n = len(c.strategies)
+        columns = {**base, "ep_mode": "predicted", "world_size": n, "ep_size": n, "rank": None, "rank_case": c.name,
+                   "rank_strategies": ",".join(c.strategies), "step_ms": p, "step_ms_max_rank": p, "trial": None}
+        rows.append(RowRecord(predicted_point_id(n, base.get("dispatch")), c.strategies[0], "ok", "", columns))
     return rows
 
 

@@ -136,6 +136,23 @@ def read_header(path: str | os.PathLike) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Writing
 # ---------------------------------------------------------------------------------------------
+def timeline_problem(t: Any, point_id: str) -> str | None:
+    """Why `t` is not a whole timeline record of the point `point_id`, or None: kind "timeline", the
+    point's point_id, a strategy and a segments list, each given where it was built."""
+    if not isinstance(t, dict):
+        return f"a timeline must be a dict (a timeline record); got {type(t).__name__}"
+    if t.get("kind") != "timeline":
+        return f"kind of a timeline must be 'timeline'; got {t.get('kind')!r:.60}"
+    if t.get("point_id") != point_id:
+        return f"point_id of a timeline must be the point's {point_id!r}; got {t.get('point_id')!r:.60}"
+    if not isinstance(t.get("strategy"), str) or not t["strategy"]:
+        return f"strategy of a timeline must be a non-empty string; got {t.get('strategy')!r:.60}"
+    if not isinstance(t.get("segments"), list):
+        return ("segments of a timeline must be a list of [lane, part, start_ms, end_ms, label]; "
+                f"got {type(t.get('segments')).__name__}")
+    return None
+
+
 class RunWriter:
     """Appends points to one run file. `RunWriter.create(...)` starts a run; `RunWriter.open(path)`
     reopens one to resume it. Use as a context manager or call close()."""
@@ -248,9 +265,10 @@ class RunWriter:
         status: str | None = None,
     ) -> None:
         """Append one point's rows and timelines and its commit record, then fsync. Each row is a
-        RowRecord (a dict is made one by RowRecord.of, which checks it) and is written as it is:
-        ValueError, naming the field, for a row that is not valid or not of `point_id`, before
-        anything is written. `status` (default: ok when every row is) is the commit's."""
+        RowRecord (a dict is made one by RowRecord.of, which checks it) and each timeline a whole
+        timeline record (timeline_problem); both are written as they are, nothing filled in:
+        ValueError, naming the field, for a row or timeline that is not valid or not of `point_id`,
+        before anything is written. `status` (default: ok when every row is) is the commit's."""
         records = [r if isinstance(r, RowRecord) else RowRecord.of(r) for r in rows]
         for r in records:
             if r.point_id != point_id:
@@ -262,8 +280,9 @@ class RunWriter:
         attempt = secrets.token_hex(4)
         lines = [_dumps(_finite({"kind": "row", "attempt": attempt, **r.file_row()})) for r in records]
         for t in timelines:
-            if t.get("point_id", point_id) != point_id:
-                raise ValueError(f"point_id of a timeline must be the point's {point_id!r}; got {t.get('point_id')!r}")
+            problem = timeline_problem(t, point_id)
+            if problem:
+                raise ValueError(problem)
             own = {k: v for k, v in t.items() if k not in ("kind", "attempt", "point_id")}
             lines.append(_dumps(_finite({"kind": "timeline", "attempt": attempt, "point_id": point_id, **own})))
         lines.append(_dumps({
