@@ -71,14 +71,13 @@ def equal_work_pairs() -> list[EqualWorkPair]:
 
 
 def differences(rows: pd.DataFrame, headers: Sequence[dict] = ()) -> list[dict]:
-    """Per run with a recorded trial order (order_seed) and equal-work pair present: the paired difference
-    (% of `against`) and its 95% CI (`headers`: the run files' headers, for the runs' names)."""
+    """Per run and equal-work pair present: the paired difference (% of `against`), its 95% CI, and whether
+    the run's trials ran in a seeded random order (`headers`: the run files' headers, for the runs' names)."""
     data = RunData(rows, headers=headers)
     out = []
     for rid in data.run_ids():
         ok = data.ok[data.ok["run_id"].astype(str) == str(rid)]
-        if "order_seed" not in ok.columns or ok["order_seed"].isna().all():
-            continue  # a fixed trial order: its rotation bias is not the bench's spread
+        randomised = "order_seed" in ok.columns and bool(ok["order_seed"].notna().any())
         for p in equal_work_pairs():
             at = ok[(ok["ep_size"] == 1) if p.regime == UNREAD else (ok["ep_size"] > 1)]
             if at.empty or not {p.strategy, p.against} <= set(at["strategy"]):
@@ -87,7 +86,7 @@ def differences(rows: pd.DataFrame, headers: Sequence[dict] = ()) -> list[dict]:
             out.append({"run": data.labels().get(rid, rid), "regime": p.regime, "strategy": p.strategy,
                         "against": p.against, "pct": c["pct"], "ci_low": c["ci_low"], "ci_high": c["ci_high"],
                         "within CI": not c["measurable"], "rounds": c["quiet_rounds"], "gpu": str(at["gpu"].iloc[0]),
-                        "why same work": p.why})
+                        "randomised": randomised, "why same work": p.why})
     return out
 
 
@@ -132,7 +131,9 @@ def given(pct) -> TieMargin:
 
 
 def margin_of(diffs: Sequence[dict], files=()) -> Optional[TieMargin]:
-    """MARGIN_RULE over `differences(...)`: the margin with its evidence; None where there is none."""
+    """MARGIN_RULE over `differences(...)` of the runs in `files`: the margin with its evidence; None where no
+    randomised-order run holds an equal-work pair (a fixed trial order's rotation bias is not the bench's spread)."""
+    diffs = [d for d in diffs if d["randomised"]]
     if not diffs:
         return None
     largest = max(diffs, key=lambda d: abs(d["pct"]))
