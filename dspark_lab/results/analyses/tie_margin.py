@@ -120,7 +120,8 @@ class TieMargin:
                 f"({d['strategy']} against {d['against']} at {d['regime']}, {d['run']}), rounded up to the next "
                 f"{STEP_PCT:g}%, over {self.runs} randomised-order runs on {', '.join(self.gpus)} "
                 f"({', '.join(_shown(f) for f in self.files)}); {self.apart} of {self.pairs} equal-work pairs "
-                "measurably apart, each by less than the margin")
+                "measurably apart, each by less than the margin (results.analyses.tie_margin.EQUAL_WORK_RULE, "
+                "MARGIN_RULE)")
 
 
 def given(pct) -> TieMargin:
