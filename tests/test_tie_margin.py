@@ -145,3 +145,11 @@ def test_with_no_order_runs_anywhere_the_fallback_is_no_margin_said_as_such(tmp_
 def test_a_given_margin_must_be_a_number_of_percent(bad):
     with pytest.raises(ValueError, match="margin_pct must be a finite number of percent >= 0"):
         tie_margin.given(bad)
+
+
+def test_a_damaged_order_file_is_skipped_with_a_warning_and_the_fallback_said(tmp_path):
+    (tmp_path / "order").mkdir()
+    (tmp_path / "order" / "gpu-reference-randomised-run1-x.jsonl.gz").write_bytes(b"not gzip")
+    assert "cannot be unpacked" in load_packed(tie_margin.order_files(tmp_path)).warnings[0]
+    m = tie_margin.recorded(tmp_path)
+    assert m.fallback.startswith("no randomised-order run with an equal-work pair under") and m.pct == tie_margin.recorded().pct

@@ -112,10 +112,11 @@ def test_in_a_seeded_random_order_the_equal_work_strategies_agree_and_the_advice
 
     from dspark_lab.results import Runs
     from dspark_lab.results.analyses import card, hazards, tie_margin
+    from dspark_lab.results.loading.packed import unpacked
     from studies.order import randomised_reference as study
 
     root = Path(__file__).resolve().parents[1] / "data" / "order"
-    runs = Runs.load(study.unpacked(sorted(root.glob("h200-reference-randomised-run[123]-*.jsonl.gz")), tmp_path), cache=False)
+    runs = Runs.load(unpacked(sorted(root.glob("h200-reference-randomised-run[123]-*.jsonl.gz")), tmp_path), cache=False)
     assert runs.rows["order_seed"].nunique() == 3
     diff = [d for d in tie_margin.differences(runs.rows) if d["strategy"] == "on_demand" and d["against"] == "non_blocking"]
     assert len(diff) == 3 and all(d["within CI"] for d in diff), diff
@@ -125,6 +126,7 @@ def test_in_a_seeded_random_order_the_equal_work_strategies_agree_and_the_advice
 
 def test_a_study_run_is_packed_out_of_the_run_library_and_unpacked_to_load(tmp_path):
     from dspark_lab.results.loading.load import run_files
+    from dspark_lab.results.loading.packed import unpacked
     from studies.order import randomised_reference as study
 
     run = tmp_path / "data" / "order" / "gpu-reference-randomised-run1-x.jsonl"
@@ -132,5 +134,5 @@ def test_a_study_run_is_packed_out_of_the_run_library_and_unpacked_to_load(tmp_p
     run.write_text('{"kind":"header"}\n{"kind":"row"}\n')
     gz = study.packed(run)
     assert gz.name.endswith(".jsonl.gz") and not run.exists() and run_files(tmp_path / "data") == []
-    (plain,) = study.unpacked([gz], tmp_path)
+    (plain,) = unpacked([gz], tmp_path)
     assert open(plain).read() == '{"kind":"header"}\n{"kind":"row"}\n'

@@ -30,8 +30,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from dspark_lab.results.loading.packed import unpacked  # noqa: E402  (the study's files, unpacked to load)
-
 
 def _root() -> Path:
     return Path(os.environ["OUT"]) if os.environ.get("OUT") else ROOT

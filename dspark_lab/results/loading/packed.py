@@ -10,20 +10,28 @@ import gzip
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 from dspark_lab.results.loading.load import Loaded, load
 
 PACKED_SUFFIX = ".gz"
 
 
-def unpacked(paths, folder) -> list[str]:
-    """The run files `paths` as plain .jsonl under `folder` (gzipped ones unpacked there), to load."""
+def unpacked(paths, folder, problems: Optional[list] = None) -> list[str]:
+    """The run files `paths` as plain .jsonl under `folder` (gzipped ones unpacked there), to load. A file
+    that cannot be unpacked is left out, said in `problems` when given (else the error is raised)."""
     out = []
     for p in map(Path, paths):
         if p.suffix == PACKED_SUFFIX:
             plain = Path(folder) / p.name[:-len(PACKED_SUFFIX)]
-            with gzip.open(p, "rb") as src, open(plain, "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            try:
+                with gzip.open(p, "rb") as src, open(plain, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+            except (OSError, EOFError) as e:  # not gzip, cut short, unreadable
+                if problems is None:
+                    raise
+                problems.append(f"{p}: cannot be unpacked ({e}), skipped")
+                continue
             p = plain
         out.append(str(p))
     return out
@@ -31,6 +39,9 @@ def unpacked(paths, folder) -> list[str]:
 
 def load_packed(paths) -> Loaded:
     """The run files `paths` (gzipped or plain) loaded as run files are, without the cache (the
-    unpacked copies live only as long as this call)."""
+    unpacked copies live only as long as this call; a file that cannot be unpacked is a warning)."""
+    problems: list = []
     with tempfile.TemporaryDirectory(prefix="dspark-packed-") as tmp:
-        return load(unpacked(paths, Path(tmp)), cache=False)
+        loaded = load(unpacked(paths, Path(tmp), problems), cache=False)
+    loaded.warnings[:0] = problems
+    return loaded
