@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dspark_lab.results.analyses import advice
+from dspark_lab.results.analyses import advice, tie_margin
 from helpers import synthetic_card, synthetic_hazards
 
 PAGEABLE = {"device_direct", "non_blocking", "on_demand"}  # as the strategies copy (pageable sources)
@@ -51,15 +51,16 @@ def test_the_fastest_sync_free_strategy_is_recommended_with_its_evidence():
     rec = rec_here(rows)
     assert rec.strategy == "persistent_fill"
     text = rec.text()
-    assert "measurably slower by 3% or more: device_direct" in text and "on_demand_pinned" in text
+    margin = tie_margin.recorded()  # the data folder's: data/order/ of the repository
+    assert f"measurably slower by {margin.pct:g}% or more: device_direct" in text and "on_demand_pinned" in text
     assert "syncs outside the readback: device_direct 1.00/step" in text
     # What EP 1 changes, read from the rows: on_demand makes no copy there, and copies again at EP 8.
     ep1 = next(e for e in rec.evidence if e.startswith("at EP 1"))
     assert "predicate false" in ep1 and "no host-to-device copy per step in on_demand" in ep1
     assert "at EP 8 on_demand" in ep1
     assert "no probe for this machine" in rec.evidence[0]
-    assert advice.GATE_RULE in text and advice.RULE in text and advice.TIE_RULE in text
-    # persistent_fill, non_blocking and on_demand tie at EP 8 (within 3%); persistent_fill copies least
+    assert advice.GATE_RULE in text and advice.RULE in text and advice.TIE_RULE in text and margin.text() in text
+    # persistent_fill, non_blocking and on_demand tie at EP 8 (within the margin); persistent_fill copies least
     assert "a tie at" in text and "persistent_fill" in text.split("a tie at")[1]
 
 
@@ -75,7 +76,7 @@ def test_a_strategy_measurably_slower_at_ep1_is_not_recommended():
 
 
 def test_a_strategy_with_syncs_is_never_recommended_even_when_fastest():
-    rows = _rows({"device_direct": 5.0, "non_blocking": 6.0, "persistent_fill": 6.2})
+    rows = _rows({"device_direct": 5.0, "non_blocking": 6.0, "persistent_fill": 6.5})  # 8% apart: no tie
     rec = rec_here(rows)
     assert rec.strategy == "non_blocking"
     assert any("no EP 1 point" in e for e in rec.evidence)
@@ -91,7 +92,7 @@ def test_a_probe_saying_pageable_copies_block_rules_out_pageable_strategies():
     assert any("ruled out by the probe" in e and "non_blocking" in e for e in rec.evidence)
     words = " ".join(advice.probe_in_words(probe))
     assert "waits for the queue" in words and "returned at once (on_demand_pinned, persistent_fill)" in words
-    # not blocking: the pageable forms stay in (they tie, equal in work; the slower two are out by over 3%)
+    # not blocking: the pageable forms stay in (they tie, equal in work; the slower two are out by over 3.5%)
     assert rec_here(rows, dict(probe, pageable_nonblocking_blocks=False)).strategy in ("non_blocking", "on_demand")
 
 
@@ -235,7 +236,10 @@ def test_equal_work_strategies_within_the_margin_tie_and_the_tie_is_broken_by_co
     wide = pd.concat([_rows({"device_direct": 8.0, "non_blocking": 5.5, "persistent_fill": 5.95}),
                       _rows({"device_direct": 8.0, "non_blocking": 5.5, "persistent_fill": 5.94}, ep_size=1, seed=6)])
     assert rec_here(wide).strategy == "non_blocking"
-    assert rec_here(rows, margin_pct=1.0).strategy == "non_blocking"
+    narrow = rec_here(rows, margin_pct=1.0)
+    assert narrow.strategy == "non_blocking"
+    assert "tie margin 1% (given by the caller, not the recorded equal-work spread)" in narrow.text()
+    assert "measurably slower by 1% or more: device_direct" in narrow.text() and "3.5%" not in narrow.text()
 
 
 def test_a_portability_claim_counts_the_distinct_gpu_driver_cards_behind_it():
@@ -257,6 +261,8 @@ def test_a_portability_claim_counts_the_distinct_gpu_driver_cards_behind_it():
     (lambda r: advice.recommend(r, cards=[1]), TypeError, "cards must be None or a list"),
     (lambda r: advice.recommend(r, hazards=3), TypeError, "hazards must be None or a list"),
     (lambda r: advice.recommend(r[["step_ms"]]), ValueError, "rows must hold the recorded row columns; missing run_id"),
+    (lambda r: advice.recommend(r, margin_pct="3%"), ValueError, "margin_pct must be a finite number of percent >= 0"),
+    (lambda r: advice.recommend(r, margin_pct=-1), ValueError, "margin_pct must be a finite number of percent >= 0"),
     (lambda r: advice.probe_in_words("x"), TypeError, "probe must be None or a probe dict"),
     (lambda r: advice.probe_in_words({"available": "maybe"}), ValueError, r"probe\['available'\] must be True or False"),
     (lambda r: advice.probe_in_words({"available": True, "queued_ms": "10"}), ValueError, r"probe\['queued_ms'\]"),

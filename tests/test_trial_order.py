@@ -90,13 +90,15 @@ def test_the_order_study_reads_recorded_runs_and_shows_the_rotation_bias():
     from pathlib import Path
 
     from dspark_lab.results import Runs
-    from dspark_lab.results.analyses import card, hazards
+    from dspark_lab.results.analyses import card, hazards, tie_margin
     from studies.order import randomised_reference as study
 
     root = Path(__file__).resolve().parents[1] / "data" / "runs"
     runs = Runs.load(sorted(str(p) for p in root.glob("h200-reference-run[123]-*.jsonl")), cache=False)
-    diff = [d for d in study.differences(runs.rows) if d["strategy"] == "on_demand" and d["against"] == "non_blocking"]
+    found = tie_margin.differences(runs.rows)
+    diff = [d for d in found if d["strategy"] == "on_demand" and d["against"] == "non_blocking"]
     assert len(diff) == 3 and all(not d["within CI"] and d["ci_low"] > 0 for d in diff)
+    assert tie_margin.margin_of(found) is None  # a fixed order's bias sets no tie margin
     assert "order_seed" not in runs.rows.columns or runs.rows["order_seed"].isna().all()  # recorded before the seed
     picks = study.choices(runs.rows, card.recorded(), hazards.recorded())
     assert len(picks) == 3 and len({p["choice"] for p in picks}) == 1 and picks[0]["choice"] is not None
@@ -109,13 +111,14 @@ def test_in_a_seeded_random_order_the_equal_work_strategies_agree_and_the_advice
     from pathlib import Path
 
     from dspark_lab.results import Runs
-    from dspark_lab.results.analyses import card, hazards
+    from dspark_lab.results.analyses import card, hazards, tie_margin
+    from dspark_lab.results.loading.packed import unpacked
     from studies.order import randomised_reference as study
 
     root = Path(__file__).resolve().parents[1] / "data" / "order"
-    runs = Runs.load(study.unpacked(sorted(root.glob("h200-reference-randomised-run[123]-*.jsonl.gz")), tmp_path), cache=False)
+    runs = Runs.load(unpacked(sorted(root.glob("h200-reference-randomised-run[123]-*.jsonl.gz")), tmp_path), cache=False)
     assert runs.rows["order_seed"].nunique() == 3
-    diff = [d for d in study.differences(runs.rows) if d["strategy"] == "on_demand" and d["against"] == "non_blocking"]
+    diff = [d for d in tie_margin.differences(runs.rows) if d["strategy"] == "on_demand" and d["against"] == "non_blocking"]
     assert len(diff) == 3 and all(d["within CI"] for d in diff), diff
     picks = study.choices(runs.rows, card.recorded(), hazards.recorded())
     assert len(picks) == 3 and len({p["choice"] for p in picks}) == 1 and picks[0]["choice"] is not None
@@ -123,6 +126,7 @@ def test_in_a_seeded_random_order_the_equal_work_strategies_agree_and_the_advice
 
 def test_a_study_run_is_packed_out_of_the_run_library_and_unpacked_to_load(tmp_path):
     from dspark_lab.results.loading.load import run_files
+    from dspark_lab.results.loading.packed import unpacked
     from studies.order import randomised_reference as study
 
     run = tmp_path / "data" / "order" / "gpu-reference-randomised-run1-x.jsonl"
@@ -130,5 +134,5 @@ def test_a_study_run_is_packed_out_of_the_run_library_and_unpacked_to_load(tmp_p
     run.write_text('{"kind":"header"}\n{"kind":"row"}\n')
     gz = study.packed(run)
     assert gz.name.endswith(".jsonl.gz") and not run.exists() and run_files(tmp_path / "data") == []
-    (plain,) = study.unpacked([gz], tmp_path)
+    (plain,) = unpacked([gz], tmp_path)
     assert open(plain).read() == '{"kind":"header"}\n{"kind":"row"}\n'

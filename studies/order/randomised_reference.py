@@ -11,8 +11,10 @@ recorded per row as order_seed with each trial's trial_position). Writes
 <root>/data/order/<gpu>-reference-randomised-run<k>-<time>.jsonl.gz (root: $OUT when set, else the
 repository; gzipped, since the lab loads every .jsonl under data/ as its own runs, and these
 two-point study runs must not become its headline or its picks) and prints, per run, the
-equal-work differences with their 95% CIs and the advice's choice (gated by this machine's
-recorded card and hazards under data/machines/). About 40 s per run
+equal-work differences with their 95% CIs (equal work as results.analyses.tie_margin reads it from the
+strategy table), the advice's tie margin set from them (tie_margin.MARGIN_RULE: the advice reads the
+same margin from data/order/) and the advice's choice under it (gated by this machine's recorded card
+and hazards under data/machines/). About 40 s per run
 on an H200 (two points, each 10-15 s of interleaved rounds, plus graph capture and a profiled pass).
 """
 from __future__ import annotations
@@ -23,20 +25,10 @@ import gzip
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-
-# (EP regime, strategy, against, why they do the same work)
-EQUAL_WORK = (
-    ("EP > 1", "on_demand", "non_blocking", "the same pageable non-blocking copy (the predicate holds)"),
-    ("EP > 1", "persistent_fill", "non_blocking", "a fill kernel against a 4-byte copy: no sync either way"),
-    ("EP > 1", "on_demand_pinned", "non_blocking", "a pinned against a pageable 4-byte non-blocking copy"),
-    ("EP 1", "on_demand_pinned", "on_demand", "both return None: no copy at all"),
-    ("EP 1", "persistent_fill", "on_demand", "a fill kernel against nothing"),
-)
 
 
 def _root() -> Path:
@@ -73,48 +65,17 @@ def packed(path: Path) -> Path:
     return gz
 
 
-def unpacked(paths, folder: Path) -> list[str]:
-    """The run files `paths` as plain .jsonl under `folder` (gzipped ones unpacked there), to load."""
-    out = []
-    for p in map(Path, paths):
-        if p.suffix == ".gz":
-            plain = Path(folder) / p.name[:-3]
-            with gzip.open(p, "rb") as src, open(plain, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            p = plain
-        out.append(str(p))
-    return out
-
-
-def differences(rows) -> list[dict]:
-    """Per run and EQUAL_WORK pair present: the paired difference (% of `against`) and its 95% CI."""
-    from dspark_lab.results.query.data import RunData
-    from dspark_lab.results.rules import summaries
-
-    data = RunData(rows)
-    out = []
-    for rid in data.run_ids():
-        ok = data.ok[data.ok["run_id"].astype(str) == str(rid)]
-        for regime, s, ref, why in EQUAL_WORK:
-            at = ok[(ok["ep_size"] == 1) if regime == "EP 1" else (ok["ep_size"] > 1)]
-            if at.empty or not {s, ref} <= set(at["strategy"]):
-                continue
-            c = summaries.compare(at, s, ref)
-            out.append({"run": data.labels().get(rid, rid), "regime": regime, "strategy": s, "against": ref,
-                        "pct": c["pct"], "ci_low": c["ci_low"], "ci_high": c["ci_high"],
-                        "within CI": not c["measurable"], "rounds": c["quiet_rounds"], "why same work": why})
-    return out
-
-
-def choices(rows, cards, hazards) -> list[dict]:
-    """The advice's choice per run (each run judged alone)."""
+def choices(rows, cards, hazards, margin=None, headers=()) -> list[dict]:
+    """The advice's choice per run (each run judged alone), under `margin` (a tie_margin.TieMargin; None:
+    the one recorded under the data folder); `headers` name the runs."""
     from dspark_lab.results.analyses import advice
     from dspark_lab.results.query.data import RunData
 
-    data = RunData(rows)
+    data = RunData(rows, headers=headers)
     out = []
     for rid in data.run_ids():
-        rec = advice.recommend(data.rows[data.rows["run_id"].astype(str) == str(rid)], cards=cards, hazards=hazards)
+        rec = advice.recommend(data.rows[data.rows["run_id"].astype(str) == str(rid)], cards=cards, hazards=hazards,
+                               margin_pct=margin)
         tie = next((e for e in rec.evidence if e.startswith("a tie at")), "")
         out.append({"run": data.labels().get(rid, rid), "choice": rec.strategy, "tie": tie[:200]})
     return out
@@ -123,19 +84,22 @@ def choices(rows, cards, hazards) -> list[dict]:
 def report(paths: list[Path]) -> int:
     import pandas as pd
 
-    from dspark_lab.results import Runs
-    from dspark_lab.results.analyses import card, hazards
+    from dspark_lab.results.analyses import card, hazards, tie_margin
+    from dspark_lab.results.loading.packed import load_packed
 
-    with tempfile.TemporaryDirectory(prefix="dspark-order-") as tmp:
-        runs = Runs.load(unpacked(paths, Path(tmp)), cache=False)
-    diff = pd.DataFrame(differences(runs.rows))
-    picks = pd.DataFrame(choices(runs.rows, card.recorded(), hazards.recorded()))
+    runs = load_packed(paths)
+    found = tie_margin.differences(runs.rows, runs.headers)
+    margin = tie_margin.margin_of(found, paths)
+    diff = pd.DataFrame(found).drop(columns=["gpu", "randomised"], errors="ignore")
+    picks = pd.DataFrame(choices(runs.rows, card.recorded(), hazards.recorded(), margin, runs.headers))
     stable = picks["choice"].nunique() == 1 if len(picks) else False
     with pd.option_context("display.width", 250, "display.max_columns", 20, "display.precision", 2,
                            "display.max_colwidth", 90):
         print(picks.to_string(index=False))
         print(f"advice stable across the runs: {stable}")
         print(diff.to_string(index=False) if len(diff) else "no equal-work pair in these runs")
+    print(margin.text() if margin else "no randomised-order run with an equal-work pair here: no tie margin from "
+          "these runs (the advice's choices above use the one recorded under the data folder)")
     return 0
 
 

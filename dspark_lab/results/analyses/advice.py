@@ -13,8 +13,9 @@ The rule, in the order it is applied:
              itself), recommended on the condition that the update stays outside the graph.
              A strategy without a hazards count or a card cell is unknown, never sync-free.
   RULE       at each EP regime of the run, a strategy is good when it has 0 syncs per step outside the
-             readback and is not slower than the fastest by EQUIVALENCE_MARGIN_PCT or more, measurably
-             (paired by trial round, 95% CI); the probe rules out pageable copies where they block.
+             readback and is not slower than the fastest by the tie margin or more, measurably (paired by
+             trial round, 95% CI); the probe rules out pageable copies where they block. The margin is set
+             from the recorded equal-work spread and printed with its evidence (results.analyses.tie_margin).
   TIE_RULE   among the good strategies, those not measurably slower than the fastest by the margin are a
              tie, broken by sync-freedom (syncs measured 0, not unknown), portability (waiting on no card,
              then sync-free on more distinct GPU/driver cards) and less work: first the cross-stream waits it adds,
@@ -33,18 +34,13 @@ from typing import Optional, Sequence
 import pandas as pd
 
 from dspark_lab.results.analyses import card as card_results
-from dspark_lab.results.analyses import card_primitives
+from dspark_lab.results.analyses import card_primitives, tie_margin
 from dspark_lab.results.facts import strategy_table
 from dspark_lab.results.record.paths import default_data_dir
 from dspark_lab.results.query.data import RunData
 from dspark_lab.results.rules import summaries
 from dspark_lab.results.rules.labels import point_label
 from dspark_lab.results.rules.selection import ok_rows, one_process
-
-# Differences between strategies below this are ties, not rankings. Why 3%: on the H200 the sync-free
-# step agreed within 2-2.5% across leases and against an independent re-implementation, and a fixed
-# trial order gave strategies doing the same work 1.3-3.4% apart; below that a ranking is the bench's.
-EQUIVALENCE_MARGIN_PCT = 3.0
 
 # A strategy that writes a caller-owned device buffer (persistent_fill) gave right values under CUDA-graph
 # replay in the hazards' graph_device_buffer form, the pattern as the kit runs it (the buffer filled on the
@@ -60,9 +56,9 @@ GATE_RULE = ("gate: only strategies with 0 wrong values under run-ahead in this 
              "or sync-free.")
 RULE = ("rule: at each EP regime of the run (EP > 1, where the MoE top-k reads the scalar; EP 1, where nothing "
         f"reads it), keep the strategies with 0 syncs per step there that are not slower than the fastest by "
-        f"{EQUIVALENCE_MARGIN_PCT:g}% or more, measurably (paired by trial round, 95% CI); where the probe says "
+        "the tie margin or more, measurably (paired by trial round, 95% CI); where the probe says "
         "a pageable non-blocking copy blocks, strategies copying from pageable memory are out.")
-TIE_RULE = (f"ties: kept strategies not slower than the fastest kept one by {EQUIVALENCE_MARGIN_PCT:g}% or more, "
+TIE_RULE = ("ties: kept strategies not slower than the fastest kept one by the tie margin or more, "
             "measurably, are equal here; the "
             "tie is broken by sync-freedom (syncs measured 0), portability (waits on no recorded card, sync-free "
             "on more distinct GPU/driver cards), then the smaller charge for the cross-stream waits it adds "
@@ -85,12 +81,14 @@ class Recommendation:
     evidence: list = field(default_factory=list)
     run_label: str = ""
     cards_read: bool = False
+    margin: Optional[tie_margin.TieMargin] = None  # the tie margin judged by, with its evidence
 
     def lines(self) -> list[str]:
         head = (f"recommended on {self.run_label}: {self.strategy}" if self.strategy
                 else f"no recommendation for {self.run_label}")
         # evidence items starting with two spaces belong to the item above them
-        rules = [GATE_RULE, RULE, TIE_RULE, WAIT_CHARGE_RULE] + ([CARD_RULE] if self.cards_read else [])
+        margin = [self.margin.text()] if self.margin else []
+        rules = [GATE_RULE, RULE, TIE_RULE] + margin + [WAIT_CHARGE_RULE] + ([CARD_RULE] if self.cards_read else [])
         return [head] + [f"      {e.strip()}" if e.startswith("  ") else f"  - {e}" for e in self.evidence] + rules
 
     def text(self) -> str:
@@ -124,11 +122,6 @@ class PointVerdict:
         v = self.syncs.get(s, math.nan)
         return None if pd.isna(v) else bool(v == 0)
 
-    def good(self, s: str) -> bool:
-        c = self.versus_fastest.get(s)
-        close = s == self.fastest or (c is not None and not _slower(c, EQUIVALENCE_MARGIN_PCT))
-        return close and self.sync_free(s) is not False
-
 
 def judge_point(rows: pd.DataFrame) -> PointVerdict:
     """The verdict at one point of one run (rows of every strategy there)."""
@@ -154,19 +147,19 @@ def _ms(v: float) -> str:
     return f"{v:.2f} ms"
 
 
-def _point_evidence(v: PointVerdict, excluded: set) -> list[str]:
+def _point_evidence(v: PointVerdict, excluded: set, margin_pct: float) -> list[str]:
     out = [f"{v.label}: fastest {v.fastest} {_ms(v.medians[v.fastest])} (median of quiet trials)"]
     close, slower = [], []
     for s, c in v.versus_fastest.items():
         diff = c["difference"]
         if diff.startswith("no measurable difference ("):  # "(+1.2%, 95% CI ...)": the words are in the heading
             diff = diff[len("no measurable difference ("):-1]
-        is_slower = _slower(c, EQUIVALENCE_MARGIN_PCT)
+        is_slower = _slower(c, margin_pct)
         (slower if is_slower else close).append(f"{s} {_ms(v.medians[s])}" + (f": {diff}" if is_slower else f" ({diff})"))
     if close:
-        out.append(f"  within {EQUIVALENCE_MARGIN_PCT:g}% of the fastest or not measurably slower: " + "; ".join(close))
+        out.append(f"  within {margin_pct:g}% of the fastest or not measurably slower: " + "; ".join(close))
     if slower:
-        out.append(f"  measurably slower by {EQUIVALENCE_MARGIN_PCT:g}% or more: " + "; ".join(slower))
+        out.append(f"  measurably slower by {margin_pct:g}% or more: " + "; ".join(slower))
     syncing = [f"{s} {v.syncs[s]:.2f}/step" for s in v.medians.index if v.sync_free(s) is False]
     unknown = [s for s in v.medians.index if v.sync_free(s) is None]
     if syncing:
@@ -506,12 +499,15 @@ def _iterable(v, name: str) -> list:
 
 
 def recommend(rows: pd.DataFrame, probe: Optional[dict] = None, cards: Optional[Sequence[dict]] = None,
-              hazards=None, margin_pct: float = EQUIVALENCE_MARGIN_PCT) -> Recommendation:
+              hazards=None, margin_pct=None) -> Recommendation:
     """The strategy to use on the machine of `rows` (its most recent run measured in one process), by
     GATE_RULE (`hazards`: this machine's hazards record, or a list of records; `cards`: platform cards),
     RULE and TIE_RULE, with evidence. Without a hazards record and a card for this machine nothing
-    passes the gate: the recommendation is None and the evidence says what to record."""
+    passes the gate: the recommendation is None and the evidence says what to record. `margin_pct`: None
+    (the margin recorded under the data folder, tie_margin.recorded), a tie_margin.TieMargin, or a number."""
     _check_arguments(rows, probe, cards, hazards)
+    margin = _margin(margin_pct)
+    margin_pct = margin.pct
     runs = measured_in_one_process(rows if isinstance(rows, RunData) else RunData(rows))
     if runs.ok.empty:
         raise ValueError("rows hold no successful trial measured in one process: record a run first (dspark-lab sweep)")
@@ -527,19 +523,26 @@ def recommend(rows: pd.DataFrame, probe: Optional[dict] = None, cards: Optional[
     evidence += gate_lines
     evidence += stream_wait_charges(list(points[0].medians.index), mine)
     for p in points:
-        evidence += _point_evidence(p, excluded)
+        evidence += _point_evidence(p, excluded, margin_pct)
     evidence += _regime_evidence(points)
     pool, set_aside = _portable_first(passed - excluded, cards, points[0])
     evidence += set_aside
     kept = _good_everywhere(pool, points, margin_pct)
     if not kept:
         evidence.append("no strategy passes the gate and is good at every EP regime recorded")
-        return Recommendation(None, evidence, label, bool(cards))
+        return Recommendation(None, evidence, label, bool(cards), margin)
     chosen, why = _choose(kept, points, cards, margin_pct, mine)
     evidence += why
     evidence.append(f"{chosen}: passes the gate and is good at every EP regime recorded"
                     + (f" (also kept: {', '.join(s for s in kept if s != chosen)})" if len(kept) > 1 else ""))
-    return Recommendation(chosen, evidence, label, bool(cards))
+    return Recommendation(chosen, evidence, label, bool(cards), margin)
+
+
+def _margin(margin_pct) -> tie_margin.TieMargin:
+    """The tie margin judged by: the recorded one (None), a TieMargin as it is, or a number the caller sets."""
+    if margin_pct is None:
+        return tie_margin.recorded()
+    return margin_pct if isinstance(margin_pct, tie_margin.TieMargin) else tie_margin.given(margin_pct)
 
 
 def _check_probe(probe) -> None:
