@@ -19,7 +19,7 @@ import datetime as _dt
 import json
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import pandas as pd
 import torch
@@ -161,10 +161,10 @@ def measure_case(case: Case, state: C.State, *, steps: int, rounds: int) -> dict
 
 
 def record(names=None, *, device=None, scale: Optional[str] = None, steps: int = step_change.STEPS,
-           rounds: int = step_change.ROUNDS) -> dict:
+           rounds: int = step_change.ROUNDS, progress: Optional[Callable[[dict], None]] = None) -> dict:
     """Measure each case and its fix (measure_case, a fresh state per case); the dict written to a
     recorded gallery file. `scale`: by default the gallery's scale for the device (cases.default_scale:
-    enough queued GPU work that a sync waits)."""
+    enough queued GPU work that a sync waits). `progress(case_record)` after each case."""
     names = list(names or CASES)
     scale = scale or C.default_scale(device)
     out = {"kind": KIND, "schema": SCHEMA, "fingerprint": probe.fingerprint(),
@@ -176,6 +176,8 @@ def record(names=None, *, device=None, scale: Optional[str] = None, steps: int =
         state = C.make_state(device, scale)
         out["device"] = state.device.type
         out["cases"].append(measure_case(case, state, steps=steps, rounds=rounds))
+        if progress is not None:
+            progress(out["cases"][-1])
     out.setdefault("device", "cuda" if torch.cuda.is_available() else "cpu")
     return out
 
