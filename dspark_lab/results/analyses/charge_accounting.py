@@ -71,8 +71,8 @@ def _verdict(row: dict) -> tuple[str, str, Optional[float]]:
     """(verdict, reason, off by ms) of one case's numbers (RULE)."""
     net, lo, hi = row["net charge ms"], row["wait saving CI low ms"], row["wait saving CI high ms"]
     span = (f"the saving {row['wait saving ms']:.3f} ms (95% CI {lo:.3f} to {hi:.3f}"
-            + (f", after {row['work removed ms']:+.3f} ms of launched work the fix removed" if row["work taken off"]
-               else "") + ")")
+            + (f", after {row['work removed ms']:+.3f} ms of launched work the fix removed"
+               if row["work taken off"] and row["work removed ms"] else "") + ")")
     if not row["GPU-bound"] and abs(row["work removed ms"]) > (hi - lo) / 2:
         return CANNOT_TELL, (f"the fix changes the GPU work it launches by {-row['work removed ms']:+.3f} ms per step "
                              f"and a step is not GPU-bound (the rest of the step, neither launched work nor charged "
