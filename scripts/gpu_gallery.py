@@ -72,7 +72,7 @@ def _accounting_text(r: dict) -> str:
     if r.get("net charge ms") is None or r["net charge ms"] != r["net charge ms"]:
         return r["verdict"]
     off = "" if not r["off by ms"] or r["off by ms"] != r["off by ms"] else f" by {r['off by ms']:+.3f}"
-    work = f" (work {r['work removed ms']:+.3f} off)" if r["work taken off"] else ""
+    work = f" (work {r['work removed ms']:+.3f} off)" if r["work taken off"] and r["work removed ms"] else ""
     return (f"net {r['net charge ms']:.3f} vs {r['wait saving ms']:.3f} [{r['wait saving CI low ms']:.3f}, "
             f"{r['wait saving CI high ms']:.3f}]{work}: {r['verdict']}{off}")
 

@@ -187,3 +187,41 @@ def test_launched_work_goes_to_the_step_that_launched_it_wherever_it_ran():
     assert launched_work.per_step(df) == pytest.approx([0.3, 0.06])
     assert launched_work.mean_ms(df) == pytest.approx(0.06)  # the first step left out: the profiler's start
     assert launched_work.mean_ms(df, skip_first=0) == pytest.approx(0.18)
+
+
+def test_the_gallery_tables_change_is_the_recorded_paired_one_where_the_rounds_gave_both():
+    for path in sorted(report.DATA_DIR.glob("*.json")):
+        rec = report.load(path)
+        t = report.table(rec).set_index("case")
+        for c in rec["cases"]:
+            a, b, ch = c["variants"]["case"], c["variants"]["fix"], c.get("change") or {}
+            want = ch["ms"] if ch.get("same_rounds") else b["step_ms"] - a["step_ms"]
+            assert t.loc[c["name"], "change ms"] == pytest.approx(want), (path.name, c["name"])
+
+
+def test_the_stages_last_table_shows_the_change_in_ms_the_net_charge_against_the_saving_and_the_verdict():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_gallery", report.DATA_DIR.parents[1] / "scripts" / "gpu_gallery.py")
+    gpu_gallery = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gpu_gallery)
+    name, a, b, _ = ACCOUNTED
+    rec = _rec(ACCOUNTED, ("b", a, b, _change(-0.5, -0.55, -0.45)))
+    *rows, last = gpu_gallery.table_text(rec).splitlines()[1:]
+    assert "-0.800 ms [-0.850, -0.750]" in rows[0] and "net 0.800 vs 0.800 [0.750, 0.850]: accounted" in rows[0]
+    assert "net 0.800 vs 0.500 [0.450, 0.550]: not accounted by +0.250" in rows[1] and G.COSTS in rows[1]
+    assert last == "charges against savings, of 2 cases: 1 accounted, 1 not accounted"
+
+
+@pytest.mark.cuda
+def test_on_a_gpu_a_case_records_its_launched_work_and_its_change_from_the_rounds_that_give_its_step_times():
+    rec = report.record(["scalar_item"], scale="queued", steps=5, rounds=3)
+    c = rec["cases"][0]
+    ch, a, b = c["change"], c["variants"]["case"], c["variants"]["fix"]
+    assert a["status"] == b["status"] == "ok", (a["error"], b["error"])
+    assert ch["same_rounds"] and a["step_ms"] == pytest.approx(np.median(ch["case_trials_ms"]))
+    assert b["step_ms"] == pytest.approx(np.median(ch["fix_trials_ms"]))
+    # both launch the queued work and the verify layers; the case also its sum and its copy
+    assert a["launched_gpu_ms"] > 0 and b["launched_gpu_ms"] > 0
+    row = A.table(rec).iloc[0]
+    assert row["verdict"] in A.VERDICTS and row["reason"] and row["net charge ms"] == row["net charge ms"]
