@@ -58,7 +58,7 @@ def recorded_env(tmp_path_factory) -> dict:
         # Notebook 04 reads a recorded gallery: record a tiny one on this machine.
         from dspark_lab.gallery import report as gallery_report
 
-        rec = gallery_report.record(device="cpu", steps=2, trials=1)
+        rec = gallery_report.record(device="cpu", steps=2, rounds=2)
         extra["DSPARK_GALLERY_DATA"] = str(gallery_report.save(rec, tmp_path_factory.mktemp("gallery") / "cpu.json"))
     return kernel_env(COMMITTED_DATA, tmp_path_factory.mktemp("out"), **extra)
 

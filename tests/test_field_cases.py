@@ -155,8 +155,8 @@ def test_the_fixed_decode_step_reads_no_size_back_and_each_allowed_sync_says_why
 def test_each_field_case_measures_its_documented_counts(name):
     case = gallery.get(name)
     s = C.make_state("cuda", "smoke")
-    a = report.measure_variant(case, "case", s, steps=5, trials=2)
-    b = report.measure_variant(case, "fix", s, steps=5, trials=2)
+    a = report.measure_variant(case, "case", s)
+    b = report.measure_variant(case, "fix", s)
     assert a["matches"] and b["matches"], (a, b)
     runs = F.LINE_RUNS.get(name, 1)
     assert a["debug_sites"] == {site: float(runs) for site in case.sites()}
@@ -188,7 +188,7 @@ def test_the_recording_script_runs_on_cpu_and_prints_its_table_last(tmp_path):
 
     root = Path(__file__).resolve().parents[1]
     p = subprocess.run([sys.executable, "-m", "studies.field.record_field", "--cpu-dry-run", "--cases", "max_item_mirror",
-                        "--steps", "2", "--trials", "1", "--rounds", "2"], cwd=root, capture_output=True, text=True,
+                        "--steps", "2", "--rounds", "2"], cwd=root, capture_output=True, text=True,
                        timeout=600, env={**os.environ, "OUT": str(tmp_path), "PYTHONPATH": str(root)})
     assert p.returncode == 0, p.stderr[-2000:]
     out = tmp_path / "field-cpu-dry-run" / "data"

@@ -74,7 +74,7 @@ def test_bad_names_are_refused_naming_the_allowed_values():
     with pytest.raises(ValueError, match=r"scale must be one of gpu, queued, smoke; got 'huge'"):
         C.make_state("cpu", "huge")
     with pytest.raises(ValueError, match="variant must be one of case, fix"):
-        report.measure_variant(gallery.get("scalar_item"), "both", C.make_state("cpu"), steps=1, trials=1)
+        report.measure_variant(gallery.get("scalar_item"), "both", C.make_state("cpu"))
 
 
 # --- device-to-host copies as their own counted kind ----------------------------------------------
@@ -137,7 +137,7 @@ def test_every_count_of_a_trace_has_a_row_column():
 # --- recording, loading, showing ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def cpu_recording(tmp_path_factory):
-    rec = report.record(["scalar_item", "pageable_copy"], device="cpu", steps=3, trials=2)
+    rec = report.record(["scalar_item", "pageable_copy"], device="cpu", steps=3, rounds=2)
     return rec, report.save(rec, tmp_path_factory.mktemp("gallery") / "cpu.json")
 
 
@@ -182,7 +182,7 @@ def test_load_refuses_what_is_not_a_gallery(tmp_path):
 
 def test_gpu_stage_runs_on_cpu_and_writes_the_format_the_notebook_reads(tmp_path):
     env = dict(os.environ, OUT=str(tmp_path), PYTHONPATH=str(ROOT))
-    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_gallery.py"), "--steps", "2", "--trials", "1",
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_gallery.py"), "--steps", "2",
                         "--rounds", "2", "--cases", "list_to_device,host_plan"], env=env, capture_output=True, text=True,
                        timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -193,7 +193,8 @@ def test_gpu_stage_runs_on_cpu_and_writes_the_format_the_notebook_reads(tmp_path
     [verify] = (tmp_path / "data" / "verify").glob("*-verify-compiled-*.json")
     assert {c["group"] for c in json.loads(verify.read_text())["checks"]} == {"compiled", "capture"}
     assert rec["fingerprint"]["torch"] == torch.__version__
-    assert p.stdout.strip().splitlines()[-1].split()[0] == "host_plan"  # the table is printed last
+    *_, last_case, last = p.stdout.strip().splitlines()  # the table is printed last, the accounting's summary under it
+    assert last_case.split()[0] == "host_plan" and last == "charges against savings, of 2 cases: 2 cannot tell"
 
 
 # --- on a GPU: measured counts equal the documented ones, with the gallery's lines ------------------
@@ -202,8 +203,8 @@ def test_gpu_stage_runs_on_cpu_and_writes_the_format_the_notebook_reads(tmp_path
 def test_measured_counts_match_the_documented_ones_and_name_the_lines(name):
     case = gallery.get(name)
     s = C.make_state("cuda", "smoke")
-    a = report.measure_variant(case, "case", s, steps=5, trials=2)
-    b = report.measure_variant(case, "fix", s, steps=5, trials=2)
+    a = report.measure_variant(case, "case", s)
+    b = report.measure_variant(case, "fix", s)
     assert a["status"] == b["status"] == "ok", (a["error"], b["error"])
     assert a["host_syncs_per_step"] == case.expected_syncs and a["d2h_per_step"] == case.expected_d2h
     assert b["host_syncs_per_step"] == case.fix_expected_syncs and b["d2h_per_step"] == case.fix_expected_d2h
@@ -231,7 +232,7 @@ def test_the_gpu_scale_queues_work_ahead_and_is_the_default_on_cuda_only():
     assert C.scale(C.GPU_SCALE).queued_gpu_ms > 0 and C.scale("smoke").queued_gpu_ms == 0
     s = C.make_state("cpu", "queued")
     C.queue_gpu_work(s)  # no CUDA: nothing to queue, and no error
-    rec = report.record(["scalar_item"], device="cpu", steps=1, trials=1)
+    rec = report.record(["scalar_item"], device="cpu", steps=1, rounds=2)
     assert rec["scale"] == "smoke"  # the device's default when none is asked
 
 

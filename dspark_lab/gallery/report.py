@@ -2,10 +2,15 @@
 
 A recorded gallery is one JSON file (data/gallery/*.json, or $DSPARK_GALLERY_DATA):
     {"kind": "dspark_gallery", "schema": 1, "fingerprint": {...}, "recorded_at", "scale", "device",
+     "steps", "rounds", "step_change_rule", "launched_work_rule",
      "cases": [{"name", "shape", "pr", "why", "documented_sites": [...],
-                "variants": {"case": VARIANT, "fix": VARIANT}}]}
-VARIANT holds the function, the documented counts, the measured counts per step, the sites each
-witness named, the step-time parts and the profiler-free step time with its CI (see `VARIANT_KEYS`).
+                "variants": {"case": VARIANT, "fix": VARIANT}, "change": CHANGE}]}
+Each case is measured on one state: both variants' profiled passes first, then paired rounds
+(gallery/step_change.py) that give both step times and CHANGE (fix - case: ms and % with 95% CIs,
+the per-round trial times, `same_rounds`). VARIANT holds the function, the documented counts, the
+measured counts per step, the sites each witness named, the step-time parts, the GPU work the step
+launches and the profiler-free step time with its CI (see `VARIANT_KEYS`). Galleries recorded
+before the change came from the variants' own rounds lack `same_rounds`, `ms` and `launched_gpu_ms`.
 Nothing here imports plotly or ipywidgets at module level: the GPU machines have neither.
 """
 from __future__ import annotations
@@ -14,7 +19,7 @@ import datetime as _dt
 import json
 import os
 from pathlib import Path
-from typing import Optional, Union
+from typing import Callable, Optional, Union
 
 import pandas as pd
 import torch
@@ -23,10 +28,10 @@ from dspark_lab import guard
 from dspark_lab.measure import breakdown, probe, syncs, trace
 from dspark_lab.measure.step import measure_step
 from dspark_lab.gallery import cases as C
+from dspark_lab.gallery import launched_work, step_change
 from dspark_lab.config import choose_mode
 from dspark_lab.gallery.registry import CASES, Case, get
 from dspark_lab.results.facts import wait_kinds
-from dspark_lab.results.rules.stats import median_ci
 
 KIND, SCHEMA = "dspark_gallery", 1
 DATA_ENV = "DSPARK_GALLERY_DATA"
@@ -43,7 +48,8 @@ VARIANT_KEYS = (
     "gpu_idle_sync_caused_ms",  # the sync's cost by notebook 01's rule (measure.breakdown.SYNC_COST_RULE)
     "wait_charges", "wait_note",  # per kind of wait: count, blocked and charged ms; the waits charged nothing and why
     "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms",  # what else the fix may change
-    "step_ms", "step_ms_lo", "step_ms_hi",  # profiler-free median over trials and its 95% CI
+    "launched_gpu_ms",  # the GPU work the step launches (gallery/launched_work.py), wherever it ran
+    "step_ms", "step_ms_lo", "step_ms_hi",  # profiler-free median over the case's paired rounds and its 95% CI
     "matches",  # measured == documented (host syncs and D2H copies); None where nothing can sync
 )
 
@@ -61,32 +67,34 @@ def analyse(tr: dict) -> dict:
     out["blocking_copies_per_step"] = counts[syncs.SYNC_KIND_COLUMNS[syncs.COPY_WAIT]]
     out["host_syncs_per_step"] = out["syncs_per_step"]
     out.update({k: parts.get(k) for k in PART_KEYS})
+    out["launched_gpu_ms"] = launched_work.mean_ms(ev)
     return out
 
 
 PART_KEYS = ("host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms",
              "gpu_idle_sync_caused_ms", "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms",
              "wait_charges", "wait_note")
-SPLIT_RULE = ("the step-time change (fix - case, profiler-free medians) split in four (profiled steps): the GPU idle "
+SPLIT_RULE = ("the step-time change (fix - case) split in four (profiled steps): the GPU idle "
               "the case's waits caused, which the fix removes (notebook 01's rule); the GPU idle the fix's own waits "
               "still cause in its step; the change in GPU idle charged to no wait (host-bound and other idle: the gaps "
               "after a by-design read-back, which the rule charges nothing, and GPU waits for a slow host launch); "
               "and the rest, the change not seen as GPU idle (the profiled GPU busy change plus the difference "
               "between the profiled and the profiler-free change; launch and host-work changes, shown beside, act "
               "only through GPU idle). Where a step runs ahead, its profiled window is the host's and holds less "
-              "than the GPU's step. The change is the unpaired medians'; the groups use the paired change, which "
-              "can differ in sign")
+              "than the GPU's step. The change is the paired one (gallery/step_change.py), from the same rounds as "
+              "the step times; in a gallery recorded before those were one measurement, the medians' difference")
 
 
-def split(a: dict, b: dict) -> dict:
+def split(a: dict, b: dict, change_ms: Optional[float] = None) -> dict:
     """SPLIT_RULE for a case's variant `a` and its fix `b` (ms per step; negative: the fix is faster).
-    None where a part was not recorded (galleries recorded before the caused idle was)."""
+    `change_ms`: the paired change (the case's `change`), else the step times' difference. None where
+    a part was not recorded (galleries recorded before the caused idle was)."""
     def d(k):
         return None if a.get(k) is None or b.get(k) is None else b[k] - a[k]
 
     def uncharged(r):
         return None if r.get("gpu_idle_ms") is None else r["gpu_idle_ms"] - r["gpu_idle_sync_caused_ms"]
-    change, caused = d("step_ms"), d("gpu_idle_sync_caused_ms")
+    change, caused = d("step_ms") if change_ms is None else change_ms, d("gpu_idle_sync_caused_ms")
     known = caused is not None
     no_wait = None if not known or uncharged(a) is None or uncharged(b) is None else uncharged(b) - uncharged(a)
     return {"step_change_ms": change, "sync_cost_ms": caused,
@@ -97,7 +105,15 @@ def split(a: dict, b: dict) -> dict:
             "prep_change_ms": d("host_prep_ms")}
 
 
-def measure_variant(case: Case, variant: str, state: C.State, *, steps: int, trials: int) -> dict:
+def change_ms(c: dict) -> Optional[float]:
+    """The case's paired change in ms where recorded from the variants' own rounds, else None."""
+    ch = c.get("change") or {}
+    return ch.get("ms") if ch.get("same_rounds") else None
+
+
+def measure_variant(case: Case, variant: str, state: C.State, *, profile_steps: int = 10) -> dict:
+    """The profiled pass of one variant: counts, sites, charges, launched work and the guard's sites.
+    Its step time comes from the paired rounds after it (`record`)."""
     if variant not in VARIANTS:
         raise ValueError(f"variant must be one of {', '.join(VARIANTS)}; got {variant!r}")
     fn = case.step if variant == "case" else case.fix
@@ -106,7 +122,8 @@ def measure_variant(case: Case, variant: str, state: C.State, *, steps: int, tri
                expected_syncs=case.expected_syncs if variant == "case" else case.fix_expected_syncs,
                expected_d2h=case.expected_d2h if variant == "case" else case.fix_expected_d2h)
     try:
-        r = measure_step(lambda: fn(state), steps=steps, trials=trials, warmup=3, profile_steps=10)
+        # One short profiler-free trial warms the step up; the step times are the rounds'.
+        r = measure_step(lambda: fn(state), steps=2, trials=1, warmup=3, profile_steps=profile_steps)
         rec.update(analyse(r.trace))
         rec["debug_sites"] = r.debug_sites
         rec["guard_sites"] = []
@@ -114,9 +131,6 @@ def measure_variant(case: Case, variant: str, state: C.State, *, steps: int, tri
             with guard.no_host_syncs(count=True, allow=case.allow) as g:
                 fn(state)
             rec["guard_sites"] = [[s.site, s.kind, s.seen_by, s.allowed] for s in g.syncs]
-        med, lo, hi = median_ci([t.step_ms for t in r.timing])
-        rec.update(step_ms=med, step_ms_lo=lo, step_ms_hi=hi)
-        if state.device.type == "cuda":
             rec["matches"] = bool(rec["host_syncs_per_step"] == rec["expected_syncs"]
                                   and rec["d2h_per_step"] == rec["expected_d2h"])
     except Exception as e:  # noqa: BLE001 -- one failing case must not lose the others' records
@@ -124,24 +138,46 @@ def measure_variant(case: Case, variant: str, state: C.State, *, steps: int, tri
     return rec
 
 
-def record(names=None, *, device=None, scale: Optional[str] = None, steps: int = 20, trials: int = 3) -> dict:
-    """Measure each case and its fix; the dict written to a recorded gallery file. `scale`: by default
-    the gallery's scale for the device (cases.default_scale: enough queued GPU work that a sync waits)."""
+def measure_case(case: Case, state: C.State, *, steps: int, rounds: int) -> dict:
+    """One case on one state: both variants' profiled passes, then the paired rounds that give their
+    step times and the change (gallery/step_change.py)."""
+    variants = {v: measure_variant(case, v, state) for v in VARIANTS}
+    out = {"name": case.name, "shape": case.shape, "pr": case.pr, "why": case.why,
+           "documented_sites": case.sites(), "allow": list(case.allow), "variants": variants, "change": None}
+    if any(r["status"] != "ok" for r in variants.values()):
+        return out
+    sync = torch.cuda.synchronize if state.device.type == "cuda" else None
+    try:
+        pr = step_change.paired_rounds(lambda: case.step(state), lambda: case.fix(state), rounds=rounds,
+                                       steps=steps, sync=sync)
+    except Exception as e:  # noqa: BLE001 -- the profiled passes are kept; the step times are not
+        for r in variants.values():
+            r.update(status="failed", error=f"paired rounds: {type(e).__name__}: {e}")
+        return out
+    for v in VARIANTS:
+        variants[v].update(pr[v])
+    out["change"] = pr["change"]
+    return out
+
+
+def record(names=None, *, device=None, scale: Optional[str] = None, steps: int = step_change.STEPS,
+           rounds: int = step_change.ROUNDS, progress: Optional[Callable[[dict], None]] = None) -> dict:
+    """Measure each case and its fix (measure_case, a fresh state per case); the dict written to a
+    recorded gallery file. `scale`: by default the gallery's scale for the device (cases.default_scale:
+    enough queued GPU work that a sync waits). `progress(case_record)` after each case."""
     names = list(names or CASES)
     scale = scale or C.default_scale(device)
     out = {"kind": KIND, "schema": SCHEMA, "fingerprint": probe.fingerprint(),
            "recorded_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-           "scale": scale, "cases": []}
-    state = None
+           "scale": scale, "steps": steps, "rounds": rounds, "step_change_rule": step_change.STEP_CHANGE_RULE,
+           "launched_work_rule": launched_work.LAUNCHED_WORK_RULE, "cases": []}
     for name in names:
         case = get(name)
         state = C.make_state(device, scale)
         out["device"] = state.device.type
-        out["cases"].append({
-            "name": case.name, "shape": case.shape, "pr": case.pr, "why": case.why,
-            "documented_sites": case.sites(), "allow": list(case.allow),
-            "variants": {v: measure_variant(case, v, state, steps=steps, trials=trials) for v in VARIANTS},
-        })
+        out["cases"].append(measure_case(case, state, steps=steps, rounds=rounds))
+        if progress is not None:
+            progress(out["cases"][-1])
     out.setdefault("device", "cuda" if torch.cuda.is_available() else "cpu")
     return out
 
@@ -199,7 +235,7 @@ def table(rec: dict) -> pd.DataFrame:
         for tag, r in (("case", a), ("fix", b)):
             row[f"syncs {tag} (doc)"] = r["expected_syncs"]
             row[f"syncs {tag}"] = r["host_syncs_per_step"]
-        sp = split(a, b)
+        sp = split(a, b, change_ms(c))
         row.update({"blocked ms case": a["host_blocked_ms"], "blocked ms fix": b["host_blocked_ms"],
                     "idle the sync caused ms case": a.get("gpu_idle_sync_caused_ms"),
                     "idle the sync caused ms fix": b.get("gpu_idle_sync_caused_ms"),
@@ -256,7 +292,7 @@ def case_text(rec: dict, name: str) -> str:
     a, b = c["variants"]["case"], c["variants"]["fix"]
     if a["step_ms"] and b["step_ms"]:
         lines.append(f"\nfix: {a['step_ms'] / b['step_ms']:.2f}x step time, host syncs {_fmt(a['host_syncs_per_step'])} -> {_fmt(b['host_syncs_per_step'])}")
-        lines += split_lines(split(a, b))
+        lines += split_lines(split(a, b, change_ms(c)))
     if rec.get("device") != "cuda":
         lines.append("recorded without CUDA: nothing can synchronize, so every count is zero by construction")
     return "\n".join(lines)

@@ -3,8 +3,9 @@
     OUT=/some/folder python -m studies.field.record_field [--scale gpu] [--budget-s 170] [--cpu-dry-run]
 
 1. the gallery, every case and its fix (the field's six and the earlier ones): measured host syncs
-   against the documented count, and the step-time change of the fix, trials paired per round,
-   with its 95% CI (`change` of each case) -> data/gallery/<gpu>-gallery-<date>.json;
+   against the documented count, and the step-time change of the fix from the paired rounds that
+   also give both step times, with its 95% CI (`change` of each case, gallery/report.py's
+   measure_case) -> data/gallery/<gpu>-gallery-<date>.json;
 2. the hazards: every form (the new ones too), the race's window and the pageable threshold
    -> data/machines/<gpu>-hazards-<date>.json;
 3. notebook 06's decode step, slow and fixed, inspected together and guarded
@@ -30,14 +31,12 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from dspark_lab.gallery import SCALES, decode_step, registry  # noqa: E402
-from dspark_lab.gallery import cases as C  # noqa: E402
+from dspark_lab.gallery import SCALES, decode_step, registry, step_change  # noqa: E402
 from dspark_lab.gallery import report  # noqa: E402
-from dspark_lab.measure import loop, probe  # noqa: E402
-from dspark_lab.results.analyses import step_diff, sync_cost_groups, verdict  # noqa: E402
+from dspark_lab.measure import probe  # noqa: E402
+from dspark_lab.results.analyses import charge_accounting, step_diff, sync_cost_groups, verdict  # noqa: E402
 from dspark_lab.results.record import investigation  # noqa: E402
 from dspark_lab.results.record.paths import machine_file_name  # noqa: E402
-from dspark_lab.results.rules.stats import compare  # noqa: E402
 from dspark_lab.run import investigation as run_investigation  # noqa: E402
 
 T0 = time.perf_counter()
@@ -49,23 +48,12 @@ def say(msg: str) -> None:
     print(f"[{time.perf_counter() - T0:6.1f} s] {msg}", flush=True)
 
 
-def paired_change(case: registry.Case, state: C.State, *, steps: int, rounds: int) -> dict:
-    """The fix's step time against the case's, trials interleaved round by round (paired)."""
-    sync = torch.cuda.synchronize if state.device.type == "cuda" else (lambda: None)
-    t = loop.run_rounds({"case": lambda: case.step(state), "fix": lambda: case.fix(state)}, loop.FixedRounds(rounds),
-                        steps=steps, warmup=3, sync=sync).timings
-    c = compare([x.step_ms for x in t["fix"]], [x.step_ms for x in t["case"]], "fix", "case", paired=True)
-    return {k: c[k] for k in ("pct", "ci_low", "ci_high", "measurable", "paired", "difference", "verdict")} | {"rounds": rounds}
-
-
-def record_gallery(scale: str, steps: int, trials: int, rounds: int, names=None) -> dict:
-    rec = report.record(names, scale=scale, steps=steps, trials=trials)
-    for c in rec["cases"]:
-        case = registry.get(c["name"])
-        c["change"] = paired_change(case, C.make_state(None, scale), steps=steps, rounds=rounds)
-        say(f"gallery {c['name']}: syncs {c['variants']['case']['host_syncs_per_step']:g} "
-            f"(documented {case.expected_syncs}); fix {c['change']['difference']}")
-    return rec
+def record_gallery(scale: str, steps: int, rounds: int, names=None) -> dict:
+    def said(c: dict) -> None:
+        ch = c["change"] or {}
+        say(f"gallery {c['name']}: syncs {c['variants']['case']['host_syncs_per_step']} "
+            f"(documented {registry.get(c['name']).expected_syncs}); fix {ch.get('difference', 'not measured')}")
+    return report.record(names, scale=scale, steps=steps, rounds=rounds, progress=said)
 
 
 def record_investigation(steps: int, trials: int) -> dict:
@@ -108,11 +96,15 @@ def run_cuda_tests(evidence: Path, timeout_s: float) -> str:
 
 def summary_table(gal: dict, hz, inv: dict) -> str:
     g = sync_cost_groups.groups(gal).set_index("case")
-    lines = [f"{'case':24s} {'syncs doc':>9s} {'measured':>8s} {'fix doc':>7s} {'fix':>5s}  change of the fix (paired)  group"]
+    acc = charge_accounting.table(gal).set_index("case")
+    lines = [f"{'case':24s} {'syncs doc':>9s} {'measured':>8s} {'fix doc':>7s} {'fix':>5s}  change of the fix (paired)  "
+             f"group  charge against saving"]
     for c in gal["cases"]:
         a, b = c["variants"]["case"], c["variants"]["fix"]
         lines.append(f"{c['name']:24s} {a['expected_syncs']:>9} {a['host_syncs_per_step']!s:>8} {b['expected_syncs']:>7} "
-                     f"{b['host_syncs_per_step']!s:>5}  {c['change']['difference']}  {g.loc[c['name'], 'group']}")
+                     f"{b['host_syncs_per_step']!s:>5}  {(c['change'] or {}).get('difference', 'not measured')}  "
+                     f"{g.loc[c['name'], 'group']}  {acc.loc[c['name'], 'verdict']}")
+    lines.append(charge_accounting.summary(gal))
     mism = report.check(gal)
     lines.append(f"cases: {len(gal['cases'])}; count mismatches: {len(mism)}" + "".join(f"\n  MISMATCH {m}" for m in mism))
     if hz:
@@ -129,9 +121,9 @@ def summary_table(gal: dict, hz, inv: dict) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", default="gpu", choices=sorted(SCALES))
-    ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--trials", type=int, default=3, help="profiler-free trials per variant (the gallery's own)")
-    ap.add_argument("--rounds", type=int, default=10, help="paired rounds per case for the fix's step-time change")
+    ap.add_argument("--steps", type=int, default=step_change.STEPS)
+    ap.add_argument("--rounds", type=int, default=step_change.ROUNDS,
+                    help="paired rounds per gallery case: both step times and the fix's change")
     ap.add_argument("--budget-s", type=float, default=170.0)
     ap.add_argument("--cases", default="", help="comma-separated subset of the gallery's cases (default: all)")
     ap.add_argument("--cpu-dry-run", action="store_true", help="without CUDA: the smoke scale, into $OUT/field-cpu-dry-run/")
@@ -152,7 +144,7 @@ def main(argv=None) -> int:
     evidence.mkdir(parents=True, exist_ok=True)
     fp = probe.fingerprint()
     say(f"fingerprint: {fp['gpu']} · driver {fp['driver']} · CUDA {fp['cuda']} · torch {fp['torch']}; scale {scale}")
-    gal = record_gallery(scale, a.steps, a.trials, a.rounds, [c for c in a.cases.split(",") if c] or None)
+    gal = record_gallery(scale, a.steps, a.rounds, [c for c in a.cases.split(",") if c] or None)
     gal["wall_s"] = round(time.perf_counter() - T0, 1)
     gpath = report.save(gal, data / "gallery" / machine_file_name(fp, gal["recorded_at"], "gallery"))
     say(f"gallery -> {gpath}")

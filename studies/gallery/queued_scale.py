@@ -3,11 +3,12 @@ ahead of each case's sync) and print, per case, the caused idle (notebook 01's r
 and the step-time change split as report.SPLIT_RULE says (the case's waits, the fix's own waits, GPU
 idle charged to no wait, the fix's other changes).
 
-    python -m studies.gallery.queued_scale [--steps 20] [--trials 3] [--scale queued]
+    python -m studies.gallery.queued_scale [--steps 20] [--rounds 10] [--scale queued]
 
 Writes <root>/data/gallery/<gpu>-gallery-<scale>-<yyyymmdd>.json (root: $OUT when set, else the
-repository) with the machine's fingerprint; notebook 04 reads the newest file there. About 60-90 s on
-an H200 (7 cases x 2 variants x (3 trials of 20 steps + a profiled pass), ~6 ms per step). Without CUDA
+repository) with the machine's fingerprint; notebook 04 reads the newest file there. Each case as
+scripts/gpu_gallery.py measures it (report.measure_case: the profiled passes, then paired rounds, about
+6 s a case on an H200). Without CUDA
 it records the smoke scale, where nothing can sync, and says so.
 """
 from __future__ import annotations
@@ -38,7 +39,7 @@ def split_table(rec: dict):
     rows = []
     for c in rec["cases"]:
         a, b = c["variants"]["case"], c["variants"]["fix"]
-        sp = report.split(a, b)
+        sp = report.split(a, b, report.change_ms(c))
         rows.append({"case": c["name"], "GPU busy": a.get("gpu_busy_ms"), "blocked": a["host_blocked_ms"],
                      "caused idle": a.get("gpu_idle_sync_caused_ms"), "caused idle fix": b.get("gpu_idle_sync_caused_ms"),
                      "step": a["step_ms"], "step fix": b["step_ms"], "change": sp["step_change_ms"],
@@ -51,7 +52,7 @@ def split_table(rec: dict):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--trials", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--scale", default=None, help="a gallery scale (default: cases.default_scale of the device)")
     a = ap.parse_args(argv)
     import pandas as pd
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
     from dspark_lab.gallery import report
 
     t0 = time.perf_counter()
-    rec = report.record(scale=a.scale, steps=a.steps, trials=a.trials)
+    rec = report.record(scale=a.scale, steps=a.steps, rounds=a.rounds)
     rec["wall_s"] = round(time.perf_counter() - t0, 1)
     path = report.save(rec, out_path(rec))
     bad = report.check(rec)

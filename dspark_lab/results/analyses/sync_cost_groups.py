@@ -2,15 +2,19 @@
 cost (the fix is measurably faster) and syncs that cost nothing here, with the reason read from the
 same record. Torch-free: it reads a recorded gallery (gallery/report.py's format) as a dict.
 
-The step-time change is the case's `change` (fix against case, trials paired per round, written by
-studies/field/record_field.py) where present; otherwise the two variants' 95% CIs: apart, it costs;
-overlapping, no measurable difference. A fix measurably slower than its case is a fix that costs
+The step-time change is the case's `change` (fix against case, trials paired per round: in a gallery
+recorded by gallery/report.py's measure_case, the same rounds that give the step times the gallery
+table shows) where present; otherwise the two variants' 95% CIs: apart, it costs; overlapping, no
+measurable difference. Each row also carries whether the case's charge accounts for the fix's saving
+(charge_accounting.RULE). A fix measurably slower than its case is a fix that costs
 (a wait added to close a race, a wait moved where it waits longer): the counter-examples' group
 where the data puts them there. A case is a counter-example where its shape says so (registry).
 """
 from __future__ import annotations
 
 import pandas as pd
+
+from dspark_lab.results.analyses import charge_accounting
 
 COSTS, FREE, UNMEASURED = "syncs that cost", "syncs that cost nothing here", "not measurable here"
 PRICED = "fixes that cost"  # the fix is measurably slower than the case
@@ -23,7 +27,8 @@ def _change(c: dict) -> tuple[float, float, float, str]:
     """(pct, lo, hi, how): the fix's step time against the case's, in percent (< 0: the fix is faster)."""
     ch = c.get("change")
     if ch:
-        return ch["pct"], ch["ci_low"], ch["ci_high"], "paired per round"
+        how = "paired per round, the step times' own rounds" if ch.get("same_rounds") else "paired per round"
+        return ch["pct"], ch["ci_low"], ch["ci_high"], how
     a, b = c["variants"]["case"], c["variants"]["fix"]
     pct = (b["step_ms"] / a["step_ms"] - 1) * 100
     lo, hi = (b["step_ms_lo"] / a["step_ms_hi"] - 1) * 100, (b["step_ms_hi"] / a["step_ms_lo"] - 1) * 100
@@ -88,12 +93,14 @@ def groups(rec: dict) -> pd.DataFrame:
         a, b = c["variants"]["case"], c["variants"]["fix"]
         row = {"case": c["name"], "from": c["pr"].split(" (")[0], "syncs case": a["host_syncs_per_step"],
                "syncs fix": b["host_syncs_per_step"], "counter-example": str(c.get("shape", "")).startswith(COUNTER),
-               "charge ms": _caused(a) if a["status"] == "ok" else None}
+               "charge ms": _caused(a) if a["status"] == "ok" else None,
+               "charge vs saving": charge_accounting.account(rec, c)["verdict"]}
         if a["status"] != "ok" or b["status"] != "ok" or not a["step_ms"] or not b["step_ms"]:
             rows.append({**row, "group": UNMEASURED, "why": a["error"] or b["error"] or "no step time"})
             continue
         pct, lo, hi, how = _change(c)
-        row.update({"change %": pct, "CI low %": lo, "CI high %": hi, "compared": how})
+        row.update({"change %": pct, "CI low %": lo, "CI high %": hi, "change ms": (c.get("change") or {}).get("ms"),
+                    "compared": how})
         if rec.get("device") != "cuda":
             row.update(group=UNMEASURED, why="recorded without CUDA: nothing can sync, every count is zero by construction")
         elif hi < 0:
@@ -104,7 +111,7 @@ def groups(rec: dict) -> pd.DataFrame:
             row.update(group=FREE, why=_why_free(c))
         rows.append(row)
     cols = ["group", "case", "from", "counter-example", "syncs case", "syncs fix", "charge ms", "change %", "CI low %",
-            "CI high %", "compared", "why"]
+            "CI high %", "change ms", "compared", "charge vs saving", "why"]
     out = pd.DataFrame(rows, columns=cols)
     order = out["group"].map({g: i for i, g in enumerate(GROUP_ORDER)})
     return out.iloc[order.argsort(kind="stable")].reset_index(drop=True)
@@ -126,7 +133,7 @@ def counts_match(rec: dict) -> pd.DataFrame:
 def _row_line(r: dict) -> str:
     change = "" if r["change %"] != r["change %"] else (f"{r['change %']:+.1f}% (95% CI {r['CI low %']:+.1f}% to "
                                                         f"{r['CI high %']:+.1f}%, {r['compared']}): ")
-    return f"  {r['case']} ({r['from']}): {change}{r['why']}"
+    return f"  {r['case']} ({r['from']}): {change}{r['why']} [charge against saving: {r['charge vs saving']}]"
 
 
 def lines(rec: dict) -> list[str]:
