@@ -7,7 +7,7 @@
 #   sweep                       the README's quick sweep, `dspark-lab sweep --preset quick`, as its README test runs it
 # (the CUDA suite leaves out the README's measuring commands, marked readme_job: minutes; stage readme runs them all)
 # Other stages, named explicitly (studies/ and scripts/): readme, cudaN (any N: one more CUDA-suite invocation),
-# card (doctor --card --compare), gallery, blocked (the known-idle cases' syncs timed without a profiler), reference, traces, cold, where, live_stream, live_stream_alt,
+# card (doctor --card --compare), gallery (GALLERY_ARGS: more arguments of scripts/gpu_gallery.py), blocked (the known-idle cases' syncs timed without a profiler), reference, traces, cold, where, live_stream, live_stream_alt,
 # card_hazards, interference, inspect, torchrun, ep (two GPUs), field (the gallery at the queued scale, the
 # hazards, notebook 06's step), order (three randomised-order reference runs), run_ahead,
 # headroom (each gallery case's and the draft step's headroom beside its charge, and the race forms),
@@ -67,7 +67,7 @@ run_stage() {  # stage: its command, under its limit, output in $log
     live_stream_alt) OUT=$W timeout "${LIMIT[live_stream_alt]}" python3 -m studies.live_panel.benchmark ${LIVE_STREAM_ALT:?set LIVE_STREAM_ALT} ;;
     card) mkdir -p "$W/card" && timeout "${LIMIT[card]}" python3 -m dspark_lab.cli doctor --card \
             --compare "${CARD_REF:-data/machines/h200-card-20261201.json}" --card-out "$W/card/h200-card-$(date -u +%Y%m%d-%H%M).json" ;;
-    gallery) OUT=$W timeout "${LIMIT[gallery]}" python3 scripts/gpu_gallery.py && timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_field_third_round.py tests/test_charge_accounting.py ;;
+    gallery) OUT=$W timeout "${LIMIT[gallery]}" python3 scripts/gpu_gallery.py ${GALLERY_ARGS:-} && timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda tests/test_field_third_round.py tests/test_charge_accounting.py ;;
     card_hazards) OUT=$W timeout "${LIMIT[card_hazards]}" python3 -m studies.card.card_and_hazards ;;
     interference) OUT=$W timeout "${LIMIT[interference]}" python3 -m studies.interference.hostile_check ;;
     inspect) OUT=$W timeout "${LIMIT[inspect]}" python3 -m studies.inspect.katas_and_diffs ;;
