@@ -37,7 +37,9 @@ EQUAL_WORK_RULE = (
     "whose copy is a cell of the platform card (one 4-byte copy or fill) and that adds no cross-stream wait, "
     "against the sync-free reference; where nothing reads it (EP 1), those of them that make no host-to-device "
     "copy there (those mirroring SGLang return None, a device-to-device cell fills on the device), against "
-    "the first of them that mirrors SGLang.")
+    "the first of them that mirrors SGLang. Equal up to that one small operation, not identical: the driver may "
+    "stage a pageable source and does not stage a pinned one, a fill is a kernel launch with no host tensor, and "
+    "at EP 1 a fill stands against no work; the margin holds those differences too.")
 MARGIN_RULE = (
     "tie margin: the largest paired difference (% of the second, by trial round, each pair taken both ways) "
     "between two strategies doing the same work in any recorded randomised-order run (data/order/, "
