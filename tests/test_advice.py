@@ -92,7 +92,7 @@ def test_a_probe_saying_pageable_copies_block_rules_out_pageable_strategies():
     assert any("ruled out by the probe" in e and "non_blocking" in e for e in rec.evidence)
     words = " ".join(advice.probe_in_words(probe))
     assert "waits for the queue" in words and "returned at once (on_demand_pinned, persistent_fill)" in words
-    # not blocking: the pageable forms stay in (they tie, equal in work; the slower two are out by over 3.5%)
+    # not blocking: the pageable forms stay in (they tie, equal in work; the slower two are out by more than the margin)
     assert rec_here(rows, dict(probe, pageable_nonblocking_blocks=False)).strategy in ("non_blocking", "on_demand")
 
 

@@ -14,8 +14,9 @@ two-point study runs must not become its headline or its picks) and prints, per 
 equal-work differences with their 95% CIs (equal work as results.analyses.tie_margin reads it from the
 strategy table), the advice's tie margin set from them (tie_margin.MARGIN_RULE: the advice reads the
 same margin from data/order/) and the advice's choice under it (gated by this machine's recorded card
-and hazards under data/machines/). About 40 s per run
-on an H200 (two points, each 10-15 s of interleaved rounds, plus graph capture and a profiled pass).
+and hazards under data/machines/). About 25 s per run
+on an H200 (the recorded runs: 25-27 s from header to last point, each point 12-15 s with its interleaved
+rounds, graph capture and profiled pass).
 """
 from __future__ import annotations
 

@@ -465,8 +465,8 @@ def _choose(kept: list, points: list, cards: Sequence[dict], margin_pct: float,
         copies = ", ".join(f"{s} {sum(float(p.copies.get(s, 0) or 0) for p in points):g}" for s in tie)
         charges = _charges_in_words(tie, mine)
         waits = f", cross-stream wait charges per call ({charges})" if charges else ""
-        out.append(f"a tie at {main.label} (within {margin_pct:g}% of {ref}): {diffs}; broken by sync-freedom, "
-                   f"portability{waits} and copies per step over the regimes ({copies}): {chosen}")
+        out.append(f"a tie at {main.label} (within {margin_pct:g}% of {ref} or not measurably slower): {diffs}; "
+                   f"broken by sync-freedom, portability{waits} and copies per step over the regimes ({copies}): {chosen}")
     if cards:
         out.append(portability_in_words(cards, chosen))
     return chosen, out

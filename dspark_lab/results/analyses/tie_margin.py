@@ -6,7 +6,8 @@
 
 EQUAL_WORK_RULE  which strategies do the same work, read from the strategy table's rows (equal_work_pairs).
 MARGIN_RULE      the margin: the largest paired difference between two strategies doing the same work in
-                 any recorded randomised-order run, rounded up to the next 0.1% above it (margin_of).
+                 any recorded randomised-order run, each pair taken both ways (the advice compares a
+                 strategy against the faster one), rounded up to the next 0.1% above it (margin_of).
 Where no record holds such a pair the margin falls back, and its text says so (recorded).
 torch-free.
 """
@@ -36,11 +37,15 @@ EQUAL_WORK_RULE = (
     "whose copy is a cell of the platform card (one 4-byte copy or fill) and that adds no cross-stream wait, "
     "against the sync-free reference; where nothing reads it (EP 1), those of them that make no host-to-device "
     "copy there (those mirroring SGLang return None, a device-to-device cell fills on the device), against "
-    "the first of them that mirrors SGLang.")
+    "the first of them that mirrors SGLang. Equal up to that one small operation, not identical: the driver may "
+    "stage a pageable source and does not stage a pinned one, a fill is a kernel launch with no host tensor, and "
+    "at EP 1 a fill stands against no work; the margin holds those differences too.")
 MARGIN_RULE = (
-    "tie margin: the largest paired difference (% of the second, by trial round) between two strategies doing "
-    "the same work in any recorded randomised-order run (data/order/, studies.order.randomised_reference), "
-    "rounded up to the next 0.1% above it, so that no such pair is ranked.")
+    "tie margin: the largest paired difference (% of the second, by trial round, each pair taken both ways) "
+    "between two strategies doing the same work in any recorded randomised-order run (data/order/, "
+    "studies.order.randomised_reference), rounded up to the next 0.1% above it, so that no recorded such pair "
+    "is ranked; a pair not listed as doing the same work (two strategies each compared only with the reference) "
+    "can still be, and a new equal-work pair can fall outside it.")
 
 
 @dataclass(frozen=True)
@@ -71,8 +76,9 @@ def equal_work_pairs() -> list[EqualWorkPair]:
 
 
 def differences(rows: pd.DataFrame, headers: Sequence[dict] = ()) -> list[dict]:
-    """Per run and equal-work pair present: the paired difference (% of `against`), its 95% CI, and whether
-    the run's trials ran in a seeded random order (`headers`: the run files' headers, for the runs' names)."""
+    """Per run and equal-work pair present: the paired difference (% of `against`), its 95% CI, the difference
+    taken the other way (`pct back`: % of `strategy`), and whether the run's trials ran in a seeded random
+    order (`headers`: the run files' headers, for the runs' names)."""
     data = RunData(rows, headers=headers)
     out = []
     for rid in data.run_ids():
@@ -83,8 +89,10 @@ def differences(rows: pd.DataFrame, headers: Sequence[dict] = ()) -> list[dict]:
             if at.empty or not {p.strategy, p.against} <= set(at["strategy"]):
                 continue
             c = summaries.compare(at, p.strategy, p.against)
+            back = summaries.compare(at, p.against, p.strategy)["pct"]
             out.append({"run": data.labels().get(rid, rid), "regime": p.regime, "strategy": p.strategy,
-                        "against": p.against, "pct": c["pct"], "ci_low": c["ci_low"], "ci_high": c["ci_high"],
+                        "against": p.against, "pct": c["pct"], "pct back": back,
+                        "ci_low": c["ci_low"], "ci_high": c["ci_high"],
                         "within CI": not c["measurable"], "rounds": c["quiet_rounds"], "gpu": str(at["gpu"].iloc[0]),
                         "randomised": randomised, "why same work": p.why})
     return out
@@ -131,13 +139,21 @@ def given(pct) -> TieMargin:
     return TieMargin(float(pct), fallback="given by the caller, not the recorded equal-work spread")
 
 
+def _larger_way(d: dict) -> dict:
+    """The pair's difference the way it is larger: a 3.42% gap as % of the slower is 3.54% of the faster."""
+    back = d.get("pct back")
+    if back is None or abs(back) <= abs(d["pct"]):
+        return d
+    return dict(d, strategy=d["against"], against=d["strategy"], pct=back, **{"pct back": d["pct"]})
+
+
 def margin_of(diffs: Sequence[dict], files=()) -> Optional[TieMargin]:
     """MARGIN_RULE over `differences(...)` of the runs in `files`: the margin with its evidence; None where no
     randomised-order run holds an equal-work pair (a fixed trial order's rotation bias is not the bench's spread)."""
     diffs = [d for d in diffs if d["randomised"]]
     if not diffs:
         return None
-    largest = max(diffs, key=lambda d: abs(d["pct"]))
+    largest = max((_larger_way(d) for d in diffs), key=lambda d: abs(d["pct"]))
     top = abs(largest["pct"])
     pct = round(math.floor(top / STEP_PCT + 1e-9) * STEP_PCT + STEP_PCT, 1)
     if pct <= top:  # a float a hair under the step: one more step keeps the pair inside
@@ -180,4 +196,4 @@ def recorded(data_dir=None) -> TieMargin:
         if theirs is not None:
             return replace(theirs, fallback=missing)
     return TieMargin(FALLBACK_PCT, fallback=f"{missing}: fallback {FALLBACK_PCT:g}%, no measured equal-work spread, "
-                                            "so only a difference inside its 95% CI is a tie")
+                                            "so every measurably slower strategy is ranked")
