@@ -113,7 +113,7 @@ def main(argv=None) -> int:
             ap.error(f"--cases: {c!r} is not a case; allowed: {', '.join(names())}")
     rec = record(chosen, a.scale, a.steps, a.rounds)
     rec["wall_s"] = round(time.perf_counter() - T0, 1)
-    path = report.save(rec, out / "data" / "gallery" / machine_file_name(fp, rec["recorded_at"], "gallery"))
+    path = report.save(rec, out / "data" / "gallery" / machine_file_name(fp, rec["recorded_at"], "gallery", with_time=True))
     print(f"gallery -> {path} in {rec['wall_s']} s")
     checks = [] if a.no_verify else verify_groups(out, fp)
     for ch in checks:

@@ -19,10 +19,11 @@ from dspark_lab.results.analyses import charge_accounting as A
 from dspark_lab.results.analyses import sync_cost_groups as G
 
 
-def _v(step, charge, *, work, profiled=None, status="ok"):
-    """A variant: profiler-free step, charge, launched work (ms per step); profiled = step (no stretch) unless given."""
+def _v(step, charge, *, work, profiled=None, status="ok", readback=0.0):
+    """A variant: profiler-free step, charge, launched work (ms per step); profiled = step (no stretch) unless
+    given; `readback`: the idle its by-design readback caused."""
     return {"status": status, "error": "" if status == "ok" else "RuntimeError: boom", "step_ms": step,
-            "gpu_idle_sync_caused_ms": charge, "launched_gpu_ms": work, "profiled_step_ms": profiled or step,
+            "gpu_idle_sync_caused_ms": charge, "gpu_idle_readback_caused_ms": readback, "launched_gpu_ms": work, "profiled_step_ms": profiled or step,
             "host_syncs_per_step": 1.0, "expected_syncs": 1, "matches": True, "host_blocked_ms": 1.0}
 
 
@@ -225,3 +226,36 @@ def test_on_a_gpu_a_case_records_its_launched_work_and_its_change_from_the_round
     assert a["launched_gpu_ms"] > 0 and b["launched_gpu_ms"] > 0
     row = A.table(rec).iloc[0]
     assert row["verdict"] in A.VERDICTS and row["reason"] and row["net charge ms"] == row["net charge ms"]
+
+
+def test_a_fix_that_moves_its_wait_into_the_readback_is_charged_there():
+    # the case's wait idles the GPU 0.33 ms; the fix waits in its by-design readback instead, which idles
+    # it 0.08 ms: the step saves 0.25 ms, which the charges account for only with the readback's
+    case, fix = _v(5.2, 0.33, work=4.8), _v(4.95, 0.0, work=4.8, readback=0.08)
+    r = _row("moved", case, fix, _change(-0.25, -0.27, -0.23))
+    assert r["fix readback charge ms"] == pytest.approx(0.08) and r["net charge ms"] == pytest.approx(0.25)
+    assert r["verdict"] == A.ACCOUNTED
+    assert _row("moved", case, _v(4.95, 0.0, work=4.8), _change(-0.25, -0.27, -0.23))["verdict"] == A.NOT_ACCOUNTED
+
+
+def test_a_record_without_the_readback_charge_cannot_tell_and_says_which_field():
+    name, a, b, ch = ACCOUNTED
+    old = {k: v for k, v in a.items() if k != "gpu_idle_readback_caused_ms"}
+    r = _row(name, old, b, ch)
+    assert r["verdict"] == A.CANNOT_TELL and "case.gpu_idle_readback_caused_ms" in r["reason"]
+
+
+def test_a_gallery_recorded_later_the_same_day_is_the_one_shown(tmp_path):
+    from dspark_lab.results.record.paths import machine_file_name
+
+    fp = {"gpu": "NVIDIA H200"}
+    assert machine_file_name(fp, "2026-12-04T19:45:12+00:00", "gallery", with_time=True) == "h200-gallery-20261204-1945.json"
+    assert machine_file_name(fp, "2026-12-04T19:45:12+00:00", "gallery") == "h200-gallery-20261204.json"
+    with pytest.raises(ValueError, match="recorded must be an ISO time"):
+        machine_file_name(fp, "2026-12-04", "gallery", with_time=True)
+    for name in ("h200-gallery-20261203.json", "h200-gallery-20261204.json", "h200-gallery-20261204-0930.json",
+                 "h200-gallery-20261204-1945.json"):
+        (tmp_path / name).write_text("{}")
+    assert report.find_recorded(tmp_path).name == "h200-gallery-20261204-1945.json"
+    (tmp_path / "h200-gallery-20261205.json").write_text("{}")  # a later day, named by its day only
+    assert report.find_recorded(tmp_path).name == "h200-gallery-20261205.json"

@@ -359,3 +359,37 @@ def test_a_drain_after_the_last_step_does_not_take_the_last_steps_charge():
     t.launch(1100, 1110, 1112, 1200)   # after the step (e.g. the strategy's drain work)
     t.sync(1120, 1205, "cudaDeviceSynchronize")
     assert charged(t) == [(500, 612, "cudaStreamSynchronize"), (700, 1000, "cudaStreamSynchronize")]
+
+
+def test_the_readback_is_charged_apart_by_the_same_rule():
+    # The step's only wait is its by-design readback (an event sync that drains the queue): the step's
+    # charge leaves it out, its own charge is the gap after it, capped by its host time (395 µs).
+    t = Trace()
+    t.step(0, 900)                     # the step ends with the next launch's work
+    t.launch(0, 10, 12, 500)
+    t.host(READBACK_RANGE, 100, 520, cat="user_annotation")
+    t.sync(110, 505, "cudaEventSynchronize")
+    t.launch(800, 810, 812, 900)       # gap 500-812: 312 µs, under the cap
+    s = breakdown.summary(t.ev())
+    assert s["gpu_idle_sync_caused_ms"] == 0
+    assert s["gpu_idle_readback_caused_ms"] == pytest.approx(0.312)
+    # Capped: a longer gap is charged only the host time the readback waited (395 µs).
+    t = Trace()
+    t.step(0, 1700)
+    t.launch(0, 10, 12, 500)
+    t.host(READBACK_RANGE, 100, 520, cat="user_annotation")
+    t.sync(110, 505, "cudaEventSynchronize")
+    t.launch(1600, 1610, 1612, 1700)   # gap 500-1612
+    assert breakdown.summary(t.ev())["gpu_idle_readback_caused_ms"] == pytest.approx(0.395)
+
+
+def test_a_step_without_a_readback_has_no_readback_charge_and_the_step_charge_is_unchanged():
+    t = Trace()
+    t.step(0, 3000)
+    t.launch(0, 10, 12, 500)
+    t.sync(20, 505)
+    t.launch(600, 610, 612, 1000)
+    s = breakdown.summary(t.ev())
+    assert s["gpu_idle_readback_caused_ms"] == 0
+    assert s["gpu_idle_sync_caused_ms"] > 0
+    assert s["gpu_idle_sync_caused_ms"] == pytest.approx(breakdown.per_step(t.ev()).gpu_idle_sync_caused_ms.mean())

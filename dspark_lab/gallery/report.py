@@ -46,6 +46,7 @@ VARIANT_KEYS = (
     "guard_sites",  # the guard in counting mode over one step: [[site, kind, witness, allowed], ...]
     "host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms",
     "gpu_idle_sync_caused_ms",  # the sync's cost by notebook 01's rule (measure.breakdown.SYNC_COST_RULE)
+    "gpu_idle_readback_caused_ms",  # the by-design readback's, by the same rule, apart (breakdown.readback_caused_ms)
     "wait_charges", "wait_note",  # per kind of wait: count, blocked and charged ms; the waits charged nothing and why
     "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms",  # what else the fix may change
     "launched_gpu_ms",  # the GPU work the step launches (gallery/launched_work.py), wherever it ran
@@ -72,7 +73,7 @@ def analyse(tr: dict) -> dict:
 
 
 PART_KEYS = ("host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms",
-             "gpu_idle_sync_caused_ms", "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms",
+             "gpu_idle_sync_caused_ms", "gpu_idle_readback_caused_ms", "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms",
              "wait_charges", "wait_note")
 SPLIT_RULE = ("the step-time change (fix - case) split in four (profiled steps): the GPU idle "
               "the case's waits caused, which the fix removes (notebook 01's rule); the GPU idle the fix's own waits "
@@ -189,11 +190,19 @@ def save(rec: dict, path: Union[str, Path]) -> Path:
     return p
 
 
+def _recorded_order(p: Path) -> tuple:
+    """A gallery file's place among the recorded ones: by the stamp its name ends with, a name with the
+    day only (<gpu>-gallery-<yyyymmdd>.json) counting as that day's start, before one with a time."""
+    parts = p.stem.split("-")
+    timed = len(parts) >= 2 and len(parts[-1]) == 4 and parts[-1].isdigit() and len(parts[-2]) == 8
+    return (parts[-2], parts[-1]) if timed else (parts[-1], "") if parts else ("", "")
+
+
 def find_recorded(path: Union[str, Path, None] = None) -> Path:
     """`path`, else $DSPARK_GALLERY_DATA, else the newest data/gallery/*.json (a file or a folder)."""
     src = Path(path or os.environ.get(DATA_ENV) or DATA_DIR)
     if src.is_dir():
-        files = sorted(src.glob("*.json"))
+        files = sorted(src.glob("*.json"), key=_recorded_order)
         if not files:
             raise ValueError(f"no recorded gallery (*.json) in {src}: record one with scripts/gpu_gallery.py "
                              f"or point {DATA_ENV} at one")

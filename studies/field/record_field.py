@@ -146,7 +146,7 @@ def main(argv=None) -> int:
     say(f"fingerprint: {fp['gpu']} · driver {fp['driver']} · CUDA {fp['cuda']} · torch {fp['torch']}; scale {scale}")
     gal = record_gallery(scale, a.steps, a.rounds, [c for c in a.cases.split(",") if c] or None)
     gal["wall_s"] = round(time.perf_counter() - T0, 1)
-    gpath = report.save(gal, data / "gallery" / machine_file_name(fp, gal["recorded_at"], "gallery"))
+    gpath = report.save(gal, data / "gallery" / machine_file_name(fp, gal["recorded_at"], "gallery", with_time=True))
     say(f"gallery -> {gpath}")
     hz = None
     if cuda:

@@ -16,7 +16,9 @@ from dspark_lab.results.rules.profiler_stretch import less_stretch, stretch_ms
 ACCOUNTED, NOT_ACCOUNTED, CANNOT_TELL = "accounted", "not accounted", "cannot tell"
 VERDICTS = (ACCOUNTED, NOT_ACCOUNTED, CANNOT_TELL)
 GPU_BOUND_SHARE = 0.05  # a step whose time outside its launched work and charged idle is under 5% of it is GPU-bound
-RULE = ("net charge = the case's charge less its profiler stretch - the fix's charge less its stretch "
+RULE = ("a step's charge = the GPU idle its waits caused plus the idle its by-design readback caused, by the same "
+        "rule (a fix that moves its wait into the readback still pays it there). "
+        "net charge = the case's charge less its profiler stretch - the fix's charge less its stretch "
         "(results/rules/profiler_stretch.py; ms per step). saving = -(the paired change, fix - case, ms per step) "
         "with its 95% CI. A step is GPU-bound where its profiler-free time less the GPU work it launches less its "
         "charge (less stretch) is under 5% of the step. Where both steps are GPU-bound, the work the fix removed "
@@ -28,8 +30,13 @@ RULE = ("net charge = the case's charge less its profiler stretch - the fix's ch
         "existed), the work change above, or a CI that holds both 0 and a net charge other than 0")
 
 
+def _charge(r: dict) -> float:
+    """The step's charge: its waits' and its readback's (RULE)."""
+    return r["gpu_idle_sync_caused_ms"] + r["gpu_idle_readback_caused_ms"]
+
+
 def _charge_less_stretch(r: dict) -> Optional[float]:
-    charge = r.get("gpu_idle_sync_caused_ms")
+    charge = _charge(r)
     return less_stretch(charge, charge, stretch_ms(r.get("profiled_step_ms"), r.get("step_ms")))
 
 
@@ -49,7 +56,7 @@ def _missing(rec: dict, c: dict) -> str:
     if not ch.get("same_rounds") or ch.get("ms") is None:
         return ("recorded before the step times and the change were one measurement (its change has no ms from "
                 "the variants' own paired rounds)")
-    keys = ("launched_gpu_ms", "gpu_idle_sync_caused_ms", "profiled_step_ms", "step_ms")
+    keys = ("launched_gpu_ms", "gpu_idle_sync_caused_ms", "gpu_idle_readback_caused_ms", "profiled_step_ms", "step_ms")
     gone = [f"{v}.{k}" for v, r in (("case", a), ("fix", b)) for k in keys if r.get(k) is None]
     return f"recorded before {', '.join(gone)} existed" if gone else ""
 
@@ -95,13 +102,16 @@ def account(rec: dict, c: dict) -> dict:
     if why:
         return {**row, "verdict": CANNOT_TELL, "reason": why}
     net_a, net_b = _charge_less_stretch(c["variants"]["case"]), _charge_less_stretch(c["variants"]["fix"])
-    row.update({"case charge less stretch ms": net_a, "fix charge less stretch ms": net_b,
+    row.update({"case readback charge ms": c["variants"]["case"]["gpu_idle_readback_caused_ms"],
+                "fix readback charge ms": c["variants"]["fix"]["gpu_idle_readback_caused_ms"],
+                "case charge less stretch ms": net_a, "fix charge less stretch ms": net_b,
                 "net charge ms": net_a - net_b, **_saving(c, net_a, net_b)})
     verdict, reason, off = _verdict(row)
     return {**row, "verdict": verdict, "reason": reason, "off by ms": off}
 
 
-COLUMNS = ["case", "verdict", "net charge ms", "case charge less stretch ms", "fix charge less stretch ms",
+COLUMNS = ["case", "verdict", "net charge ms", "case readback charge ms", "fix readback charge ms",
+           "case charge less stretch ms", "fix charge less stretch ms",
            "saving ms", "saving CI low ms", "saving CI high ms", "work removed ms", "work taken off", "GPU-bound",
            "rest ms case", "rest ms fix", "wait saving ms", "wait saving CI low ms", "wait saving CI high ms",
            "off by ms", "reason"]

@@ -33,19 +33,18 @@ STEP_PCT = 0.1  # the margin's precision as printed
 FALLBACK_PCT = 0.0  # with no measured spread no margin is claimed: only a difference inside its CI is a tie
 
 EQUAL_WORK_RULE = (
-    "equal work, from the strategy table: where the scalar is read (EP > 1), each strategy but the baseline "
-    "whose copy is a cell of the platform card (one 4-byte copy or fill) and that adds no cross-stream wait, "
-    "against the sync-free reference; where nothing reads it (EP 1), those of them that make no host-to-device "
-    "copy there (those mirroring SGLang return None, a device-to-device cell fills on the device), against "
-    "the first of them that mirrors SGLang. Equal up to that one small operation, not identical: the driver may "
+    "equal work, from the strategy table: where the scalar is read (EP > 1), the sync-free reference and each "
+    "strategy but the baseline whose copy is a cell of the platform card (one 4-byte copy or fill) and that adds "
+    "no cross-stream wait, every two of them; where nothing reads it (EP 1), those of them that make no "
+    "host-to-device copy there (those mirroring SGLang return None, a device-to-device cell fills on the "
+    "device), every two of them. Equal up to that one small operation, not identical: the driver may "
     "stage a pageable source and does not stage a pinned one, a fill is a kernel launch with no host tensor, and "
     "at EP 1 a fill stands against no work; the margin holds those differences too.")
 MARGIN_RULE = (
     "tie margin: the largest paired difference (% of the second, by trial round, each pair taken both ways) "
     "between two strategies doing the same work in any recorded randomised-order run (data/order/, "
     "studies.order.randomised_reference), rounded up to the next 0.1% above it, so that no recorded such pair "
-    "is ranked; a pair not listed as doing the same work (two strategies each compared only with the reference) "
-    "can still be, and a new equal-work pair can fall outside it.")
+    "is ranked; a new equal-work pair can fall outside it.")
 
 
 @dataclass(frozen=True)
@@ -60,19 +59,24 @@ def _copies_nothing_unread(r: strategy_table.StrategyRow) -> bool:
     return r.mirrors_sglang or (r.card_cell is not None and r.card_cell[0] == "d2d")
 
 
+def _pairs(regime: str, group: list, why) -> list[EqualWorkPair]:
+    """Every two strategies of `group` (table order), each with why they do the same work."""
+    return [EqualWorkPair(regime, a.name, b.name, why(a, b)) for i, a in enumerate(group) for b in group[:i]]
+
+
+def _work(r: strategy_table.StrategyRow) -> str:
+    return "returns None" if r.mirrors_sglang else f"a device {r.card_cell[1]}"
+
+
 def equal_work_pairs() -> list[EqualWorkPair]:
     """EQUAL_WORK_RULE over the live strategy table."""
     same = [r for r in strategy_table.rows() if not r.baseline and r.card_cell is not None and not r.stream_waits]
     ref = strategy_table.row(strategy_table.SYNC_FREE)
-    out = [EqualWorkPair(READ, r.name, ref.name, f"one 4-byte {r.card_cell[1]} against one {ref.card_cell[1]}, "
-                                                  "no cross-stream wait") for r in same if r.name != ref.name]
+    read = [ref] + [r for r in same if r.name != ref.name]
     unread = [r for r in same if _copies_nothing_unread(r)]
-    first = next((r for r in unread if r.mirrors_sglang), None)
-    for r in unread if first else []:
-        if r.name != first.name:
-            what = "returns None" if r.mirrors_sglang else f"a device {r.card_cell[1]}"
-            out.append(EqualWorkPair(UNREAD, r.name, first.name, f"{what} against None: no host-to-device copy"))
-    return out
+    return (_pairs(READ, read, lambda a, b: f"one 4-byte {a.card_cell[1]} against one {b.card_cell[1]}, "
+                                            "no cross-stream wait")
+            + _pairs(UNREAD, unread, lambda a, b: f"{_work(a)} against {_work(b)}: no host-to-device copy"))
 
 
 def differences(rows: pd.DataFrame, headers: Sequence[dict] = ()) -> list[dict]:

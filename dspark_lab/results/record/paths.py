@@ -94,9 +94,14 @@ def default_out_dir() -> Path:
     return Path(env).expanduser() if env else REPO_ROOT / "out"
 
 
-def machine_file_name(fingerprint: dict, recorded: str, what: str) -> str:
+def machine_file_name(fingerprint: dict, recorded: str, what: str, *, with_time: bool = False) -> str:
     """A machine record's file name under data/machines/: <gpu>-<what>-<yyyymmdd>.json, e.g.
-    h200-card-20261201.json for an "NVIDIA H200" card recorded on 2026-12-01."""
+    h200-card-20261201.json for an "NVIDIA H200" card recorded on 2026-12-01; `with_time`:
+    <gpu>-<what>-<yyyymmdd>-<HHMM>.json from an ISO `recorded` (two records of one day both kept)."""
     gpu = str(fingerprint.get("gpu", "gpu")).lower().replace("nvidia", "")
     slug = "-".join("".join(ch if ch.isalnum() else " " for ch in gpu).split()) or "gpu"
-    return f"{slug}-{what}-{str(recorded)[:10].replace('-', '')}.json"
+    day = str(recorded)[:10].replace("-", "")
+    hhmm = str(recorded)[11:16].replace(":", "")
+    if with_time and not (len(hhmm) == 4 and hhmm.isdigit()):
+        raise ValueError(f"recorded must be an ISO time (yyyy-mm-ddTHH:MM...) for a timed file name; got {recorded!r}")
+    return f"{slug}-{what}-{day}-{hhmm}.json" if with_time else f"{slug}-{what}-{day}.json"
