@@ -38,8 +38,8 @@ if ls .whl/*.whl >/dev/null 2>&1; then
   [ -f /tmp/site/.dspark-wheels ] && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-notebooks=01_onboarding.ipynb,02_tuning_new_gpu.ipynb,04_sync_gallery.ipynb,05_your_own_code.ipynb
-[ -f notebooks/06_investigation.ipynb ] && notebooks=$notebooks,06_investigation.ipynb
+notebooks=${NOTEBOOKS:-01_onboarding.ipynb,02_tuning_new_gpu.ipynb,04_sync_gallery.ipynb,05_your_own_code.ipynb}
+[ -z "${NOTEBOOKS:-}" ] && [ -f notebooks/06_investigation.ipynb ] && notebooks=$notebooks,06_investigation.ipynb
 declare -A LIMIT=([verify]=400 [cuda]=570 [notebooks]=300 [sweep]=200 [readme]=600 [card_hazards]=130 [interference]=300
   [inspect]=110 [live_stream]=180 [live_stream_alt]=180 [torchrun]=70 [traces]=120 [where]=120 [card]=90
   [gallery]=260 [reference]=200 [cold]=220 [ep]=330

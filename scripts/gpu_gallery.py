@@ -9,12 +9,10 @@ verify's groups say they need CUDA).
 
     python scripts/gpu_gallery.py [--scale queued|gpu|smoke] [--steps 20] [--rounds 10] [--cases a,b]
 
-On an H200 at the defaults, an estimate from the records of 2026-12-04: the gallery's wall_s was
-86 s from the start to the end of its 24 cases at 5 rounds of 8 steps, of which its profiler-free
-trials and rounds (2 x 2 x 11 + 5 x 2 x 11 steps a case at about 5.3 ms) were about 20 s; the rounds
-now take 10 x 2 x (3 + 20) steps a case, about 2.5 s, 60 s in all: about 125 s to the record, which
-is saved before verify's two groups run (wall_s 64.6 and 79.9 in data/verify/h200-verify-compiled-
-20261204*.json): about 190-210 s in all. Exit status 1
+On an H200 at the defaults: the gallery's 24 cases in wall_s 116.5 and 123.8 s
+(data/gallery/h200-gallery-20261204-1952.json and -1939.json, 10 paired rounds of 20 steps a case), saved
+before verify's two groups run (wall_s 64.6 and 79.9 in data/verify/h200-verify-compiled-20261204*.json):
+about 180-205 s in all. Exit status 1
 when a measured count differs from the documented one or a verify check fails (on CUDA only).
 """
 from __future__ import annotations

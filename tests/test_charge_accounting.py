@@ -259,3 +259,20 @@ def test_a_gallery_recorded_later_the_same_day_is_the_one_shown(tmp_path):
     assert report.find_recorded(tmp_path).name == "h200-gallery-20261204-1945.json"
     (tmp_path / "h200-gallery-20261205.json").write_text("{}")  # a later day, named by its day only
     assert report.find_recorded(tmp_path).name == "h200-gallery-20261205.json"
+
+
+def test_the_charges_own_cis_widen_the_saving_and_a_record_without_them_says_so():
+    # a net charge 3 µs above the saving's CI: outside it by the saving's CI alone, inside once the two
+    # charges' own 95% CIs over their profiled steps (±0.004 and ±0.002 ms) are added
+    case, fix = _v(5.2, 0.33, work=4.8), _v(4.95, 0.0, work=4.8, readback=0.08)
+    ch = _change(-0.24, -0.247, -0.233)
+    alone = _row("near", case, fix, ch)
+    assert alone["verdict"] == A.NOT_ACCOUNTED and alone["off by ms"] == pytest.approx(0.003)
+    assert alone["net charge CI half ms"] is None and "judged by the saving's CI alone" in alone["reason"]
+    with_ci = _row("near", dict(case, charge_ci_half_width_ms=0.004), dict(fix, charge_ci_half_width_ms=0.002), ch)
+    assert with_ci["net charge CI half ms"] == pytest.approx(0.006) and with_ci["verdict"] == A.ACCOUNTED
+    assert "widened by the charges' own 95% CIs over the profiled steps (±0.006 ms)" in with_ci["reason"]
+    # a miss larger than both is still one, by its distance past the widened interval
+    far = _row("far", dict(case, charge_ci_half_width_ms=0.004), dict(fix, charge_ci_half_width_ms=0.002),
+               _change(-0.2, -0.207, -0.193))
+    assert far["verdict"] == A.NOT_ACCOUNTED and far["off by ms"] == pytest.approx(0.25 - 0.207 - 0.006)

@@ -393,3 +393,19 @@ def test_a_step_without_a_readback_has_no_readback_charge_and_the_step_charge_is
     assert s["gpu_idle_readback_caused_ms"] == 0
     assert s["gpu_idle_sync_caused_ms"] > 0
     assert s["gpu_idle_sync_caused_ms"] == pytest.approx(breakdown.per_step(t.ev()).gpu_idle_sync_caused_ms.mean())
+
+
+def test_the_charge_ci_half_width_is_over_the_steps_charges_the_readbacks_included():
+    t = Trace()
+    for k, idle in enumerate((100, 200, 300)):  # three steps whose readback-caused gaps differ
+        lo = k * 2000
+        t.step(lo, lo + 1000 + idle)
+        t.launch(lo, lo + 10, lo + 12, lo + 500)
+        t.host(READBACK_RANGE, lo + 100, lo + 520, cat="user_annotation")
+        t.sync(lo + 110, lo + 505, "cudaEventSynchronize")
+        t.launch(lo + 500 + idle, lo + 510 + idle, lo + 512 + idle, lo + 1000 + idle)
+    s = breakdown.summary(t.ev())  # the first step left out: 0.212 and 0.312 ms
+    assert s["gpu_idle_readback_caused_ms"] == pytest.approx(0.262)
+    from dspark_lab.results.rules.stats import mean_ci
+    _, lo, hi = mean_ci([0.212, 0.312])
+    assert s["charge_ci_half_width_ms"] == pytest.approx((hi - lo) / 2) and s["charge_ci_half_width_ms"] > 0

@@ -46,7 +46,8 @@ VARIANT_KEYS = (
     "guard_sites",  # the guard in counting mode over one step: [[site, kind, witness, allowed], ...]
     "host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms",
     "gpu_idle_sync_caused_ms",  # the sync's cost by notebook 01's rule (measure.breakdown.SYNC_COST_RULE)
-    "gpu_idle_readback_caused_ms",  # the by-design readback's, by the same rule, apart (breakdown.readback_caused_ms)
+    "gpu_idle_readback_caused_ms",  # the by-design readback's, by the same rule, apart (breakdown.readback_caused_per_step)
+    "charge_ci_half_width_ms",  # half the 95% CI of the mean charge (the readback's included) over the profiled steps
     "wait_charges", "wait_note",  # per kind of wait: count, blocked and charged ms; the waits charged nothing and why
     "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms",  # what else the fix may change
     "launched_gpu_ms",  # the GPU work the step launches (gallery/launched_work.py), wherever it ran
@@ -73,7 +74,7 @@ def analyse(tr: dict) -> dict:
 
 
 PART_KEYS = ("host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms",
-             "gpu_idle_sync_caused_ms", "gpu_idle_readback_caused_ms", "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms",
+             "gpu_idle_sync_caused_ms", "gpu_idle_readback_caused_ms", "charge_ci_half_width_ms", "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms",
              "wait_charges", "wait_note")
 SPLIT_RULE = ("the step-time change (fix - case) split in four (profiled steps): the GPU idle "
               "the case's waits caused, which the fix removes (notebook 01's rule); the GPU idle the fix's own waits "

@@ -30,6 +30,7 @@ from dspark_lab.measure.syncs import (ASYNC_COPY_APIS, HOST_AHEAD_US, host_event
                                       step_windows, sync_calls)
 from dspark_lab.measure.trace import GPU_CATS, HOST_API_CATS, HOST_RANGE_CAT
 from dspark_lab.results.facts import wait_kinds
+from dspark_lab.results.rules.stats import mean_ci
 
 GPU_MERGE_GAP_US = 2.0  # GPU ops closer than this are drawn as one busy span
 PARTS_PRECEDENCE = ("blocked", "readback", "copy", "launch", "prep")
@@ -102,8 +103,8 @@ def sync_caused_gaps(ev: pd.DataFrame, calls: Optional[pd.DataFrame] = None,
     time, leaving the last step almost nothing (on an H200, two syncs per step: 2.1 ms charged to each
     step but the last, 0.05 ms to the last; a per-step mean 11% below the loss).
     Readback syncs (by design) and blocking calls outside the steps drain too but are charged
-    nothing here: the gaps after them stay "idle, other" (readback_caused_ms charges the readback
-    by this rule, apart). Gaps between the ops of a running CUDA graph or
+    nothing here: the gaps after them stay "idle, other" (readback_caused_per_step charges the
+    readback by this rule, apart). Gaps between the ops of a running CUDA graph or
     between queued kernels are not the host's and are not charged.
     What the host was blocked in: the framework call that made the sync (the innermost ATen op around
     the blocking API call, e.g. aten::_local_scalar_dense for `.item()`), not the API call alone:
@@ -354,33 +355,44 @@ def wait_summary(table: pd.DataFrame, n_steps: int) -> dict:
     return {"wait_charges": json.dumps(charges, sort_keys=True), "wait_note": note}
 
 
-def readback_caused_ms(ev: pd.DataFrame, calls: pd.DataFrame, charged_ms: float, skip: int) -> float:
-    """The GPU idle the by-design readback causes, by the same rule: the steps' charge with the readback
-    counted among their waits, less `charged_ms` (their mean charge without it), per step after `skip`.
-    The step's charge leaves the readback out (every way of making the step needs it); a comparison
-    of two steps whose readbacks differ (a fix that moves a wait into its readback) needs it."""
-    wins = step_windows(ev)[skip:]
+def readback_caused_per_step(ev: pd.DataFrame, calls: pd.DataFrame, charged_ms: Sequence[float]) -> list[float]:
+    """Per step: the GPU idle the by-design readback causes, by the same rule: the step's charge with the
+    readback counted among its waits, less `charged_ms` (its charge without it, per_step's). The step's
+    charge leaves the readback out (every way of making the step needs it); a comparison of two steps
+    whose readbacks differ (a fix that moves a wait into its readback) needs it."""
+    wins = step_windows(ev)
     if not wins or not len(calls) or not calls["readback"].any():
-        return 0.0
+        return [0.0] * len(wins)
     with_readback = sync_caused_gaps(ev, calls.assign(readback=False))
     spans = list(zip(with_readback.start, with_readback.end))
-    total = sum(iv.length(iv.clip(spans, lo, hi)) for lo, hi in wins) / 1e3 / len(wins)
-    return max(0.0, total - charged_ms)
+    return [max(0.0, iv.length(iv.clip(spans, lo, hi)) / 1e3 - c) for (lo, hi), c in zip(wins, charged_ms)]
+
+
+def _charge_ci_half_width(df: pd.DataFrame) -> float:
+    """Half the 95% CI of the steps' mean charge, the readback's included (0 with one step)."""
+    per = (df["gpu_idle_sync_caused_ms"] + df["gpu_idle_readback_caused_ms"]).tolist()
+    if len(per) < 2:
+        return 0.0
+    _, lo, hi = mean_ci(per)
+    return (hi - lo) / 2
 
 
 def summary(ev: pd.DataFrame, skip_first: int = 1, calls: Optional[pd.DataFrame] = None, **shared) -> dict:
     """Mean over steps of each part, so the parts still add up to the mean step (medians would
     not). The first step is skipped: it pays the profiler's start. `shared`: per_step's. With them,
-    the waits by kind and the ones charged nothing (wait_summary), and the readback's own charge
-    (readback_caused_ms: gpu_idle_readback_caused_ms)."""
+    the waits by kind and the ones charged nothing (wait_summary), the readback's own charge
+    (readback_caused_per_step: gpu_idle_readback_caused_ms) and half the 95% CI of the mean charge,
+    the readback's included, over the steps (charge_ci_half_width_ms)."""
     calls = sync_calls(ev) if calls is None else calls
     df = per_step(ev, calls, **shared)
+    if len(df):
+        df["gpu_idle_readback_caused_ms"] = readback_caused_per_step(ev, calls, df.gpu_idle_sync_caused_ms.tolist())
     skip = skip_first if len(df) > skip_first else 0
     df = df.iloc[skip:]
     mean = df.mean(numeric_only=True)
     out = {k: float(mean[k]) for k in df.columns if k.endswith("_ms") and k != "wall_ms"}
-    if "gpu_idle_sync_caused_ms" in out:
-        out["gpu_idle_readback_caused_ms"] = readback_caused_ms(ev, calls, out["gpu_idle_sync_caused_ms"], skip)
+    if len(df):
+        out["charge_ci_half_width_ms"] = _charge_ci_half_width(df)
     if len(df):
         table = wait_charges(ev, calls, caused=shared.get("caused"))
         out.update(wait_summary(table[table.step >= skip], len(df)))

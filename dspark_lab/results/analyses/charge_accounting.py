@@ -20,13 +20,15 @@ RULE = ("a step's charge = the GPU idle its waits caused plus the idle its by-de
         "rule (a fix that moves its wait into the readback still pays it there). "
         "net charge = the case's charge less its profiler stretch - the fix's charge less its stretch "
         "(results/rules/profiler_stretch.py; ms per step). saving = -(the paired change, fix - case, ms per step) "
-        "with its 95% CI. A step is GPU-bound where its profiler-free time less the GPU work it launches less its "
-        "charge (less stretch) is under 5% of the step. Where both steps are GPU-bound, the work the fix removed "
+        "with its 95% CI; the net charge's own 95% CI is the two charges' half-widths over their profiled steps "
+        "added. A step is GPU-bound where its profiler-free time less the GPU work it launches less its charge "
+        "(less stretch) is under 5% of the step. Where both steps are GPU-bound, the work the fix removed "
         "(the case's launched GPU work less the fix's; negative: work it added) shows in the step time one for "
         "one and is taken off the saving and its CI. Where a step is not GPU-bound the work change is not taken "
         "off, and if it is larger than the saving's CI half-width the verdict is cannot tell. accounted: the net "
-        "charge lies in the saving's CI; not accounted: outside it, by its distance to the nearer end; cannot "
-        "tell: recorded without CUDA, a variant failed, a field missing (a gallery recorded before the fields "
+        "charge lies in the saving's CI widened by the net charge's own half-width (by the saving's CI alone in a "
+        "gallery recorded without the charges' CIs); not accounted: outside it, by its distance to the nearer end; "
+        "cannot tell: recorded without CUDA, a variant failed, a field missing (a gallery recorded before the fields "
         "existed), the work change above, or a CI that holds both 0 and a net charge other than 0")
 
 
@@ -85,14 +87,24 @@ def _verdict(row: dict) -> tuple[str, str, Optional[float]]:
                              f"and a step is not GPU-bound (the rest of the step, neither launched work nor charged "
                              f"idle: {row['rest ms case']:.3f} ms case, {row['rest ms fix']:.3f} ms fix), so how much "
                              f"of that change shows in the step time is not known"), None
-    if lo <= net <= hi:
+    half = row["net charge CI half ms"]
+    own = (f", widened by the charges' own 95% CIs over the profiled steps (±{half:.3f} ms)" if half is not None
+           else " (the charges' own CIs were not recorded: judged by the saving's CI alone)")
+    half = half or 0.0
+    if lo - half <= net <= hi + half:
         if lo <= 0 <= hi and net != 0:
             return CANNOT_TELL, f"{span} holds both 0 and the net charge {net:.3f} ms", None
-        return ACCOUNTED, f"the net charge {net:.3f} ms lies in {span}", 0.0
-    off = net - hi if net > hi else net - lo
+        return ACCOUNTED, f"the net charge {net:.3f} ms lies in {span}{own}", 0.0
+    off = net - hi - half if net > hi + half else net - lo + half
     return NOT_ACCOUNTED, (f"the net charge {net:.3f} ms is {abs(off):.3f} ms {'above' if off > 0 else 'below'} "
-                           f"{span}; the rest of the step (neither launched work nor charged idle) is "
+                           f"{span}{own}; the rest of the step (neither launched work nor charged idle) is "
                            f"{row['rest ms case']:.3f} ms in the case and {row['rest ms fix']:.3f} ms in the fix"), off
+
+
+def _charges_half(a: dict, b: dict) -> Optional[float]:
+    """Half the 95% CI of the net charge: the two charges' own half-widths added (None where not recorded)."""
+    ha, hb = a.get("charge_ci_half_width_ms"), b.get("charge_ci_half_width_ms")
+    return None if ha is None or hb is None else ha + hb
 
 
 def account(rec: dict, c: dict) -> dict:
@@ -105,12 +117,14 @@ def account(rec: dict, c: dict) -> dict:
     row.update({"case readback charge ms": c["variants"]["case"]["gpu_idle_readback_caused_ms"],
                 "fix readback charge ms": c["variants"]["fix"]["gpu_idle_readback_caused_ms"],
                 "case charge less stretch ms": net_a, "fix charge less stretch ms": net_b,
-                "net charge ms": net_a - net_b, **_saving(c, net_a, net_b)})
+                "net charge ms": net_a - net_b,
+                "net charge CI half ms": _charges_half(c["variants"]["case"], c["variants"]["fix"]),
+                **_saving(c, net_a, net_b)})
     verdict, reason, off = _verdict(row)
     return {**row, "verdict": verdict, "reason": reason, "off by ms": off}
 
 
-COLUMNS = ["case", "verdict", "net charge ms", "case readback charge ms", "fix readback charge ms",
+COLUMNS = ["case", "verdict", "net charge ms", "net charge CI half ms", "case readback charge ms", "fix readback charge ms",
            "case charge less stretch ms", "fix charge less stretch ms",
            "saving ms", "saving CI low ms", "saving CI high ms", "work removed ms", "work taken off", "GPU-bound",
            "rest ms case", "rest ms fix", "wait saving ms", "wait saving CI low ms", "wait saving CI high ms",
