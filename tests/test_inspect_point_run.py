@@ -98,7 +98,8 @@ OTHER_COUNTS = {"allocs_per_step": 0.0, "steps_in_trace": 10, "sync_count_mismat
                 "sync_note": "not measurable without CUDA"}
 NAN_PARTS = {"gpu_busy_ms", "gpu_idle_after_sync_ms", "gpu_idle_host_bound_ms", "gpu_idle_ms",
              "gpu_idle_other_cause_ms", "gpu_idle_sync_caused_ms", "host_blocked_ms", "launch_lead_median_ms",
-             "launch_lead_min_ms", "run_ahead_fraction"}
+             "launch_lead_min_ms", "run_ahead_fraction",
+             "gpu_idle_readback_caused_ms", "charge_ci_half_width_ms"}  # no GPU idle on CPU: no charge, no CI
 OTHER_PARTS = {"host_copy_ms", "host_launch_ms", "host_other_ms", "host_prep_ms", "host_readback_ms",
                "launches_per_step", "profiled_step_ms"}
 
