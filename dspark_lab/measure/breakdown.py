@@ -362,10 +362,11 @@ def readback_caused_per_step(ev: pd.DataFrame, calls: pd.DataFrame, charged_ms: 
     whose readbacks differ (a fix that moves a wait into its readback) needs it."""
     wins = step_windows(ev)
     if not wins or not len(calls) or not calls["readback"].any():
-        return [0.0] * len(wins)
+        return [0.0 if c == c else float("nan") for c in charged_ms]  # NaN where the step has no charge (no GPU)
     with_readback = sync_caused_gaps(ev, calls.assign(readback=False))
     spans = list(zip(with_readback.start, with_readback.end))
-    return [max(0.0, iv.length(iv.clip(spans, lo, hi)) / 1e3 - c) for (lo, hi), c in zip(wins, charged_ms)]
+    return [max(0.0, iv.length(iv.clip(spans, lo, hi)) / 1e3 - c) if c == c else float("nan")
+            for (lo, hi), c in zip(wins, charged_ms)]
 
 
 def _charge_ci_half_width(df: pd.DataFrame) -> float:

@@ -33,7 +33,8 @@ PROFILE_STEPS = 10  # steps profiled, with Python stacks (each sync call attribu
 PAIR_ROLES = ("before", "after")  # a pair's steps, as their interleaved trials name them
 # Copies between host and device: without CUDA there is no device to copy to or from (n/a, never 0).
 NO_CUDA_COPY_COUNTS = ("d2h_per_step", "d2h_pageable_per_step", "h2d_pageable_per_step", "h2d_pinned_per_step")
-NO_CUDA_PARTS = ("host_blocked_ms", "gpu_busy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms")
+NO_CUDA_PARTS = ("host_blocked_ms", "gpu_busy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "gpu_idle_sync_caused_ms",
+                 "gpu_idle_readback_caused_ms", "charge_ci_half_width_ms")
 NO_CUDA_PARTS += idle_causes.COLUMNS + run_ahead.COLUMNS[1:]  # no GPU: no idle to name, no launch to lead
 COST_SCOPE = "function"  # a site's costs are its function's, split among its lines by count
 
