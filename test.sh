@@ -15,9 +15,12 @@ if [ ! -x /usr/bin/chromium ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
   (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) || echo "chromium could not be installed: the browser test will skip" >&2
 fi
 # Two workers (pytest-xdist). `--dist loadfile` keeps each test file on one worker, so a file's
-# module fixtures and the notebooks (executed once, for tests/test_notebooks.py) are built once;
-# files go out in collection order (the browser test early). (`loadgroup` would let files share a
-# worker, but with pytest 9.2 it ignores xdist_group marks: pytest-xdist #1386.)
+# module fixtures and the notebooks (executed once, for tests/test_notebooks.py) are built once.
+# The one place the order is set: tests/conftest.py's LONGEST_FILES (the files that take longest in
+# the suite's --durations, longest first: the browser test, the README commands, the notebooks...)
+# go out first, every other file after them in collection order, so no long file starts last and
+# runs alone. (`loadgroup` would let files share a worker, but with pytest 9.2 it ignores
+# xdist_group marks: pytest-xdist #1386.)
 # DSPARK_TEST_WORKERS=0: serial.
 "$py" -m pytest -m "not sglang" -n "${DSPARK_TEST_WORKERS:-2}" --dist loadfile --no-loadscope-reorder "$@"
 core=$?

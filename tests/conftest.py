@@ -21,9 +21,10 @@ GALLERY_DIR = COMMITTED_DATA / "gallery"
 # hands whole files to its two workers in collection order (pytest-xdist --dist loadfile
 # --no-loadscope-reorder), so a long file handed out last would run alone while the other worker idles.
 # Every other file keeps its place after them. A file missing here only costs balance, never a test.
-LONGEST_FILES = ("test_browser.py", "test_readme_commands.py", "test_scale.py", "test_notebooks.py", "test_lab_sh.py",
-                 "test_notebook01_ep.py", "test_cold_start.py", "test_parallel.py", "test_torchrun.py",
-                 "test_hardening_hostile.py", "test_foreign_read.py", "test_cli.py", "test_noise.py")
+LONGEST_FILES = ("test_browser.py", "test_readme_commands.py", "test_notebooks.py", "test_scale.py", "test_torchrun.py",
+                 "test_cold_start.py", "test_foreign_read.py", "test_hardening_inputs.py", "test_lab_sh.py",
+                 "test_hardening_hostile.py", "test_parallel.py", "test_safe_io.py", "test_figures_boxes.py",
+                 "test_cli.py", "test_trace_command.py", "test_notebook01_ep.py", "test_studies.py", "test_noise.py")
 
 
 def longest_first(items) -> None:

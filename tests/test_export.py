@@ -164,3 +164,18 @@ def test_kaleido_not_yet_loaded_twice_and_other_errors_are_raised(tmp_path):
     with pytest.raises(ValueError, match="bmp"):
         render._write_image(other, tmp_path / "a.bmp")
     assert len(other.calls) == 1  # no second try for the figure's own error
+
+
+def test_export_renders_every_format_in_one_kaleido_call(data, tmp_path, monkeypatch):
+    """Each kaleido call starts a Chromium of its own: export hands all its formats to one call, at the
+    slide size, and never renders a format alone."""
+    import plotly.io as pio
+
+    calls = []
+    monkeypatch.setattr(pio, "write_images", lambda figs, files, **kw: calls.append((figs, files, kw)))
+    monkeypatch.setattr(type(figures.sweep(data[0])), "write_image", lambda *a, **k: pytest.fail("one format alone"))
+    paths = figures.export(figures.sweep(data[0]), tmp_path / "fig", formats=("png", "svg", "pdf"))
+    assert [p.name for p in paths] == ["fig.png", "fig.svg", "fig.pdf"]
+    (figs, files, kw), = calls
+    assert files == [str(p) for p in paths] and kw["format"] == ["png", "svg", "pdf"] and len(figs) == 3
+    assert (kw["width"], kw["height"]) == figures.SLIDE_SIZES["slide"]

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import forked_help
+
 ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
@@ -35,19 +37,29 @@ def test_the_studies_are_found_by_topic():
     assert not [p.name for p in (ROOT / "studies").rglob("*") if re.search(r"issue\d", p.name)]
 
 
+@pytest.fixture(scope="module")
+def help_answers(tmp_path_factory) -> dict:
+    """Every study's and device script's `--help` (tests/forked_help.py: one fork each, the shared
+    third-party imports made once), each with an OUT folder of its own: target -> (status, stdout,
+    stderr, OUT folder)."""
+    outs = {t: tmp_path_factory.mktemp("out") for t in STUDIES + SCRIPTS}
+    got = forked_help.help_answers(outs, ROOT, tmp_path_factory.mktemp("answers"))
+    return {t: (*got[t], outs[t]) for t in outs}
+
+
 @pytest.mark.parametrize("module", STUDIES)
-def test_each_study_answers_help_on_cpu(module, tmp_path):
-    r = run(["-m", module, "--help"], OUT=str(tmp_path))
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.startswith("usage:"), r.stdout[:500]
-    assert not list(tmp_path.iterdir()), "--help wrote files"
+def test_each_study_answers_help_on_cpu(module, help_answers):
+    status, stdout, stderr, out = help_answers[module]
+    assert status == 0, stderr[-2000:]
+    assert stdout.startswith("usage:"), stdout[:500]
+    assert not list(out.iterdir()), "--help wrote files"
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
-def test_each_device_script_answers_help_on_cpu(script, tmp_path):
-    r = run([script, "--help"], OUT=str(tmp_path))
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.startswith("usage:"), r.stdout[:500]
+def test_each_device_script_answers_help_on_cpu(script, help_answers):
+    status, stdout, stderr, _ = help_answers[script]
+    assert status == 0, stderr[-2000:]
+    assert stdout.startswith("usage:"), stdout[:500]
 
 
 def test_an_unknown_session_stage_is_refused_naming_the_stages(tmp_path):

@@ -167,11 +167,10 @@ def export(fig: go.Figure, path_stem, size="slide", formats: Sequence[str] = ("p
     _kaleido_ready()
     stem = Path(path_stem)
     stem.parent.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for fmt in formats:
-        path = stem.with_name(stem.name + "." + fmt)
-        _write_image(out, path, format=fmt, width=w, height=h, scale=1)
-        paths.append(path)
+    paths = [stem.with_name(stem.name + "." + fmt) for fmt in formats]
+    # One kaleido session for every format: each write_image call starts a Chromium of its own.
+    _retried(lambda: pio.write_images([out] * len(paths), [str(p) for p in paths], format=list(formats),
+                                      width=w, height=h, scale=1))
     return paths
 
 
@@ -189,9 +188,14 @@ KALEIDO_NOT_LOADED = "kaleido_scopes is not defined"
 
 
 def _write_image(fig: go.Figure, path, **kwargs) -> None:
+    _retried(lambda: fig.write_image(str(path), **kwargs))
+
+
+def _retried(write) -> None:
+    """Call `write` (a kaleido render), once more where kaleido's page had not yet loaded."""
     try:
-        fig.write_image(str(path), **kwargs)
+        write()
     except Exception as e:  # noqa: BLE001 - kaleido's own JavascriptError class is private
         if KALEIDO_NOT_LOADED not in str(e):
             raise
-        fig.write_image(str(path), **kwargs)
+        write()
