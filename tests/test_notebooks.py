@@ -20,8 +20,9 @@ from helpers import (COMMITTED_DATA as DATA, NOTEBOOKS, STRIP, assert_ep_section
 nbformat = pytest.importorskip("nbformat")
 pytest.importorskip("nbclient")
 
-# The notebooks are executed once per session (conftest.executed_notebooks), one after another (helpers.execute_notebooks says why); only this
-# file uses them, so under pytest-xdist `--dist loadfile` they are executed on one worker, once.
+# The notebooks are executed once per session (conftest.executed_notebooks), one after another
+# (helpers.execute_notebooks says why); only this file uses them, so under pytest-xdist
+# `--dist loadfile` they are executed on one worker, once.
 
 
 def headline_lines(text: str, details: list[str]) -> list[str]:
