@@ -11,8 +11,9 @@ verify's groups say they need CUDA).
 
 On an H200 at the defaults: the gallery's 24 cases in wall_s 116.5 and 123.8 s
 (data/gallery/h200-gallery-20261204-1952.json and -1939.json, 10 paired rounds of 20 steps a case), saved
-before verify's two groups run (wall_s 64.6 and 79.9 in data/verify/h200-verify-compiled-20261204*.json):
-about 180-205 s in all. Exit status 1
+before verify's two groups run (wall_s 64.6 in data/verify/h200-verify-compiled-20261204.json, the record
+holding both; the compiled group alone took 79.9 s in -0318.json, so verify's time varies): about 180-190 s
+in all on those records. Exit status 1
 when a measured count differs from the documented one or a verify check fails (on CUDA only).
 """
 from __future__ import annotations

@@ -123,6 +123,19 @@ def test_the_committed_order_runs_set_the_margin_the_advice_prints():
     rec = advice.recommend(loaded.rows, cards=card.recorded(), hazards=hazards.recorded())
     assert rec.margin == m and m.text() in rec.text()
     assert "measurably slower by 4.4% or more" in rec.text() or "within 4.4% of" in rec.text()
+    # 9 of 27 apart where 95% CIs leave about 1.4 to chance: the text says a run's CI misses the spread
+    assert "27 equal-work pair differences (each pair once a run), 9 measurably apart" in m.text()
+    assert ("more than the 1.4 that 95% CIs leave to chance (p = 4e-06 were the pairs independent and equal), "
+            "so a run's CI understates the spread between runs") in m.text()
+
+
+def test_the_text_says_a_runs_ci_understates_the_spread_only_where_more_pairs_are_apart_than_chance():
+    largest = {"pct": 2.0, "strategy": "on_demand", "against": "non_blocking", "regime": "EP > 1", "run": "run 1"}
+    # of 27 pairs that do not differ, 3 or more are apart by chance 15% of the time, 4 or more 4.4%
+    few = tie_margin.TieMargin(2.1, ("a.jsonl.gz",), ("NVIDIA H200",), 3, 27, 3, largest)
+    many = tie_margin.TieMargin(2.1, ("a.jsonl.gz",), ("NVIDIA H200",), 3, 27, 4, largest)
+    assert "3 measurably apart, each by less than the margin (results" in few.text()
+    assert "understates" not in few.text() and "(p = 0.04 were the pairs independent and equal)" in many.text()
 
 
 def test_the_order_study_prints_the_margin_the_advice_reads():

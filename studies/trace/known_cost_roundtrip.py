@@ -9,7 +9,8 @@ each of:
    prof.step(): ProfilerStep#N ranges, no kit range) with the kit's profiler settings (Python stacks,
    memory, CUDA sync events), read through `trace`: its charge per step against inspect's, with a 95%
    CI over inspect's captures (one capture's steps vary less than captures do), and the difference of
-   the two with its own 95% CI, both sets of captures resampled (each way varies from capture to capture);
+   the two with its own 95% CI, both sets of captures resampled (each way varies from capture to capture;
+   a percentile bootstrap: with ROUNDS = 3 captures a side it is narrower than a 95% CI);
 3. the same with torch.profiler's defaults and Python stacks only: the charge's
    difference to inspect's, beside the kit-settings trace's (the two differ only in the profiler's settings).
 

@@ -17,19 +17,20 @@ ACCOUNTED, NOT_ACCOUNTED, CANNOT_TELL = "accounted", "not accounted", "cannot te
 VERDICTS = (ACCOUNTED, NOT_ACCOUNTED, CANNOT_TELL)
 GPU_BOUND_SHARE = 0.05  # a step whose time outside its launched work and charged idle is under 5% of it is GPU-bound
 RULE = ("a step's charge = the GPU idle its waits caused plus the idle its by-design readback caused, by the same "
-        "rule (a fix that moves its wait into the readback still pays it there). "
-        "net charge = the case's charge less its profiler stretch - the fix's charge less its stretch "
-        "(results/rules/profiler_stretch.py; ms per step). saving = -(the paired change, fix - case, ms per step) "
-        "with its 95% CI; the net charge's own 95% CI is the two charges' half-widths over their profiled steps "
-        "added. A step is GPU-bound where its profiler-free time less the GPU work it launches less its charge "
-        "(less stretch) is under 5% of the step. Where both steps are GPU-bound, the work the fix removed "
-        "(the case's launched GPU work less the fix's; negative: work it added) shows in the step time one for "
-        "one and is taken off the saving and its CI. Where a step is not GPU-bound the work change is not taken "
-        "off, and if it is larger than the saving's CI half-width the verdict is cannot tell. accounted: the net "
-        "charge lies in the saving's CI widened by the net charge's own half-width (by the saving's CI alone in a "
-        "gallery recorded without the charges' CIs); not accounted: outside it, by its distance to the nearer end; "
-        "cannot tell: recorded without CUDA, a variant failed, a field missing (a gallery recorded before the fields "
-        "existed), the work change above, or a CI that holds both 0 and a net charge other than 0")
+        "rule (a fix that moves its wait into the readback still pays it there). net charge = the case's charge "
+        "less its profiler stretch - the fix's charge less its stretch (results/rules/profiler_stretch.py; ms per "
+        "step). saving = -(the paired change, fix - case, ms per step) with its 95% CI; the net charge's own 95% "
+        "CI is taken as the two charges' half-widths over their profiled steps added (wider than a 95% CI of "
+        "charges measured apart: a conservative bound). A step is GPU-bound where its profiler-free time less the "
+        "GPU work it launches less its charge (less stretch) is under 5% of the step. Where both steps are "
+        "GPU-bound, the work the fix removed (the case's launched GPU work less the fix's; negative: work it "
+        "added) is taken to show in the step time one for one (a model) and is taken off the saving and its CI. "
+        "Where a step is not GPU-bound the work change is not taken off, and if it is larger than the saving's CI "
+        "half-width the verdict is cannot tell. accounted: the net charge lies in the saving's CI widened by the "
+        "net charge's own half-width (by the saving's CI alone in a gallery recorded without the charges' CIs); "
+        "not accounted: outside it, by its distance to the nearer end; cannot tell: recorded without CUDA, a "
+        "variant failed, a field missing (a gallery recorded before the fields existed), the work change above, "
+        "or a CI that holds both 0 and a net charge other than 0")
 
 
 def _charge(r: dict) -> float:

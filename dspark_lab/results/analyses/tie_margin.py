@@ -30,6 +30,7 @@ from dspark_lab.results.rules import summaries
 ORDER_FOLDER, ORDER_FILES = "order", "*.jsonl.gz"  # what studies.order.randomised_reference writes
 READ, UNREAD = "EP > 1", "EP 1"  # the regimes: the MoE top-k reads the scalar (EP > 1), nothing does (EP 1)
 STEP_PCT = 0.1  # the margin's precision as printed
+CHANCE = 0.05  # the share of pairs that do not differ a 95% CI still puts apart
 FALLBACK_PCT = 0.0  # with no measured spread no margin is claimed: only a difference inside its CI is a tie
 
 EQUAL_WORK_RULE = (
@@ -131,9 +132,19 @@ class TieMargin:
         return (f"{head}tie margin {self.pct:g}% = the largest equal-work difference, {abs(d['pct']):.2f}% "
                 f"({d['strategy']} against {d['against']} at {d['regime']}, {d['run']}), rounded up to the next "
                 f"{STEP_PCT:g}%, over {self.runs} randomised-order runs on {', '.join(self.gpus)} "
-                f"({', '.join(_shown(f) for f in self.files)}); {self.apart} of {self.pairs} equal-work pairs "
-                "measurably apart, each by less than the margin (results.analyses.tie_margin.EQUAL_WORK_RULE, "
-                "MARGIN_RULE)")
+                f"({', '.join(_shown(f) for f in self.files)}); of {self.pairs} equal-work pair differences (each pair "
+                f"once a run), {self.apart} measurably apart, each by less than the margin{self._beyond_chance()} "
+                "(results.analyses.tie_margin.EQUAL_WORK_RULE, MARGIN_RULE)")
+
+    def _beyond_chance(self) -> str:
+        """Said where more pairs are apart than 95% CIs leave to chance (that many or more by chance: under 5%
+        where no pair differs): a run's CIs miss the spread between runs."""
+        n, k = self.pairs, self.apart
+        p = sum(math.comb(n, j) * CHANCE ** j * (1 - CHANCE) ** (n - j) for j in range(k, n + 1))
+        if not k or p >= CHANCE:
+            return ""
+        return (f": more than the {CHANCE * n:.1f} that 95% CIs leave to chance (p = {p:.1g} were the pairs "
+                "independent and equal), so a run's CI understates the spread between runs, which the margin takes")
 
 
 def given(pct) -> TieMargin:
