@@ -44,7 +44,7 @@ def test_without_cuda_it_says_so():
     assert study.main([]) == 6
 
 
-def test_the_difference_ci_resamples_both_ways_of_capturing():
+def test_the_difference_ci_is_welchs_over_both_ways_of_capturing():
     a = str(study.FIXTURES / "wait_item.json.gz")
     b = str(study.FIXTURES / "wait_cpu.json.gz")
     c = str(study.FIXTURES / "two_syncs.json.gz")  # about 1.3 ms less charge: a real difference
@@ -58,10 +58,26 @@ def test_the_difference_ci_resamples_both_ways_of_capturing():
     assert apart["user_equal_within_difference_ci"] is False and hi < 0 and lo <= d <= hi
 
 
-def test_mean_difference_ci_brackets_the_difference_and_refuses_empty_sets():
-    from dspark_lab.results.rules.stats import mean_difference_ci
+def test_welch_difference_ci_is_students_t_and_refuses_fewer_than_two_a_side():
+    from dspark_lab.results.rules.stats import t_975, welch_difference_ci
 
-    d, lo, hi = mean_difference_ci([3.0, 3.1, 3.2], [2.0, 2.1, 2.2])
-    assert abs(d - 1.0) < 1e-9 and 0.8 <= lo <= d <= hi <= 1.2
-    with pytest.raises(ValueError, match="at least one sample"):
-        mean_difference_ci([], [1.0])
+    d, lo, hi = welch_difference_ci([3.0, 3.1, 3.2], [2.0, 2.1, 2.2])
+    # equal variances 0.01, 3 a side: df 4, half-width t(4) * sqrt(0.01/3 + 0.01/3)
+    assert abs(d - 1.0) < 1e-9 and abs((hi - lo) / 2 - 2.776 * (0.02 / 3) ** 0.5) < 1e-9
+    assert t_975(2.1) == t_975(2) == 4.303 and t_975(40) == 1.96
+    with pytest.raises(ValueError, match="at least two samples a side"):
+        welch_difference_ci([1.0], [1.0, 2.0])
+
+
+def test_the_recorded_h200_round_trip_read_with_todays_cis():
+    import json
+    from pathlib import Path
+
+    rec = json.loads((Path(__file__).resolve().parents[1] / "data" / "trace"
+                      / "h200-known-cost-roundtrip-20261204-194209.json").read_text())
+    rows = {r["case"]: r for r in study.reanalysed(rec)}
+    inside = {c for c, r in rows.items() if r["user_trace_within_ci"]}
+    assert inside == {"wait_item", "wait_pageable_d2h", "two_syncs", "draft_step"}  # wait_cpu 0.0002 ms past it
+    lo, hi = rows["wait_cpu"]["inspect_charge_ci"][1:]
+    assert hi < sum(rows["wait_cpu"]["user_charges"]) / 3 < hi + 0.001
+    assert all(r["same_trace_equal"] for r in rows.values())

@@ -8,9 +8,10 @@ each of:
 2. a trace recorded the way a user records one (torch.profiler.profile with a schedule and
    prof.step(): ProfilerStep#N ranges, no kit range) with the kit's profiler settings (Python stacks,
    memory, CUDA sync events), read through `trace`: its charge per step against inspect's, with a 95%
-   CI over inspect's captures (one capture's steps vary less than captures do), and the difference of
-   the two with its own 95% CI, both sets of captures resampled (each way varies from capture to capture;
-   a percentile bootstrap: with ROUNDS = 3 captures a side it is narrower than a 95% CI);
+   CI over inspect's captures (verify's: Student's t over the captures' means, never narrower than the
+   steps' CI; one capture's steps vary less than captures do), and the difference of the two with its own
+   95% CI by Welch's t (each way varies from capture to capture; a bootstrap of 3 captures a side covers
+   less than 95%);
 3. the same with torch.profiler's defaults and Python stacks only: the charge's
    difference to inspect's, beside the kit-settings trace's (the two differ only in the profiler's settings).
 
@@ -21,6 +22,7 @@ traces/), and prints a table last; scripts/device_round.sh allows it 180 s.
     OUT=/tmp/o python3 -m studies.trace.known_cost_roundtrip            # CUDA
     python3 -m studies.trace.known_cost_roundtrip --dry-run             # CPU: read-back and comparison on
                                                                         # the committed H200 kit traces
+    python3 -m studies.trace.known_cost_roundtrip --analyse RECORD      # CPU: a record's table, today's CIs
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ import sys
 from pathlib import Path
 
 from dspark_lab.measure import breakdown, foreign_read, foreign_record, syncs, trace
-from dspark_lab.results.rules.stats import mean_ci, mean_difference_ci
+from dspark_lab.results.analyses.verification import charge_over_captures
+from dspark_lab.results.rules.stats import mean_ci, welch_difference_ci
 
 CASES = ("wait_item", "wait_cpu", "wait_pageable_d2h", "two_syncs")
 DRAFT = "draft_step"
@@ -68,8 +71,11 @@ def compare(name: str, inspect_parts: dict, kit_traces: list, user_traces: list,
     user-style traces (kit settings) against a 95% CI over inspect's captures (the per-step CI of one
     capture where there is one capture); the default-settings traces' difference beside it."""
     kit = [capture_charge(p) for p in kit_traces]
-    per = per_step_charges(kit_traces[0]) if len(kit) == 1 else kit
-    mean, lo, hi = mean_ci(per) if len(per) > 1 else (per[0], per[0], per[0])
+    if len(kit) > 1:  # the kit's CI over captures (verify's): t over the captures' means, at least the steps'
+        mean, lo, hi = charge_over_captures([per_step_charges(p) for p in kit_traces])
+    else:
+        per = per_step_charges(kit_traces[0])
+        mean, lo, hi = mean_ci(per) if len(per) > 1 else (per[0], per[0], per[0])
     own = read_back(kit_traces[0])
     row = {"case": name, "inspect": {k: inspect_parts.get(k) for k in KEYS}, "inspect_charge_ci": [mean, lo, hi],
            "inspect_captures": kit, "ci_over": "captures" if len(kit) > 1 else "steps of one capture",
@@ -81,17 +87,38 @@ def compare(name: str, inspect_parts: dict, kit_traces: list, user_traces: list,
         charges = [r["gpu_idle_sync_caused_ms"] for r in reads if r["gpu_idle_sync_caused_ms"] is not None]
         if not reads:
             continue
-        m = sum(charges) / len(charges) if charges else None
         row[f"trace_of_{key}_trace"] = reads[0]
-        row[f"{key}_charges"] = charges
-        row[f"{key}_trace_within_ci"] = m is not None and lo <= m <= hi
-        row[f"{key}_minus_inspect_ms"] = None if m is None else m - mean
-        # Both ways vary from capture to capture: the difference's own CI resamples both sets of captures.
-        if charges and len(kit) > 1:
-            d, dlo, dhi = mean_difference_ci(charges, kit)
-            row[f"{key}_minus_inspect_ci"] = [d, dlo, dhi]
-            row[f"{key}_equal_within_difference_ci"] = dlo <= 0 <= dhi
+        row.update(against_inspect(key, charges, kit, (mean, lo, hi)))
     return row
+
+
+def against_inspect(key: str, charges: list, kit: list, ci: tuple) -> dict:
+    """The user-style charges against inspect's: their mean inside inspect's CI, and their difference with
+    its own 95% CI (Welch's t: both ways vary from capture to capture) where each side has two captures."""
+    mean, lo, hi = ci
+    m = sum(charges) / len(charges) if charges else None
+    out = {f"{key}_charges": charges, f"{key}_trace_within_ci": m is not None and lo <= m <= hi,
+           f"{key}_minus_inspect_ms": None if m is None else m - mean}
+    if len(charges) > 1 and len(kit) > 1:
+        d, dlo, dhi = welch_difference_ci(charges, kit)
+        out[f"{key}_minus_inspect_ci"] = [d, dlo, dhi]
+        out[f"{key}_equal_within_difference_ci"] = dlo <= 0 <= dhi
+    return out
+
+
+def reanalysed(record: dict) -> list[dict]:
+    """A recorded round trip's rows with today's CIs, from the captures' charges it holds (the means of
+    inspect's captures stand for their steps: the t part of the CI over captures)."""
+    rows = []
+    for r in record["rows"]:
+        kit = r["inspect_captures"]
+        ci = charge_over_captures([[v] for v in kit]) if len(kit) > 1 else tuple(r["inspect_charge_ci"])
+        row = {"case": r["case"], "inspect_charge_ci": list(ci), "same_trace_equal": r["same_trace_equal"]}
+        for key in ("user", "default"):
+            if f"{key}_charges" in r:
+                row.update(against_inspect(key, r[f"{key}_charges"], kit, ci))
+        rows.append(row)
+    return rows
 
 
 def table(rows: list[dict]) -> str:
@@ -205,11 +232,15 @@ def _case(name: str, step, traces: Path, steps: int, rounds: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--dry-run", action="store_true", help="CPU: read back the committed H200 kit traces only")
+    ap.add_argument("--analyse", metavar="RECORD", help="CPU: a recorded round trip's table with today's CIs")
     ap.add_argument("--steps", type=int, default=8, help="profiled steps per trace (default 8)")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help=f"captures of each kind per case (default {ROUNDS})")
     a = ap.parse_args(argv)
     if a.dry_run:
         return dry_run()
+    if a.analyse:
+        print(table(reanalysed(json.loads(Path(a.analyse).read_text()))))
+        return 0
     import torch
 
     if not torch.cuda.is_available():

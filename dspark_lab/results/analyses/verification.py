@@ -14,7 +14,7 @@ import pandas as pd
 
 from dspark_lab.results.analyses import card as card_results
 from dspark_lab.results.record.verify_record import Check
-from dspark_lab.results.rules.stats import mean_ci
+from dspark_lab.results.rules.stats import mean_ci, t_975
 
 # --- syncs: counts and lines exact, one record per sync ------------------------------------------
 
@@ -43,10 +43,6 @@ def sync_check(name: str, want_per_step: float, want_lines: Sequence[int], *, co
 
 # --- cost: the charged idle against the profiler-free loss ----------------------------------------
 
-# Two-sided 95% Student t quantiles by degrees of freedom (captures - 1).
-T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365}
-
-
 def charge_over_captures(per_capture: Sequence[Sequence[float]]) -> tuple[float, float, float]:
     """The charge (ms per step) from several profiled captures of one step, and its 95% CI: the mean
     of the captures' means, and the wider of a t-interval over those means and the bootstrap CI of
@@ -60,7 +56,7 @@ def charge_over_captures(per_capture: Sequence[Sequence[float]]) -> tuple[float,
     centre = float(np.mean(means))
     half = (hi - lo) / 2
     if len(means) > 1:
-        t = T_975.get(len(means) - 1, 1.96)
+        t = t_975(len(means) - 1)
         half = max(half, t * float(np.std(means, ddof=1)) / math.sqrt(len(means)))
     return centre, centre - half, centre + half
 
