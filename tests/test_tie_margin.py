@@ -123,19 +123,43 @@ def test_the_committed_order_runs_set_the_margin_the_advice_prints():
     rec = advice.recommend(loaded.rows, cards=card.recorded(), hazards=hazards.recorded())
     assert rec.margin == m and m.text() in rec.text()
     assert "measurably slower by 4.4% or more" in rec.text() or "within 4.4% of" in rec.text()
-    # 9 of 27 apart where 95% CIs leave about 1.4 to chance: the text says a run's CI misses the spread
+    # 9 of 27 apart where 95% CIs put about 1.4 apart by chance, and 4 pairs whose CIs in two runs exclude each
+    # other (run 1 against run 3: persistent_fill/on_demand_pinned at both regimes, on_demand_pinned/on_demand at
+    # EP > 1, persistent_fill/on_demand at EP 1): the text says a run's CI misses the spread between runs
+    assert m.split == 4
     assert "27 equal-work pair differences (each pair once a run), 9 measurably apart" in m.text()
-    assert ("more than the 1.4 that 95% CIs leave to chance (p = 4e-06 were the pairs independent and equal), "
-            "so a run's CI understates the spread between runs") in m.text()
+    assert ("more than the 1.4 that 95% CIs put apart by chance on average, and for 4 pairs the CIs of two runs "
+            "exclude each other, so a run's CI understates the spread between runs") in m.text()
+    assert "p =" not in m.text()  # a run's pairs share strategies: no p value that takes them as independent
 
 
-def test_the_text_says_a_runs_ci_understates_the_spread_only_where_more_pairs_are_apart_than_chance():
+def _diff(run, ci, regime="EP > 1", strategy="on_demand", against="non_blocking"):
+    return {"run": run, "regime": regime, "strategy": strategy, "against": against, "ci_low": ci[0], "ci_high": ci[1]}
+
+
+def test_a_pair_is_split_only_where_its_cis_in_two_runs_exclude_each_other():
+    assert tie_margin.split_pairs([_diff("run 1", (-4.8, -2.7)), _diff("run 2", (0.3, 5.6))]) == 1
+    assert tie_margin.split_pairs([_diff("run 1", (-4.8, -0.1)), _diff("run 2", (-0.2, 5.6))]) == 0  # overlap
+    # one pair split, another overlapping, a third in one run only, a run without a CI left out
+    assert tie_margin.split_pairs([_diff("run 1", (1.0, 2.0)), _diff("run 2", (2.5, 3.0)),
+                                   _diff("run 1", (1.0, 2.0), against="x"), _diff("run 2", (1.5, 3.0), against="x"),
+                                   _diff("run 1", (9.0, 9.5), against="y"),
+                                   _diff("run 2", (None, None), against="x")]) == 1
+
+
+def test_the_text_says_a_runs_ci_understates_the_spread_only_where_pairs_are_apart_beyond_chance_and_split():
     largest = {"pct": 2.0, "strategy": "on_demand", "against": "non_blocking", "regime": "EP > 1", "run": "run 1"}
-    # of 27 pairs that do not differ, 3 or more are apart by chance 15% of the time, 4 or more 4.4%
-    few = tie_margin.TieMargin(2.1, ("a.jsonl.gz",), ("NVIDIA H200",), 3, 27, 3, largest)
-    many = tie_margin.TieMargin(2.1, ("a.jsonl.gz",), ("NVIDIA H200",), 3, 27, 4, largest)
-    assert "3 measurably apart, each by less than the margin (results" in few.text()
-    assert "understates" not in few.text() and "(p = 0.04 were the pairs independent and equal)" in many.text()
+
+    def margin(apart, split):
+        return tie_margin.TieMargin(2.1, ("a.jsonl.gz",), ("NVIDIA H200",), 3, 27, apart, largest, split=split)
+
+    # 27 pairs: 1.35 apart by chance on average
+    assert "1 measurably apart, each by less than the margin (results" in margin(1, 2).text()  # not beyond chance
+    assert "9 measurably apart, each by less than the margin (results" in margin(9, 0).text()  # no run split a pair
+    assert "understates" not in margin(1, 2).text() + margin(9, 0).text()
+    assert ("2 measurably apart, each by less than the margin: more than the 1.4 that 95% CIs put apart by chance "
+            "on average, and for 1 pair the CIs of two runs exclude each other, so a run's CI understates") in (
+        margin(2, 1).text())
 
 
 def test_the_order_study_prints_the_margin_the_advice_reads():

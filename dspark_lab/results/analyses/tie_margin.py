@@ -30,7 +30,7 @@ from dspark_lab.results.rules import summaries
 ORDER_FOLDER, ORDER_FILES = "order", "*.jsonl.gz"  # what studies.order.randomised_reference writes
 READ, UNREAD = "EP > 1", "EP 1"  # the regimes: the MoE top-k reads the scalar (EP > 1), nothing does (EP 1)
 STEP_PCT = 0.1  # the margin's precision as printed
-CHANCE = 0.05  # the share of pairs that do not differ a 95% CI still puts apart
+CHANCE = 0.05  # the share of pairs that do not differ a 95% CI still puts apart, on average
 FALLBACK_PCT = 0.0  # with no measured spread no margin is claimed: only a difference inside its CI is a tie
 
 EQUAL_WORK_RULE = (
@@ -123,6 +123,7 @@ class TieMargin:
     apart: int = 0  # equal-work pairs measurably apart (95% CI off zero), each still inside the margin
     largest: Optional[dict] = None  # the equal-work difference the margin is set from
     fallback: str = ""
+    split: int = 0  # equal-work pairs whose 95% CIs in two runs exclude each other (split_pairs)
 
     def text(self) -> str:
         if self.largest is None:
@@ -137,14 +138,25 @@ class TieMargin:
                 "(results.analyses.tie_margin.EQUAL_WORK_RULE, MARGIN_RULE)")
 
     def _beyond_chance(self) -> str:
-        """Said where more pairs are apart than 95% CIs leave to chance (that many or more by chance: under 5%
-        where no pair differs): a run's CIs miss the spread between runs."""
-        n, k = self.pairs, self.apart
-        p = sum(math.comb(n, j) * CHANCE ** j * (1 - CHANCE) ** (n - j) for j in range(k, n + 1))
-        if not k or p >= CHANCE:
+        """Said where more pairs are apart than 95% CIs put apart by chance on average and a pair's CIs in two
+        runs exclude each other: a run's CIs miss the spread between runs. No p value: a run's pairs share
+        strategies (one strategy off moves every pair it is in), so its pairs are not independent."""
+        expected = CHANCE * self.pairs
+        if not self.split or self.apart <= expected:
             return ""
-        return (f": more than the {CHANCE * n:.1f} that 95% CIs leave to chance (p = {p:.1g} were the pairs "
-                "independent and equal), so a run's CI understates the spread between runs, which the margin takes")
+        return (f": more than the {expected:.1f} that 95% CIs put apart by chance on average, and for "
+                f"{self.split} pair{'s' if self.split > 1 else ''} the CIs of two runs exclude each other, so a "
+                "run's CI understates the spread between runs, which the margin takes")
+
+
+def split_pairs(diffs: Sequence[dict]) -> int:
+    """The equal-work pairs whose 95% CIs in two runs of `diffs` exclude each other (neither holds the other's
+    values): the pair's difference moved between runs by more than either run's CI allows."""
+    cis: dict = {}
+    for d in diffs:
+        if d.get("ci_low") is not None and d.get("ci_high") is not None:
+            cis.setdefault((d["regime"], d["strategy"], d["against"]), []).append((d["ci_low"], d["ci_high"]))
+    return sum(any(a[1] < b[0] or b[1] < a[0] for i, a in enumerate(v) for b in v[:i]) for v in cis.values())
 
 
 def given(pct) -> TieMargin:
@@ -174,7 +186,8 @@ def margin_of(diffs: Sequence[dict], files=()) -> Optional[TieMargin]:
     if pct <= top:  # a float a hair under the step: one more step keeps the pair inside
         pct = round(pct + STEP_PCT, 1)
     return TieMargin(pct, tuple(str(f) for f in files), tuple(sorted({d["gpu"] for d in diffs})),
-                     len({d["run"] for d in diffs}), len(diffs), sum(not d["within CI"] for d in diffs), largest)
+                     len({d["run"] for d in diffs}), len(diffs), sum(not d["within CI"] for d in diffs), largest,
+                     split=split_pairs(diffs))
 
 
 def order_files(data_dir) -> list[Path]:
