@@ -9,7 +9,7 @@ each of:
    prof.step(): ProfilerStep#N ranges, no kit range) with the kit's profiler settings (Python stacks,
    memory, CUDA sync events), read through `trace`: its charge per step against inspect's, with a 95%
    CI over inspect's captures (verify's: Student's t over the captures' means, never narrower than the
-   steps' CI; one capture's steps vary less than captures do), and the difference of the two with its own
+   steps' CI; captures can move more than one capture's steps say), and the difference of the two with its own
    95% CI by Welch's t (each way varies from capture to capture; a bootstrap of 3 captures a side covers
    less than 95%);
 3. the same with torch.profiler's defaults and Python stacks only: the charge's

@@ -46,9 +46,9 @@ def sync_check(name: str, want_per_step: float, want_lines: Sequence[int], *, co
 def charge_over_captures(per_capture: Sequence[Sequence[float]]) -> tuple[float, float, float]:
     """The charge (ms per step) from several profiled captures of one step, and its 95% CI: the mean
     of the captures' means, and the wider of a t-interval over those means and the bootstrap CI of
-    the steps pooled. Between captures the charge moves more than within one (on an H200, `.item()`'s
-    step: 3.06 ms (±0.01) in a verify capture, 3.22 ms (±0.03) in a trace capture of the same step),
-    so a CI over one capture's steps understates what a re-measurement would find."""
+    the steps pooled. Between captures the charge can move more than within one (on an H200, `.item()`'s
+    step: 3.056 ms (95% CI 3.048 to 3.067) in one verify capture, 3.073 ms in another), so a CI over one
+    capture's steps can understate what a re-measurement would find."""
     means = [float(np.mean(c)) for c in per_capture if len(c)]
     if not means:
         raise ValueError("per_capture must hold at least one capture with a step")
