@@ -74,8 +74,8 @@ def analyse(tr: dict) -> dict:
 
 
 PART_KEYS = ("host_blocked_ms", "host_copy_ms", "gpu_idle_ms", "gpu_idle_after_sync_ms", "profiled_step_ms",
-             "gpu_idle_sync_caused_ms", "gpu_idle_readback_caused_ms", "charge_ci_half_width_ms", "gpu_busy_ms", "host_launch_ms", "host_prep_ms", "host_other_ms",
-             "wait_charges", "wait_note")
+             "gpu_idle_sync_caused_ms", "gpu_idle_readback_caused_ms", "charge_ci_half_width_ms", "gpu_busy_ms",
+             "host_launch_ms", "host_prep_ms", "host_other_ms", "wait_charges", "wait_note")
 SPLIT_RULE = ("the step-time change (fix - case) split in four (profiled steps): the GPU idle "
               "the case's waits caused, which the fix removes (notebook 01's rule); the GPU idle the fix's own waits "
               "still cause in its step; the change in GPU idle charged to no wait (host-bound and other idle: the gaps "

@@ -394,7 +394,6 @@ def summary(ev: pd.DataFrame, skip_first: int = 1, calls: Optional[pd.DataFrame]
     out = {k: float(mean[k]) for k in df.columns if k.endswith("_ms") and k != "wall_ms"}
     if len(df):
         out["charge_ci_half_width_ms"] = _charge_ci_half_width(df)
-    if len(df):
         table = wait_charges(ev, calls, caused=shared.get("caused"))
         out.update(wait_summary(table[table.step >= skip], len(df)))
     out["profiled_step_ms"] = float(mean["wall_ms"])

@@ -60,21 +60,22 @@ def read_back(path: str) -> dict:
             "abstained": [a["reason"] for a in found["abstained"]], "gpu_share": found["gpu_share"], **parts}
 
 
-def capture_charge(path: str) -> float:
-    """One kit capture's charge per step: the mean over its steps after the first, as inspect's."""
-    per = per_step_charges(path)
-    return float(sum(per) / len(per)) if per else 0.0
+def capture_charge(per_step: list) -> float:
+    """One kit capture's charge per step from its per_step_charges: the mean over its steps after the
+    first, as inspect's."""
+    return float(sum(per_step) / len(per_step)) if per_step else 0.0
 
 
 def compare(name: str, inspect_parts: dict, kit_traces: list, user_traces: list, default_traces: list = ()) -> dict:
     """One case: inspect's parts, `trace` on inspect's own first trace (must be equal), and `trace` on the
     user-style traces (kit settings) against a 95% CI over inspect's captures (the per-step CI of one
     capture where there is one capture); the default-settings traces' difference beside it."""
-    kit = [capture_charge(p) for p in kit_traces]
+    per_capture = [per_step_charges(p) for p in kit_traces]  # each trace read once
+    kit = [capture_charge(per) for per in per_capture]
     if len(kit) > 1:  # the kit's CI over captures (verify's): t over the captures' means, at least the steps'
-        mean, lo, hi = charge_over_captures([per_step_charges(p) for p in kit_traces])
+        mean, lo, hi = charge_over_captures(per_capture)
     else:
-        per = per_step_charges(kit_traces[0])
+        per = per_capture[0]
         mean, lo, hi = mean_ci(per) if len(per) > 1 else (per[0], per[0], per[0])
     own = read_back(kit_traces[0])
     row = {"case": name, "inspect": {k: inspect_parts.get(k) for k in KEYS}, "inspect_charge_ci": [mean, lo, hi],

@@ -91,7 +91,6 @@ def compare(a: Sequence[float], b: Sequence[float], a_name: str = "A", b_name: s
             "paired": paired, "n_a": int(a.size), "n_b": int(b.size), "difference": diff, "verdict": verdict}
 
 
-
 # Student's t, two-sided 95%, by degrees of freedom (a few samples: a bootstrap of 3 covers less than 95%).
 T_975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
          12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042}
