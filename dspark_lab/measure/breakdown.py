@@ -23,6 +23,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
+from dspark_lab.measure.frame_memo import per_frame
 from dspark_lab.measure.ranges import PHASE_PREFIX
 from dspark_lab.measure import idle_causes, run_ahead
 from dspark_lab.measure import intervals as iv
@@ -63,6 +64,7 @@ def gpu_intervals(ev: pd.DataFrame) -> list[tuple[float, float]]:
     return iv.union(zip(g.ts, g.end))
 
 
+@per_frame
 def launches(ev: pd.DataFrame) -> pd.DataFrame:
     """Host API calls on the step thread that queued GPU work (kernel, graph, copy or memset
     launches, matched by correlation), with their GPU work's first start and last end, and

@@ -20,13 +20,13 @@ import os
 import sys
 import traceback
 import warnings
-import weakref
 from collections import Counter
 from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 import pandas as pd
 
+from dspark_lab.measure.frame_memo import per_frame
 from dspark_lab.measure.ranges import PHASE_PREFIX, READBACK_RANGE, STEP_RANGE
 from dspark_lab.measure.trace import GPU_CATS, HOST_API_CATS, HOST_RANGE_CAT, python_frame
 from dspark_lab.results.facts import wait_kinds
@@ -79,6 +79,7 @@ def _site_path(path: str, roots: tuple, cwd: str) -> str:
     return "/".join(p.parts[-2:]) if len(p.parts) >= 2 else p.name
 
 
+@per_frame
 def _step_ranges(ev: pd.DataFrame) -> pd.DataFrame:
     """The kit's step ranges, outermost only: a step already wrapped in the kit's range and then run
     under it again holds two nested ranges, which are one step (counted twice, its syncs and idle
@@ -97,6 +98,7 @@ def _step_ranges(ev: pd.DataFrame) -> pd.DataFrame:
     return s.loc[keep].drop(columns="_neg").sort_values("ts", kind="stable")
 
 
+@per_frame
 def host_events(ev: pd.DataFrame) -> pd.DataFrame:
     """Events of the thread that ran the steps (the one holding the step ranges)."""
     steps = _step_ranges(ev)
@@ -106,6 +108,7 @@ def host_events(ev: pd.DataFrame) -> pd.DataFrame:
     return ev[(ev.pid == pid) & (ev.tid == tid)]
 
 
+@per_frame
 def step_windows(ev: pd.DataFrame) -> list[tuple[float, float]]:
     s = _step_ranges(ev).sort_values("ts")
     return list(zip(s.ts, s.end))
@@ -167,20 +170,12 @@ def _innermost_op(ops: pd.DataFrame, ts: float, end: float) -> Optional[pd.Serie
     return around.sort_values("ts", kind="stable").iloc[-1] if len(around) else None
 
 
-# host_waits per trace frame, while the frame lives: the counts, the cost rule, the idle causes and the
-# wait table of one trace all read it, and finding the waits walks every API call of the thread.
-_WAITS: dict = {}  # id(ev) -> (weak reference to ev, its waits)
-
-
+@per_frame
 def host_waits(ev: pd.DataFrame) -> pd.DataFrame:
     """measure.syncs._host_waits of `ev`, found once per frame (a copy each call: callers may add
-    columns). A trace frame is read, never changed in place (trace.events builds a new one)."""
-    hit = _WAITS.get(id(ev))
-    if hit is None or hit[0]() is not ev:
-        key = id(ev)
-        hit = (weakref.ref(ev, lambda _, k=key: _WAITS.pop(k, None)), _host_waits(ev))
-        _WAITS[key] = hit
-    return hit[1].copy()
+    columns): the counts, the cost rule, the idle causes and the wait table of one trace all read it,
+    and finding the waits walks every API call of the thread."""
+    return _host_waits(ev)
 
 
 def _step_of(t: float, wins: list) -> int:
