@@ -13,11 +13,13 @@ marker="$venv/.dspark-env-ok"
 # ecosystem's way, nbstripout as a git filter (.gitattributes names it; this clone's config defines it,
 # with cell ids kept and the kernel's language_info dropped, so a saved notebook reads as committed).
 strip_filter() {
-  if [ -x "$venv/bin/python" ] && git -C "$root" rev-parse --git-dir >/dev/null 2>&1 \
-     && "$venv/bin/python" -c 'import nbstripout' 2>/dev/null; then
-    local cmd="'$venv/bin/python' -m nbstripout --keep-id --extra-keys metadata.language_info"
+  [ -x "$venv/bin/python" ] && git -C "$root" rev-parse --git-dir >/dev/null 2>&1 || return 0
+  local cmd="'$venv/bin/python' -m nbstripout --keep-id --extra-keys metadata.language_info"
+  local have; have=$(git -C "$root" config --get filter.nbstripout.clean || true)
+  # Already this venv's filter (every run after the first): nothing to check, no python started.
+  [ "$have" = "$cmd" ] && return 0
+  if "$venv/bin/python" -c 'import nbstripout' 2>/dev/null; then
     # Kept while the python it names exists: a throwaway venv (a test's) must not re-point the clone's filter.
-    local have; have=$(git -C "$root" config --get filter.nbstripout.clean || true)
     if [ -n "$have" ]; then
       local py_have; py_have=$(printf '%s' "$have" | sed -n "s/^'\([^']*\)'.*/\1/p")
       if [ -n "$py_have" ] && [ -x "$py_have" ] && "$py_have" -c 'import nbstripout' 2>/dev/null; then return 0; fi
