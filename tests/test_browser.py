@@ -157,8 +157,13 @@ def _choose(dropdown, label: str) -> None:
     sel.select_option(index=texts.index(label))
 
 
-def _settings(controls, run_ids: list) -> dict:
-    s = {k: int(controls[k].locator(".widget-readout").inner_text().strip()) for k in ("ep_size", "batch_size", "gamma")}
+def _settings(controls, run_ids: list) -> dict | None:
+    """The panel's settings as its controls show them, or None while a slider is being redrawn (its
+    readout is empty for a moment after the run or workload changes: seen on a loaded machine)."""
+    readouts = {k: controls[k].locator(".widget-readout").inner_text().strip() for k in ("ep_size", "batch_size", "gamma")}
+    if not all(v.isdigit() for v in readouts.values()):
+        return None
+    s = {k: int(v) for k, v in readouts.items()}
     for k in ("strategy", "workload"):
         s[k] = _text(controls[k].locator("select").evaluate("e => e.options[e.selectedIndex].text"))
     # by position: the options are the backend's, in order (labels may repeat until they are unique)
@@ -215,9 +220,9 @@ def _wait_for_expected(page, controls, backend, run_ids, what: str, timeout_s: f
     deadline = time.monotonic() + timeout_s
     while True:
         settings = _settings(controls, run_ids)
-        want = _expected(backend, settings)
+        want = _expected(backend, settings) if settings is not None else None
         state = page.evaluate(JS_STATE)
-        if _matches(state, want, settings["strategy"]):
+        if want is not None and _matches(state, want, settings["strategy"]):
             return settings, state
         if time.monotonic() > deadline:
             raise AssertionError(f"after moving {what}: the panel does not show the recorded point.\n"
@@ -359,19 +364,17 @@ def _exercise_panel(page, name, backend, store_rows):
             assert "holds no point" not in state["status"], state["status"]
             moved += 1
     assert moved == 3, f"the panel opened on a run without a grid to move over: {opts}"
-    cur = _settings(controls, run_ids)
+    cur, _ = _wait_for_expected(page, controls, backend, run_ids, "the EP, batch and gamma sliders")
     other = next(s for s in opts["strategy"] if s != cur["strategy"])
     _choose(controls["strategy"], other)
     _wait_for_expected(page, controls, backend, run_ids, "strategy")
     # Every recorded run side by side, then another workload, then one run that has it.
     _choose(controls["run"], next(lab for lab, rid in opts["run"] if rid == ALL_RUNS))
-    _wait_for_expected(page, controls, backend, run_ids, "run (all)")
-    cur = _settings(controls, run_ids)
+    cur, _ = _wait_for_expected(page, controls, backend, run_ids, "run (all)")
     wl = next((w for w in opts["workload"] if w != cur["workload"]), None)
     if wl is not None:
         _choose(controls["workload"], wl)
-        _wait_for_expected(page, controls, backend, run_ids, "workload")
-    cur = _settings(controls, run_ids)
+        cur, _ = _wait_for_expected(page, controls, backend, run_ids, "workload")
     has = set(store_rows.loc[store_rows.workload == cur["workload"], "run_id"].astype(str))
     one = next(i for i, (_, rid) in enumerate(opts["run"]) if rid != ALL_RUNS and rid in has)
     controls["run"].locator("select").select_option(index=one)
