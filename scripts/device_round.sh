@@ -11,7 +11,7 @@
 # card_hazards, interference, inspect, torchrun, ep (two GPUs), field (the gallery at the queued scale, the
 # hazards, notebook 06's step), order (three randomised-order reference runs), run_ahead,
 # headroom (each gallery case's and the draft step's headroom beside its charge, and the race forms),
-# trace_roundtrip (known-cost and draft-step traces read back through `dspark-lab trace`),
+# trace_roundtrip (known-cost and draft-step traces read back through `dspark-lab trace`; TRACE_ROUNDTRIP_ARGS: more arguments, --rounds N),
 # card_waits (the card with its wait and launch cells, compared with the recorded card), cuda_new (the CUDA
 # tests named in NEW_CUDA_TESTS, default the wait/launch cells' and the races'), profiler_cost (the
 # profiler's own host time per recorded event, measure/profiler_cost.py), lint_fixes_races (each lint fix
@@ -43,7 +43,7 @@ notebooks=${NOTEBOOKS:-01_onboarding.ipynb,02_tuning_new_gpu.ipynb,04_sync_galle
 declare -A LIMIT=([verify]=400 [cuda]=570 [notebooks]=300 [sweep]=200 [readme]=600 [card_hazards]=130 [interference]=300
   [inspect]=110 [live_stream]=180 [live_stream_alt]=180 [torchrun]=70 [traces]=120 [where]=120 [card]=90
   [gallery]=260 [reference]=200 [cold]=220 [ep]=330
-  [field]=200 [blocked]=240 [order]=200 [run_ahead]=120 [headroom]=230 [trace_roundtrip]=180 [card_waits]=120 [profiler_cost]=60 [lint_fixes_races]=90 [investigation]=90)
+  [field]=200 [blocked]=240 [order]=200 [run_ahead]=120 [headroom]=230 [trace_roundtrip]=240 [card_waits]=120 [profiler_cost]=60 [lint_fixes_races]=90 [investigation]=90)
 # gallery: about 190-210 s estimated at its default 10 rounds of 20 steps (scripts/gpu_gallery.py says how);
 # 260 s and its 60 s test keep the stage under 330 s
 run_stage() {  # stage: its command, under its limit, output in $log
@@ -79,7 +79,7 @@ run_stage() {  # stage: its command, under its limit, output in $log
     lint_fixes_races) OUT=$W timeout "${LIMIT[lint_fixes_races]}" python3 -m studies.hazards.lint_fixes_races ;;
     investigation) OUT=$W timeout "${LIMIT[investigation]}" python3 -m studies.field.record_investigation ;;
     profiler_cost) OUT=$W timeout "${LIMIT[profiler_cost]}" python3 -m studies.profiler_cost.calibrate ;;
-    trace_roundtrip) OUT=$W timeout "${LIMIT[trace_roundtrip]}" python3 -m studies.trace.known_cost_roundtrip ;;
+    trace_roundtrip) OUT=$W timeout "${LIMIT[trace_roundtrip]}" python3 -m studies.trace.known_cost_roundtrip ${TRACE_ROUNDTRIP_ARGS:-} ;;
     card_waits) mkdir -p "$W/data/machines" && timeout "${LIMIT[card_waits]}" python3 -m dspark_lab.cli doctor --card \
             --compare "${CARD_REF:-data/machines/h200-card-20261201-1406.json}" \
             --card-out "$W/data/machines/h200-card-$(date -u +%Y%m%d-%H%M).json" ;;

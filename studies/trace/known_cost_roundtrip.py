@@ -15,9 +15,9 @@ each of:
 3. the same with torch.profiler's defaults and Python stacks only: the charge's
    difference to inspect's, beside the kit-settings trace's (the two differ only in the profiler's settings).
 
-Writes $OUT/data/trace/h200-known-cost-roundtrip-<stamp>.json (the comparison) and the first round's
+Writes $OUT/data/trace/<gpu>-known-cost-roundtrip-<stamp>.json (the comparison) and the first round's
 traces under $OUT/data/trace/traces-<stamp>/ (a record made before per-stamp folders has them in
-traces/), and prints a table last; scripts/device_round.sh allows it 180 s.
+traces/), and prints a table last; scripts/device_round.sh allows it 240 s.
 
     OUT=/tmp/o python3 -m studies.trace.known_cost_roundtrip            # CUDA
     python3 -m studies.trace.known_cost_roundtrip --dry-run             # CPU: read-back and comparison on
@@ -37,6 +37,7 @@ from pathlib import Path
 
 from dspark_lab.measure import breakdown, foreign_read, foreign_record, syncs, trace
 from dspark_lab.results.analyses.verification import charge_over_captures
+from dspark_lab.results.record.paths import gpu_slug
 from dspark_lab.results.rules.stats import mean_ci, welch_difference_ci
 
 CASES = ("wait_item", "wait_cpu", "wait_pageable_d2h", "two_syncs")
@@ -256,7 +257,7 @@ def main(argv=None) -> int:
         rows.append(_case(name, step, traces, a.steps, a.rounds))
     doc = {"kind": "trace_known_cost_roundtrip", "recorded_at": stamp, "gpu": torch.cuda.get_device_name(0),
            "torch": torch.__version__, "steps": a.steps, "rounds": a.rounds, "rows": rows}
-    (out / f"h200-known-cost-roundtrip-{stamp}.json").write_text(json.dumps(doc, indent=1))
+    (out / f"{gpu_slug(doc['gpu'])}-known-cost-roundtrip-{stamp}.json").write_text(json.dumps(doc, indent=1))
     print(table(rows))
     return 0
 

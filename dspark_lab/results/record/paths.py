@@ -94,12 +94,18 @@ def default_out_dir() -> Path:
     return Path(env).expanduser() if env else REPO_ROOT / "out"
 
 
+def gpu_slug(gpu_name: str) -> str:
+    """The GPU's part of a machine record's file name: "NVIDIA H200" -> h200, "NVIDIA H100 80GB HBM3" ->
+    h100-80gb-hbm3."""
+    gpu = str(gpu_name).lower().replace("nvidia", "")
+    return "-".join("".join(ch if ch.isalnum() else " " for ch in gpu).split()) or "gpu"
+
+
 def machine_file_name(fingerprint: dict, recorded: str, what: str, *, with_time: bool = False) -> str:
     """A machine record's file name under data/machines/: <gpu>-<what>-<yyyymmdd>.json, e.g.
     h200-card-20261201.json for an "NVIDIA H200" card recorded on 2026-12-01; `with_time`:
     <gpu>-<what>-<yyyymmdd>-<HHMM>.json from an ISO `recorded` (two records of one day both kept)."""
-    gpu = str(fingerprint.get("gpu", "gpu")).lower().replace("nvidia", "")
-    slug = "-".join("".join(ch if ch.isalnum() else " " for ch in gpu).split()) or "gpu"
+    slug = gpu_slug(fingerprint.get("gpu", "gpu"))
     day = str(recorded)[:10].replace("-", "")
     hhmm = str(recorded)[11:16].replace(":", "")
     if with_time and not (len(hhmm) == 4 and hhmm.isdigit()):
