@@ -144,7 +144,12 @@ def execute_notebook(nb, env: dict):
     """Run the notebook's cells in a fresh kernel started with `env`; the outputs land in `nb`, which
     is returned. Raises CellExecutionError naming a failing cell."""
     with tempfile.TemporaryDirectory(prefix="dspark-kernel-") as sockets:
-        _client(nb, Path(sockets)).execute(env=env)
+        client = _client(nb, Path(sockets))
+        try:
+            client.execute(env=env)
+        finally:  # a client given its kernel manager leaves the kernel running: it would idle until pytest exits
+            if client.km.has_kernel:
+                client.km.shutdown_kernel(now=True)
     return nb
 
 
