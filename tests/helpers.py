@@ -145,11 +145,14 @@ def execute_notebook(nb, env: dict):
     is returned. Raises CellExecutionError naming a failing cell."""
     with tempfile.TemporaryDirectory(prefix="dspark-kernel-") as sockets:
         client = _client(nb, Path(sockets))
+        km = client.km  # nbclient drops it (None) when the kernel fails to start
         try:
             client.execute(env=env)
         finally:  # a client given its kernel manager leaves the kernel running: it would idle until pytest exits
-            if client.km.has_kernel:
-                client.km.shutdown_kernel(now=True)
+            if client.kc is not None:
+                client.kc.stop_channels()
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)
     return nb
 
 

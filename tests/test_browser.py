@@ -158,16 +158,22 @@ def _choose(dropdown, label: str) -> None:
 
 
 def _settings(controls, run_ids: list) -> dict | None:
-    """The panel's settings as its controls show them, or None while a slider is being redrawn (its
-    readout is empty for a moment after the run or workload changes: seen on a loaded machine)."""
+    """The panel's settings as its controls show them, or None while a control is being redrawn (a
+    slider's readout is empty for a moment after the run or workload changes: seen on a loaded machine)."""
     readouts = {k: controls[k].locator(".widget-readout").inner_text().strip() for k in ("ep_size", "batch_size", "gamma")}
     if not all(v.isdigit() for v in readouts.values()):
         return None
     s = {k: int(v) for k, v in readouts.items()}
     for k in ("strategy", "workload"):
-        s[k] = _text(controls[k].locator("select").evaluate("e => e.options[e.selectedIndex].text"))
+        shown = controls[k].locator("select").evaluate("e => e.selectedIndex < 0 ? null : e.options[e.selectedIndex].text")
+        if shown is None:  # a dropdown being redrawn
+            return None
+        s[k] = _text(shown)
     # by position: the options are the backend's, in order (labels may repeat until they are unique)
-    s["run"] = run_ids[controls["run"].locator("select").evaluate("e => e.selectedIndex")]
+    chosen = controls["run"].locator("select").evaluate("e => e.selectedIndex")
+    if chosen < 0:
+        return None
+    s["run"] = run_ids[chosen]
     return s
 
 
@@ -226,7 +232,8 @@ def _wait_for_expected(page, controls, backend, run_ids, what: str, timeout_s: f
             return settings, state
         if time.monotonic() > deadline:
             raise AssertionError(f"after moving {what}: the panel does not show the recorded point.\n"
-                                 f"settings {settings}\nexpected {want}\nshown {json.dumps(state)[:3000]}")
+                                 f"settings {settings if settings is not None else '(a control still being redrawn)'}"
+                                 f"\nexpected {want}\nshown {json.dumps(state)[:3000]}")
         page.wait_for_timeout(300)
 
 
